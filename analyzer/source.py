@@ -1,0 +1,311 @@
+"""Find the SGLang source a user has, without importing it.
+
+Every way of naming a tree ends in one `SourceTree`: the directory of the `sglang`
+package, the version it declares, and where it came from. Importing sglang would pull
+torch and CUDA, so versions come from distribution metadata or the package's own
+`version.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from eaglegate.errors import UserError
+
+DEFAULT_RELEASE = "0.5.9"  # where the EAGLE-3 throughput plateau was first reported
+PACKAGE = "sglang"
+
+# Releases from 0.5.12 on ship only Linux x86-64 wheels for one CPython each; asking for
+# such a wheel explicitly makes the fetch work from any OS and interpreter.
+_WHEEL_PLATFORM = "manylinux_2_34_x86_64"
+_WHEEL_PYTHONS = ("3.11", "3.12", "3.10", "3.13", "3.14")
+
+
+class SourceError(UserError):
+    """A tree could not be found or fetched; the message is one line for the user."""
+
+
+@dataclass
+class SourceTree:
+    root: Path  # the `sglang` package directory (holds `srt/`)
+    version: str
+    origin: str  # installed | python | path | git | release
+    detail: dict[str, str] = field(default_factory=dict)
+    note: str = ""  # a one-line remark shown to the user (e.g. a default was used)
+
+    @property
+    def label(self) -> str:
+        return f"SGLang {self.version} ({self.origin})"
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["root"] = str(self.root)
+        return data
+
+
+def cache_dir() -> Path:
+    """eaglegate's own cache: `$EAGLEGATE_CACHE`, else the XDG cache directory."""
+    env = os.environ.get("EAGLEGATE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eaglegate"
+
+
+def is_sglang_package(path: Path) -> bool:
+    return (path / "__init__.py").is_file() and (path / "srt").is_dir()
+
+
+def read_package_version(package_dir: Path) -> str | None:
+    """The version the package declares in its own `version.py` (no import)."""
+    version_file = package_dir / "version.py"
+    if not version_file.is_file():
+        return None
+    try:
+        tree = ast.parse(version_file.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            if "__version__" in names and isinstance(node.value.value, str):
+                return node.value.value
+    return None
+
+
+def _package_in(directory: Path) -> Path | None:
+    """The sglang package at, inside, or under `python/` of a directory."""
+    for candidate in (directory, directory / PACKAGE, directory / "python" / PACKAGE):
+        if is_sglang_package(candidate):
+            return candidate.resolve()
+    return None
+
+
+def from_path(path: str | Path) -> SourceTree:
+    directory = Path(path).expanduser()
+    if not directory.exists():
+        raise SourceError(f"no such directory: {directory}")
+    package = _package_in(directory)
+    if package is None:
+        raise SourceError(f"not a SGLang tree: {directory} (no sglang package with srt/ found)")
+    version = read_package_version(package) or "unknown"
+    return SourceTree(package, version, "path")
+
+
+# A script run by another interpreter: reads metadata only, never imports sglang.
+_PROBE = r"""
+import json, sys
+from importlib import metadata
+try:
+    dist = metadata.distribution("sglang")
+except metadata.PackageNotFoundError:
+    print(json.dumps({"error": "not-installed"})); sys.exit(0)
+direct = dist.read_text("direct_url.json") or ""
+print(json.dumps({"version": dist.version, "location": str(dist.locate_file("sglang")),
+                  "direct_url": direct}))
+"""
+
+
+def _from_metadata(version: str, location: str, direct_url: str, origin: str) -> SourceTree:
+    package = Path(location)
+    detail: dict[str, str] = {}
+    if not is_sglang_package(package) and direct_url:
+        # Editable installs point at the checkout through direct_url.json.
+        url = json.loads(direct_url).get("url", "")
+        if url.startswith("file://"):
+            found = _package_in(Path(url[len("file://") :]))
+            if found:
+                package = found
+                detail["editable"] = url
+    if not is_sglang_package(package):
+        raise SourceError(f"sglang {version} is installed but its source is not at {package}")
+    return SourceTree(package.resolve(), version, origin, detail)
+
+
+def from_installed() -> SourceTree:
+    """The SGLang installed in this interpreter."""
+    try:
+        dist = metadata.distribution(PACKAGE)
+    except metadata.PackageNotFoundError:
+        raise SourceError(f"sglang is not installed in {sys.executable}") from None
+    return _from_metadata(
+        dist.version, str(dist.locate_file(PACKAGE)), dist.read_text("direct_url.json") or "", "installed"
+    )
+
+
+def from_python(python: str | Path) -> SourceTree:
+    """The SGLang installed in another interpreter (a serving venv)."""
+    exe = shutil.which(str(python)) or str(python)
+    if not Path(exe).exists():
+        raise SourceError(f"no such interpreter: {python}")
+    try:
+        out = subprocess.run(
+            [exe, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        info = json.loads(out.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
+        raise SourceError(f"could not query {exe}: {str(exc).splitlines()[0]}") from None
+    if info.get("error") == "not-installed":
+        raise SourceError(f"sglang is not installed in {exe}")
+    tree = _from_metadata(info["version"], info["location"], info["direct_url"], "python")
+    tree.detail["python"] = exe
+    return tree
+
+
+def from_git(path: str | Path, rev: str | None = None) -> SourceTree:
+    """A git checkout: its working tree, or the tree of `rev` exported into the cache."""
+    import git  # GitPython; imported here so plain analysis does not pay for it
+
+    try:
+        repo = git.Repo(Path(path).expanduser(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise SourceError(f"not a git checkout: {path}") from None
+    work = Path(repo.working_tree_dir or path)
+    if rev is None:
+        tree = from_path(work)
+        commit = repo.head.commit.hexsha if repo.head.is_valid() else ""
+        tree.origin = "git"
+        tree.detail.update(commit=commit, dirty=str(repo.is_dirty(untracked_files=True)).lower())
+        return tree
+    try:
+        commit = repo.commit(rev).hexsha
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise SourceError(f"no such revision in {work}: {rev}") from None
+    package = _package_in(work)
+    if package is None:
+        raise SourceError(f"not a SGLang tree: {work}")
+    rel = package.relative_to(work.resolve()).as_posix()
+    target = cache_dir() / "git" / commit
+    if not is_sglang_package(target / PACKAGE):
+        with tempfile.TemporaryDirectory(dir=_ensure(cache_dir() / "git")) as tmp:
+            archive = Path(tmp) / "tree.tar"
+            with archive.open("wb") as handle:
+                repo.archive(handle, treeish=commit, path=rel)
+            staging = Path(tmp) / "out"
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data")
+            shutil.rmtree(target, ignore_errors=True)
+            (staging / rel).rename(_ensure(staging / "pkg") / PACKAGE)
+            (staging / "pkg").rename(target)
+    version = read_package_version(target / PACKAGE) or rev
+    return SourceTree(
+        (target / PACKAGE).resolve(), version, "git", {"commit": commit, "rev": rev, "checkout": str(work)}
+    )
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _pip_download(version: str, dest: Path) -> Path:
+    """Fetch the sglang wheel of `version` into `dest`; returns the wheel path."""
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--no-input", "-q", "-d", str(dest), f"{PACKAGE}=={version}"]
+    attempts = [base + ["--only-binary=:all:"]]
+    for py in _WHEEL_PYTHONS:
+        attempts.append(base + ["--only-binary=:all:", "--platform", _WHEEL_PLATFORM,
+                                "--python-version", py, "--implementation", "cp"])
+    last = ""
+    for cmd in attempts:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        wheels = sorted(dest.glob("*.whl"))
+        if proc.returncode == 0 and wheels:
+            return wheels[0]
+        last = proc.stderr
+        if _looks_offline(last):
+            raise SourceError(f"cannot reach the package index to fetch sglang {version} (offline?)")
+    if "No matching distribution" in last or "Could not find a version" in last:
+        raise SourceError(f"sglang {version} is not on the package index")
+    lines = [line for line in last.splitlines() if line.strip()]
+    raise SourceError(f"pip could not fetch sglang {version}: {lines[-1] if lines else 'unknown error'}")
+
+
+def _looks_offline(stderr: str) -> bool:
+    return bool(re.search(r"NewConnectionError|Network is unreachable|Temporary failure in name"
+                          r"|Name or service not known|Max retries exceeded", stderr))
+
+
+def from_release(version: str) -> SourceTree:
+    """A released version, fetched as a wheel with `pip download --no-deps` and cached."""
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
+        raise SourceError(f"not a version: {version!r}")
+    target = cache_dir() / "releases" / version
+    package = target / PACKAGE
+    if not is_sglang_package(package):
+        releases = _ensure(cache_dir() / "releases")
+        with tempfile.TemporaryDirectory(dir=releases) as tmp:
+            wheel = _pip_download(version, Path(tmp))
+            staging = Path(tmp) / "tree"
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist() if m.startswith(f"{PACKAGE}/")]
+                archive.extractall(staging, members)
+            if not is_sglang_package(staging / PACKAGE):
+                raise SourceError(f"the wheel for sglang {version} holds no sglang/srt package")
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)  # atomic: a half-extracted tree never looks complete
+    declared = read_package_version(package) or version
+    return SourceTree(package.resolve(), declared, "release", {"cache": str(target)})
+
+
+def locate(
+    *,
+    path: str | Path | None = None,
+    python: str | Path | None = None,
+    git_path: str | Path | None = None,
+    rev: str | None = None,
+    version: str | None = None,
+) -> SourceTree:
+    """Resolve the user's options to one tree; with none, the installed SGLang or the default release."""
+    chosen = [name for name, value in
+              (("--path", path), ("--python", python), ("--git", git_path), ("--version", version))
+              if value]
+    if len(chosen) > 1:
+        raise SourceError(f"choose one source, not {' and '.join(chosen)}")
+    if rev and not git_path:
+        raise SourceError("--rev needs --git")
+    if path:
+        return from_path(path)
+    if python:
+        return from_python(python)
+    if git_path:
+        return from_git(git_path, rev)
+    if version:
+        return from_release(version)
+    try:
+        return from_installed()
+    except SourceError:
+        tree = from_release(DEFAULT_RELEASE)
+        tree.note = f"no SGLang installed here: using release {DEFAULT_RELEASE} (fetched and cached)"
+        return tree
+
+
+def speculative_workers(tree: SourceTree) -> list[str]:
+    """Worker classes declared under the package's `speculative` directories (fast scan)."""
+    found: set[str] = set()
+    for spec_dir in tree.root.rglob("speculative"):
+        if not spec_dir.is_dir():
+            continue
+        for file in spec_dir.rglob("*.py"):
+            for match in re.finditer(r"^class\s+(\w*Worker\w*)\s*[(:]", _read(file), re.M):
+                found.add(match.group(1))
+    return sorted(found)
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

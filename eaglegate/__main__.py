@@ -1,0 +1,3 @@
+from eaglegate.cli import main
+
+main()
