@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 
 from eaglegate.analyzer import source
+from eaglegate.cli_live import register as register_live
+from eaglegate.cli_patch import register as register_patch
 from eaglegate.errors import UserError
 
 app = typer.Typer(
@@ -82,6 +84,11 @@ def locate(
     for key, value in tree.detail.items():
         out.print(f"{key:<8} {value}")
     out.print(f"workers  {', '.join(workers) or 'none'}")
+
+
+register_live(app)  # sweep, calibrate, verify-live
+register_patch(app)  # patch
+__import__("eaglegate.cli_apply", fromlist=["register"]).register(app)  # apply, revert, status
 
 
 def main() -> None:

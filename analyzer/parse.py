@@ -1,0 +1,162 @@
+"""Parse a tree of Python files into module summaries: in parallel, cached by content hash.
+
+A second run re-parses nothing unchanged: each file's summary is stored under the
+BLAKE2 hash of its bytes (plus the summarizer's version), so a moved or copied tree
+hits the cache too.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eaglegate import __version__
+from eaglegate.analyzer.source import cache_dir
+from eaglegate.analyzer.summary import ModuleSummary, ParseFailure, summarize
+
+# Bump when the summary format changes, so old cache entries are never read.
+SUMMARY_FORMAT = f"{__version__}-s2-py{sys.version_info[0]}.{sys.version_info[1]}"
+_SKIP_DIRS = {"__pycache__", ".git", ".tox", ".venv", "venv", "node_modules", "build", "dist"}
+
+
+@dataclass
+class ParsedTree:
+    root: Path
+    modules: dict[str, ModuleSummary] = field(default_factory=dict)
+    failures: list[ParseFailure] = field(default_factory=list)
+    digest: str = ""  # hash over every file's hash: names this exact tree
+    parsed: int = 0  # files parsed this run (the rest came from the cache)
+
+
+def module_name(root: Path, file: Path) -> tuple[str, bool]:
+    """Dotted module name of `file`; a root that is a package contributes its own name."""
+    rel = file.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    if (root / "__init__.py").is_file():
+        parts.insert(0, root.name)
+    return ".".join(parts), is_package
+
+
+def python_files(root: Path) -> list[Path]:
+    files = []
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        files.extend(Path(directory) / n for n in sorted(names) if n.endswith(".py"))
+    return files
+
+
+def _cache_path(digest: str) -> Path:
+    return cache_dir() / "summaries" / SUMMARY_FORMAT / digest[:2] / f"{digest}.pkl"
+
+
+def _summarize_file(job: tuple[str, str, str, bool, str]) -> ModuleSummary | ParseFailure:
+    path, name, rel, is_package, digest = job
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # Python accepts a BOM; so do we
+    except UnicodeDecodeError as exc:
+        return ParseFailure(rel, 0, f"not UTF-8: {exc.reason}")
+    result = summarize(text, name, rel, is_package)
+    _store(digest, result)
+    return result
+
+
+def _store(digest: str, result: ModuleSummary | ParseFailure) -> None:
+    target = _cache_path(digest)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, target)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+
+
+def _load(digest: str) -> object:
+    # Unpickling many small objects triggers the cyclic GC over and over; pausing it
+    # makes a warm load of a whole tree several times faster.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with _cache_path(digest).open("rb") as handle:
+            return pickle.load(handle)  # our own cache, written by this code
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        return None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_tree(
+    root: Path,
+    files: Iterable[Path] | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ParsedTree:
+    """Summaries of every Python file under `root` (or of `files`), cached and in parallel."""
+    root = root.resolve()
+    result = ParsedTree(root)
+    pending: list[tuple[str, str, str, bool, str]] = []
+    hashes = []
+    keys: list[str] = []
+    jobs: list[tuple[str, str, str, bool, str]] = []
+    file_list = list(files) if files is not None else python_files(root)
+    for file in file_list:
+        rel = file.relative_to(root).as_posix()
+        name, is_package = module_name(root, file)
+        digest = hashlib.blake2b(file.read_bytes(), digest_size=20, person=b"eaglegate-s1").hexdigest()
+        hashes.append(f"{rel}:{digest}")
+        # The module name and path are part of the summary, so they are part of the key.
+        key = hashlib.blake2b(f"{digest}|{name}|{rel}".encode(), digest_size=20).hexdigest()
+        keys.append(key)
+        jobs.append((str(file), name, rel, is_package, key))
+    result.digest = hashlib.blake2b("\n".join(hashes).encode(), digest_size=20).hexdigest()
+    packed = _load(f"tree-{result.digest}") if files is None else None
+    if isinstance(packed, tuple):  # the whole tree, unchanged since the last run: one read
+        result.modules, result.failures = packed
+        return result
+    for job in jobs:
+        cached = _load(job[4])
+        if cached is None:
+            pending.append(job)
+        else:
+            _add(result, cached)
+    result.parsed = len(pending)
+    total = len(pending)
+    if progress:
+        progress(0, total)
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if total > 64 and workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for done, summary in enumerate(pool.map(_summarize_file, pending, chunksize=16), 1):
+                _add(result, summary)
+                if progress:
+                    progress(done, total)
+    else:
+        for done, job in enumerate(pending, 1):
+            _add(result, _summarize_file(job))
+            if progress:
+                progress(done, total)
+    result.failures.sort(key=lambda f: f.path)
+    if files is None:
+        _store(f"tree-{result.digest}", (result.modules, result.failures))  # type: ignore[arg-type]
+    return result
+
+
+def _add(result: ParsedTree, item: ModuleSummary | ParseFailure) -> None:
+    if isinstance(item, ParseFailure):
+        result.failures.append(item)
+    else:
+        result.modules[item.name] = item

@@ -1,0 +1,372 @@
+"""The map: every path from the Scheduler's event loops to each EAGLE worker and its steps.
+
+The names below (`Question`) are the user's question and its defaults; everything
+else is derived from the parsed tree: which methods are event loops, which worker
+method the scheduler calls (the batch entry), where the worker class is chosen and
+under which condition, and which path each event loop can really take (call sites
+whose conditions contradict the path's are not taken).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from eaglegate.analyzer.callgraph import CallGraph, load_codebase
+from eaglegate.analyzer.conditions import Literal, conflicts, literals
+from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.source import SourceTree
+from eaglegate.errors import UserError
+
+MAP_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Question:
+    """What to map. The defaults ask SGLang's question."""
+
+    scheduler: str = "Scheduler"
+    event_loop_prefix: str = "event_loop"
+    workers: tuple[tuple[str, str], ...] = (("EAGLEWorker", "v1"), ("EAGLEWorkerV2", "v2"))
+    steps: tuple[tuple[str, str], ...] = (
+        ("draft_extend", r"draft_extend"),
+        ("verify", r"^_?verify$"),
+        ("draft", r"^_?draft$|^draft_forward$"),
+    )
+    max_path_len: int = 8
+
+
+@dataclass
+class Hop:
+    caller: str
+    callee: str
+    site: Site
+
+    def to_json(self) -> dict[str, Any]:
+        return {"caller": self.caller, "callee": self.callee, "site": self.site.where,
+                "condition": list(self.site.cond)}
+
+
+@dataclass
+class WorkerPath:
+    event_loop: str
+    hops: list[Hop]
+    literals: set[Literal] = field(default_factory=set)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event_loop": self.event_loop, "hops": [h.to_json() for h in self.hops]}
+
+
+@dataclass
+class Step:
+    kind: str  # draft | verify | draft_extend
+    function: str
+    hops: list[Hop]
+    site: Site  # the definition
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "function": self.function, "defined_at": self.site.where,
+                "hops": [h.to_json() for h in self.hops]}
+
+
+@dataclass
+class Selection:
+    """Where the worker class is chosen: a factory's return or a constructor call."""
+
+    kind: str  # factory (a return) | choice (an assignment) | constructor (a call)
+    function: str
+    site: Site
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "function": self.function, "site": self.site.where,
+                "condition": list(self.site.cond)}
+
+
+@dataclass
+class WorkerMap:
+    name: str
+    label: str
+    cls: str | None
+    defined_at: Site | None = None
+    entry: str | None = None
+    selection: list[Selection] = field(default_factory=list)
+    paths: list[WorkerPath] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def present(self) -> bool:
+        return self.cls is not None
+
+    @property
+    def reachable(self) -> bool:
+        return bool(self.paths)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "label": self.label, "class": self.cls, "present": self.present,
+            "defined_at": self.defined_at.where if self.defined_at else None,
+            "entry": self.entry, "reachable": self.reachable,
+            "selection": [s.to_json() for s in self.selection],
+            "paths": [p.to_json() for p in self.paths],
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+@dataclass
+class EventLoop:
+    function: str
+    site: Site
+    dispatch: list[tuple[str, Site]]  # (caller, call site) that start this loop
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function": self.function, "defined_at": self.site.where,
+                "dispatch": [{"caller": c, "site": s.where, "condition": list(s.cond)}
+                             for c, s in self.dispatch]}
+
+
+@dataclass
+class SpecMap:
+    tree: SourceTree
+    scheduler: str
+    event_loops: list[EventLoop]
+    workers: list[WorkerMap]
+    failures: list[dict[str, Any]]
+    timing: dict[str, float]
+    callgraph: CallGraph
+
+    def worker(self, label_or_name: str) -> WorkerMap | None:
+        return next((w for w in self.workers if label_or_name in (w.label, w.name)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": f"eaglegate.map/{MAP_SCHEMA_VERSION}",
+            "sglang": {"version": self.tree.version, "origin": self.tree.origin, "root": str(self.tree.root)},
+            "scheduler": self.scheduler,
+            "event_loops": [e.to_json() for e in self.event_loops],
+            "workers": [w.to_json() for w in self.workers],
+            "parse_failures": self.failures,
+            "timing_s": {k: round(v, 3) for k, v in self.timing.items()},
+        }
+
+
+def find_scheduler(cb: Codebase, question: Question) -> str:
+    candidates = [qn for qn in cb.find(question.scheduler) if cb.is_class(qn)]
+    with_loops = [qn for qn in candidates if _event_loops(cb, qn, question)]
+    if not with_loops:
+        raise UserError(f"no class {question.scheduler} with {question.event_loop_prefix}* methods in {cb.root}")
+    # The scheduler with the most event loops is the one the server runs.
+    return max(with_loops, key=lambda qn: (len(_event_loops(cb, qn, question)), -len(qn)))
+
+
+def _event_loops(cb: Codebase, scheduler: str, question: Question) -> list[str]:
+    loops = []
+    seen_names = set()
+    for cls in cb.mro(scheduler):
+        scope = cb.scopes[cls]
+        for child in scope.children:
+            name = child.rsplit(".", 1)[-1]
+            if name.startswith(question.event_loop_prefix) and name not in seen_names:
+                seen_names.add(name)
+                loops.append(f"{cb.scope_module[cls].name}.{child}")
+    return sorted(loops)
+
+
+def _cond_literals(cb: Codebase, site: Site, scope_qn: str) -> set[Literal]:
+    found: set[Literal] = set()
+    for text in site.cond:
+        found |= literals(cb, text, scope_qn)
+    return found
+
+
+def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Literal]) -> tuple[Site, set[Literal]] | None:
+    for site in sites:
+        lits = _cond_literals(cb, site, caller)
+        if not conflicts(lits, state):
+            return site, state | lits
+    return None
+
+
+def _feasible(cg: CallGraph, path: list[str], start: set[Literal]) -> tuple[list[Hop], set[Literal]] | None:
+    hops: list[Hop] = []
+    state = set(start)
+    for caller, callee in zip(path, path[1:]):
+        chosen = _choose_site(cg.codebase, caller, cg.sites(caller, callee), state)
+        if chosen is None:
+            return None
+        site, state = chosen
+        hops.append(Hop(caller, callee, site))
+    return hops, state
+
+
+def _worker_entries(cg: CallGraph, cls: str, reached: set[str]) -> list[str]:
+    """Methods of the worker called from outside the worker: its batch entries."""
+    cb = cg.codebase
+    family = set(cb.mro(cls))
+    inside = family | cb.subclasses(cls)
+    entries = []
+    for node in reached:
+        if node.rsplit(".", 1)[0] not in family or node.endswith(".__init__"):
+            continue
+        callers = [c for c in cg.graph.predecessors(node) if c in reached]
+        if any((cb.owner_class(c) or "") not in inside for c in callers):
+            entries.append(node)
+    return sorted(entries)
+
+
+def _steps(cg: CallGraph, entry: str, question: Question) -> list[Step]:
+    cb = cg.codebase
+    patterns = [(kind, re.compile(rx)) for kind, rx in question.steps]
+    cg.reach([entry], limit=400)
+    depth = nx.single_source_shortest_path(cg.graph, entry, cutoff=3)
+    steps: list[Step] = []
+    for node, path in sorted(depth.items(), key=lambda item: (len(item[1]), item[0])):
+        if node == entry or node not in cb.scopes or cb.owner_class(node) is None:
+            continue
+        name = node.rsplit(".", 1)[-1]
+        kind = next((k for k, rx in patterns if rx.search(name)), None)
+        if kind is None:
+            continue
+        hops = [Hop(a, b, cg.sites(a, b)[0]) for a, b in zip(path, path[1:])]
+        steps.append(Step(kind, node, hops, cb.site(node, cb.scopes[node].lineno)))
+    order = {kind: i for i, (kind, _) in enumerate(question.steps)}
+    steps.sort(key=lambda s: (len(s.hops), order[s.kind], s.function))
+    return steps
+
+
+def _selections(cg: CallGraph, cls: str, reached: set[str]) -> list[Selection]:
+    cb = cg.codebase
+    family = {cls} | cb.subclasses(cls)
+    found: list[Selection] = []
+    # Factories: functions whose return statements yield the class itself.
+    for qn in sorted(reached):
+        scope = cb.scopes.get(qn)
+        if scope is None or scope.kind != "function":
+            continue
+        for ret in scope.return_values:
+            if ("class", cls) in cb.values(ret.value, qn):
+                found.append(Selection("factory", qn, cb.site(qn, ret.lineno, ret.cond)))
+        # Choices made inline: `WorkerClass = V2 if overlap else V1`.
+        for assign in scope.assigns:
+            if assign.target and assign.target[0] == "n" and assign.value and assign.value[0] in ("n", "a") \
+                    and ("class", cls) in cb.values(assign.value, qn):
+                found.append(Selection("choice", qn, cb.site(qn, assign.lineno, assign.cond)))
+    # Constructor calls from outside the class family (not `super().__init__`).
+    init = cb.constructor(cls) or cls
+    if init in cg.graph:
+        for caller in sorted(cg.graph.predecessors(init)):
+            if caller in reached and (cb.owner_class(caller) or "") not in family:
+                for site in cg.sites(caller, init):
+                    found.append(Selection("constructor", caller, site))
+    return found
+
+
+def build_map(
+    tree: SourceTree,
+    question: Question = Question(),
+    progress: Callable[[int, int], None] | None = None,
+    codebase: Codebase | None = None,
+) -> SpecMap:
+    """Map the scheduler → worker paths of one SGLang tree."""
+    import time
+
+    timing: dict[str, float] = {}
+    if codebase is None:
+        codebase, _, timing["parse"] = load_codebase(tree.root, progress)
+    cb = codebase
+    start = time.perf_counter()
+    cg = CallGraph(cb)
+    scheduler = find_scheduler(cb, question)
+    loop_names = _event_loops(cb, scheduler, question)
+    reached = cg.reach(loop_names)
+
+    # Who starts each loop, and under which condition (e.g. `scheduler.enable_overlap`).
+    module_level = [qn for qn, s in cb.scopes.items() if s.kind == "function" and cb.owner_class(qn) is None
+                    and cb.scope_module[qn].name == cb.scope_module[scheduler].name]
+    # Worker classes are chosen while the scheduler is built, not in its loops: reach
+    # every scheduler method (mixins included) and the module's own functions.
+    scheduler_methods = [f"{cb.scope_module[cls].name}.{child}" for cls in cb.mro(scheduler)
+                         for child in cb.scopes[cls].children]
+    setup = cg.reach(module_level + scheduler_methods, limit=6000)
+    loops = []
+    for loop in loop_names:
+        dispatch = [(caller, site) for caller in sorted(cg.graph.predecessors(loop))
+                    for site in cg.sites(caller, loop)] if loop in cg.graph else []
+        loops.append(EventLoop(loop, cb.site(loop, cb.scopes[loop].lineno), dispatch))
+
+    workers: list[WorkerMap] = []
+    for name, label in question.workers:
+        classes = [qn for qn in cb.find(name) if cb.is_class(qn)]
+        if not classes:
+            workers.append(WorkerMap(name, label, None))
+            continue
+        cls = min(classes, key=len)
+        worker = WorkerMap(name, label, cls, cb.site(cls, cb.scopes[cls].lineno))
+        worker.selection = _selections(cg, cls, setup | reached)
+        entries = _worker_entries(cg, cls, reached)
+        best: tuple[int, str] | None = None
+        for entry in entries:
+            steps = _steps(cg, entry, question)
+            score = len({s.kind for s in steps})
+            if best is None or score > best[0]:
+                best = (score, entry)
+                worker.steps = steps
+        worker.entry = best[1] if best else None
+        if worker.entry:
+            worker.paths = _paths(cg, loops, worker, reached)
+        workers.append(worker)
+
+    timing["map"] = time.perf_counter() - start
+    failures = [{"path": f.path, "line": f.lineno, "message": f.message} for f in cb.parsed.failures]
+    return SpecMap(tree, scheduler, loops, workers, failures, timing, cg)
+
+
+def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: set[str]) -> list[WorkerPath]:
+    """For each event loop, the shortest call path to the worker's entry whose conditions agree."""
+    cb = cg.codebase
+    assert worker.entry is not None
+    # A class chosen by a factory and then constructed: both sites' conditions hold at once.
+    factories = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind != "constructor"]
+    constructors = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind == "constructor"]
+    selection_lits = [f | c for f in factories or [set()] for c in constructors or [set()] if not conflicts(f, c)]
+    results = []
+    ancestors = nx.ancestors(cg.graph, worker.entry) | {worker.entry}
+    for loop in loops:
+        if loop.function not in cg.graph:
+            continue
+        sub = cg.graph.subgraph((nx.descendants(cg.graph, loop.function) | {loop.function}) & ancestors)
+        if worker.entry not in sub:
+            continue
+        starts = [_cond_literals(cb, s, caller) for caller, s in loop.dispatch] or [set()]
+        found = None
+        for candidate in _bounded_paths(sub, loop.function, worker.entry, 20):
+            for start in starts:
+                for sel in selection_lits:
+                    if conflicts(start, sel):
+                        continue
+                    feasible = _feasible(cg, candidate, start | sel)
+                    if feasible is not None:
+                        found = WorkerPath(loop.function, feasible[0], feasible[1])
+                        break
+                if found:
+                    break
+            if found:
+                break
+        if found:
+            results.append(found)
+    return results
+
+
+def _bounded_paths(graph: nx.DiGraph, source: str, target: str, limit: int) -> list[list[str]]:
+    paths = []
+    try:
+        for path in nx.shortest_simple_paths(graph, source, target):
+            paths.append(path)
+            if len(paths) >= limit:
+                break
+    except nx.NetworkXNoPath:
+        pass
+    return paths

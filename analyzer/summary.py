@@ -1,0 +1,405 @@
+"""Per-module summaries: the facts the call graph needs, extracted from one file.
+
+The index is built with the stdlib `ast` parser: LibCST with qualified-name metadata
+takes minutes on SGLang's tree (DESIGN.md has the figures), `ast` seconds, and nothing
+here is rewritten. LibCST parses the few files a patch rewrites (`patches/`).
+
+A summary holds plain tuples and dataclasses so it pickles small and fast for the
+content-hash cache. Expressions become a tiny IR (`Expr`):
+
+    ("n", name)            a name
+    ("a", base, attr)      an attribute
+    ("c", func)            the result of calling `func`
+    ("s", base)            an element of a container (subscript, iteration, unpacking)
+    ("k", (e, ...))        a container literal (list/tuple/set/dict values)
+    ("u", (e, ...))        one of several values (conditional expression, `or`)
+    ("g", base, (e, ...))  a generic type in an annotation (`Optional[X]`)
+    ("super",)             `super()`
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+Expr = Union[tuple[Any, ...], None]
+Cond = tuple[str, ...]
+
+
+@dataclass
+class Import:
+    local: str  # the name bound in the importing scope
+    module: str  # absolute or relative module (without leading dots)
+    name: str | None  # `from module import name`; None for `import module`
+    level: int
+    lineno: int
+
+
+@dataclass
+class Call:
+    func: Expr
+    lineno: int
+    cond: Cond
+
+
+@dataclass
+class Assign:
+    target: Expr
+    value: Expr
+    lineno: int
+    cond: Cond
+    annotation: Expr = None
+    text: str = ""  # source of a short boolean value, to explain conditions (`enable_overlap = not …`)
+
+
+@dataclass
+class Return:
+    value: Expr
+    lineno: int
+    cond: Cond
+
+
+@dataclass
+class Scope:
+    """A function, a class body, or a module's top level."""
+
+    qualname: str  # relative to the module; "" for the module itself
+    kind: str  # module | class | function
+    lineno: int
+    end_lineno: int
+    parent: str | None  # enclosing scope's qualname (None for the module)
+    params: list[tuple[str, Expr]] = field(default_factory=list)
+    returns: Expr = None
+    bases: list[Expr] = field(default_factory=list)
+    decorators: list[str] = field(default_factory=list)
+    imports: list[Import] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    assigns: list[Assign] = field(default_factory=list)
+    return_values: list[Return] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)  # qualnames of nested defs
+
+
+@dataclass
+class ModuleSummary:
+    name: str
+    path: str  # relative to the analysed root
+    is_package: bool
+    scopes: dict[str, Scope]
+
+
+@dataclass
+class ParseFailure:
+    path: str
+    lineno: int
+    message: str
+
+
+_TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def negate(text: str) -> str:
+    return text[4:] if text.startswith("not ") and _atomic(text[4:]) else f"not {_wrap(text)}"
+
+
+def _atomic(text: str) -> bool:
+    return text.replace(".", "").replace("_", "").replace("()", "").isalnum()
+
+
+def _wrap(text: str) -> str:
+    return text if _atomic(text) else f"({text})"
+
+
+def expr_ir(node: ast.expr | None) -> Expr:
+    """Translate an expression into the IR; None where nothing useful can be said."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Name):
+        return ("n", node.id)
+    if isinstance(node, ast.Attribute):
+        base = expr_ir(node.value)
+        return ("a", base, node.attr) if base is not None else None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "super" and not node.args:
+            return ("super",)
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = expr_ir(node.args[0])
+            return ("a", base, node.args[1].value) if base is not None else None
+        inner = expr_ir(func)
+        return ("c", inner) if inner is not None else None
+    if isinstance(node, ast.Subscript):
+        base = expr_ir(node.value)
+        return ("s", base) if base is not None else None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return ("k", tuple(e for e in map(expr_ir, node.elts) if e is not None))
+    if isinstance(node, ast.Dict):
+        return ("k", tuple(e for e in map(expr_ir, node.values) if e is not None))
+    if isinstance(node, ast.IfExp):
+        return _union(expr_ir(node.body), expr_ir(node.orelse))
+    if isinstance(node, ast.BoolOp):
+        return _union(*(expr_ir(v) for v in node.values))
+    if isinstance(node, ast.NamedExpr):
+        return expr_ir(node.value)
+    if isinstance(node, ast.Await):
+        return expr_ir(node.value)
+    return None
+
+
+def _union(*items: Expr) -> Expr:
+    kept = tuple(i for i in items if i is not None)
+    if not kept:
+        return None
+    return kept[0] if len(kept) == 1 else ("u", kept)
+
+
+def annotation_ir(node: ast.expr | None) -> Expr:
+    """Like `expr_ir` but for annotations: string annotations are parsed, generics kept."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return annotation_ir(ast.parse(node.value, mode="eval").body)
+        except SyntaxError:
+            return None
+    if isinstance(node, ast.Subscript):
+        base = expr_ir(node.value)
+        args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return ("g", base, tuple(a for a in map(annotation_ir, args) if a is not None))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union(annotation_ir(node.left), annotation_ir(node.right))
+    return expr_ir(node)
+
+
+def _is_bool_text(node: ast.expr) -> bool:
+    return isinstance(node, (ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Attribute))
+
+
+class _Summarizer(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.scopes: dict[str, Scope] = {}
+        self.stack: list[Scope] = []
+        self.cond: list[str] = []
+
+    # -- scopes ---------------------------------------------------------------------------
+    def run(self, tree: ast.Module) -> dict[str, Scope]:
+        module = Scope("", "module", 1, max((getattr(n, "end_lineno", 1) or 1) for n in tree.body) if tree.body else 1, None)
+        self.scopes[""] = module
+        self.stack.append(module)
+        self._block(tree.body)
+        return self.scopes
+
+    @property
+    def scope(self) -> Scope:
+        return self.stack[-1]
+
+    def _child_name(self, name: str) -> str:
+        parent = self.scope.qualname
+        return f"{parent}.{name}" if parent else name
+
+    def _enter(self, scope: Scope, body: list[ast.stmt]) -> None:
+        self.scope.children.append(scope.qualname)
+        self.scopes[scope.qualname] = scope
+        saved, self.cond = self.cond, []
+        self.stack.append(scope)
+        self._block(body)
+        self.stack.pop()
+        self.cond = saved
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for deco in node.decorator_list:
+            self.visit(deco)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:
+                self.visit(default)
+        args = node.args
+        params = [
+            (a.arg, annotation_ir(a.annotation))
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        ]
+        scope = Scope(
+            self._child_name(node.name),
+            "function",
+            node.lineno,
+            node.end_lineno or node.lineno,
+            self.scope.qualname,
+            params=params,
+            returns=annotation_ir(node.returns),
+            decorators=[ast.unparse(d) for d in node.decorator_list],
+        )
+        self._bind_local(node.name, node.lineno)
+        self._enter(scope, node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for deco in node.decorator_list:
+            self.visit(deco)
+        for base in node.bases:
+            self.visit(base)
+        scope = Scope(
+            self._child_name(node.name),
+            "class",
+            node.lineno,
+            node.end_lineno or node.lineno,
+            self.scope.qualname,
+            bases=[b for b in map(expr_ir, node.bases) if b is not None],
+            decorators=[ast.unparse(d) for d in node.decorator_list],
+        )
+        self._bind_local(node.name, node.lineno)
+        self._enter(scope, node.body)
+
+    def _bind_local(self, name: str, lineno: int) -> None:
+        """A nested def binds its name in the enclosing scope (so calls to it resolve)."""
+        if self.scope.kind == "function":
+            qual = self._child_name(name)
+            self.scope.assigns.append(Assign(("n", name), ("def", qual), lineno, tuple(self.cond)))
+
+    # -- control flow: conditions ------------------------------------------------------------
+    def _block(self, body: list[ast.stmt]) -> None:
+        """Visit statements; after an `if` whose body always exits, the rest runs under `not test`."""
+        pushed = 0
+        for stmt in body:
+            self.visit(stmt)
+            if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], _TERMINATORS) and not stmt.orelse:
+                self.cond.append(negate(ast.unparse(stmt.test)))
+                pushed += 1
+        del self.cond[len(self.cond) - pushed :]
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        text = ast.unparse(node.test)
+        self.cond.append(text)
+        self._block(node.body)
+        self.cond.pop()
+        if node.orelse:
+            self.cond.append(negate(text))
+            self._block(node.orelse)
+            self.cond.pop()
+
+    def visit_While(self, node: ast.While) -> None:
+        self.visit(node.test)
+        trivial = isinstance(node.test, ast.Constant)
+        if not trivial:
+            self.cond.append(ast.unparse(node.test))
+        self._block(node.body)
+        if not trivial:
+            self.cond.pop()
+        self._block(node.orelse)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        # Statement lists inside compound statements keep the early-exit rule.
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                self._block(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    # -- facts -------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.scope.imports.append(Import(alias.asname, alias.name, None, 0, node.lineno))
+            else:
+                top = alias.name.split(".")[0]
+                self.scope.imports.append(Import(top, top, None, 0, node.lineno))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.name == "*":
+                self.scope.imports.append(Import("*", node.module or "", "*", node.level, node.lineno))
+                continue
+            self.scope.imports.append(
+                Import(alias.asname or alias.name, node.module or "", alias.name, node.level, node.lineno)
+            )
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = expr_ir(node)
+        if func is not None and func[0] == "c":
+            self.scope.calls.append(Call(func[1], node.lineno, tuple(self.cond)))
+        elif func is not None and func[0] == "a" and isinstance(node.func, ast.Name):
+            pass  # getattr(x, "name"): an attribute read, not a call
+        self.generic_visit(node)
+
+    def _assign(self, target: ast.expr, value: Expr, lineno: int, ann: Expr = None, text: str = "") -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._assign(element, ("s", value) if value is not None else None, lineno)
+            return
+        if isinstance(target, ast.Starred):
+            self._assign(target.value, value, lineno)
+            return
+        ir = expr_ir(target)
+        if ir is not None and ir[0] in ("n", "a"):
+            self.scope.assigns.append(Assign(ir, value, lineno, tuple(self.cond), ann, text))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.visit(node.value)
+        # `x = A if c else B` is recorded as `if c: x = A` / `else: x = B`, so the
+        # condition under which each value is chosen is kept.
+        for value_node, conds in _branches(node.value):
+            self.cond.extend(conds)
+            text = ast.unparse(value_node) if _is_bool_text(value_node) else ""
+            value = expr_ir(value_node)
+            for target in node.targets:
+                self._assign(target, value, node.lineno, text=text if len(text) < 200 else "")
+            del self.cond[len(self.cond) - len(conds) :]
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+        self._assign(node.target, expr_ir(node.value), node.lineno, annotation_ir(node.annotation))
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self.visit(node.iter)
+        self._assign(node.target, ("s", expr_ir(node.iter)) if expr_ir(node.iter) else None, node.lineno)
+        self._block(node.body)
+        self._block(node.orelse)
+
+    visit_AsyncFor = visit_For  # type: ignore[assignment]
+
+    def visit_withitem(self, node: ast.withitem) -> None:
+        self.visit(node.context_expr)
+        if node.optional_vars is not None:
+            self._assign(node.optional_vars, expr_ir(node.context_expr), node.context_expr.lineno)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+            for value_node, conds in _branches(node.value):
+                cond = (*self.cond, *conds)
+                self.scope.return_values.append(Return(expr_ir(value_node), node.lineno, cond))
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.visit(node.body)
+
+
+def _branches(node: ast.expr) -> list[tuple[ast.expr, list[str]]]:
+    """The values of a (nested) conditional expression, each with the tests that pick it."""
+    if not isinstance(node, ast.IfExp):
+        return [(node, [])]
+    test = ast.unparse(node.test)
+    return [(value, [test, *conds]) for value, conds in _branches(node.body)] + [
+        (value, [negate(test), *conds]) for value, conds in _branches(node.orelse)
+    ]
+
+
+def summarize(source: str, name: str, path: str, is_package: bool) -> ModuleSummary | ParseFailure:
+    """Summarize one module; a file that does not parse yields a `ParseFailure`."""
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        return ParseFailure(path, exc.lineno or 0, exc.msg)
+    except (ValueError, RecursionError) as exc:
+        return ParseFailure(path, 0, str(exc))
+    return ModuleSummary(name, path, is_package, _Summarizer().run(tree))

@@ -1,0 +1,309 @@
+"""Measurement commands that run against a live server: sweep, calibrate, verify-live.
+
+Thin typer layers over `eaglegate.patches.sweep`, `.calibrate` and `.verify_live`.
+`--json` prints only JSON on stdout; progress and messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from eaglegate.errors import UserError
+from eaglegate.patches import calibrate as cal
+from eaglegate.patches.live_client import Api, load_prompts, resolve_endpoint
+from eaglegate.patches.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
+from eaglegate.patches.verify_live import verify_live
+
+err = Console(stderr=True)
+out = Console()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
+PromptsOpt = Annotated[
+    str | None,
+    typer.Option("--prompts", help="A file with one prompt per line (text, or JSON with 'prompt').",
+                 show_default="built-in set of 16"),
+]
+ApiOpt = Annotated[
+    str, typer.Option("--api", help="auto (from the URL), completions or chat.")
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
+]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _api(value: str) -> Api:
+    if value not in ("auto", "completions", "chat"):
+        raise UserError(f"--api must be auto, completions or chat, not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not (enabled and err.is_terminal),
+        transient=False,
+    )
+
+
+class _RichSweepProgress(SweepProgress):
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: TaskID | None = None
+
+    def level_started(self, concurrency: int, requests: int) -> None:
+        self.task = self.progress.add_task(f"concurrency {concurrency:>4}", total=requests)
+
+    def request_done(self) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+    def level_done(self, record: dict[str, Any]) -> None:
+        if self.task is not None:
+            self.progress.update(
+                self.task,
+                description=f"concurrency {record['max_concurrency']:>4}  "
+                f"{record['output_throughput']:>9.1f} tok/s",
+            )
+
+
+def sweep(
+    url: Annotated[str, typer.Option("--url", help="The server: host:port, base URL or full completions URL.")],
+    concurrency: Annotated[
+        str, typer.Option("--concurrency", "-c", help="Levels: 1,2,4,8 or 1-256 (powers of two).")
+    ] = "1-256",
+    prompts: PromptsOpt = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 256,
+    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.")] = "sweep.jsonl",
+    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
+    min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.", min=1)] = 8,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-tokens per request (SGLang/vLLM extension).")] = True,
+    tag: Annotated[str | None, typer.Option("--tag", help="A label stored in every line (e.g. 'spec').")] = None,
+    api: ApiOpt = "auto",
+    model: ModelOpt = None,
+    timeout: TimeoutOpt = 300.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure output tokens/s, TTFT and inter-token latency at each concurrency level.
+
+    Greedy streaming requests against a running OpenAI-compatible server (SGLang).
+    Run it once on a server without speculation and once with it, then `calibrate`.
+
+    Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
+    """
+    endpoint = resolve_endpoint(url, _api(api))
+    levels = parse_levels(concurrency)
+    prompt_list = load_prompts(prompts)
+    with _progress(not as_json) as progress:
+        records = run_sweep(
+            endpoint, levels, prompt_list, output, model=model, max_tokens=max_tokens,
+            rounds=rounds, min_requests=min_requests, ignore_eos=ignore_eos,
+            timeout=timeout, tag=tag, progress=_RichSweepProgress(progress),
+        )
+    if as_json:
+        _print_json({"output": output, "levels": records})
+        return
+    table = Table(title=f"sweep of {endpoint.url}")
+    for col in ("concurrency", "tok/s", "TTFT mean", "TTFT p99", "ITL mean", "ITL p50", "ITL p99"):
+        table.add_column(col, justify="right")
+    for r in records:
+        table.add_row(
+            str(r["max_concurrency"]), f"{r['output_throughput']:.1f}",
+            f"{r['mean_ttft_ms']:.1f} ms", f"{r['p99_ttft_ms']:.1f} ms",
+            f"{r['mean_itl_ms']:.2f} ms", f"{r['median_itl_ms']:.2f} ms", f"{r['p99_itl_ms']:.2f} ms",
+        )
+    out.print(table)
+    err.print(f"appended {len(records)} level(s) to {output}")
+
+
+def _curve(label: str, points: list[Point]) -> cal.Curve:
+    return cal.Curve.of(label, [(p.concurrency, p.output_throughput) for p in points])
+
+
+def calibrate(
+    baseline: Annotated[str | None, typer.Argument(help="Sweep without speculation (ours or bench_serving JSONL).")] = None,
+    spec: Annotated[str | None, typer.Argument(help="Sweep with speculation.")] = None,
+    png: Annotated[str | None, typer.Option("--png", help="Draw both curves to this PNG (needs eaglegate[plot]).")] = None,
+    margin: Annotated[float, typer.Option("--margin", help="Gain below which speculation is not worth resuming (sets hysteresis).")] = 0.05,
+    estimate: Annotated[bool, typer.Option("--estimate", help="No measurements: a roofline estimate (docs/calibrate.md).")] = False,
+    params_b: Annotated[float | None, typer.Option("--params-b", help="Estimate: target parameters, billions.")] = None,
+    draft_tokens: Annotated[int | None, typer.Option("--draft-tokens", help="Estimate: --speculative-num-draft-tokens.")] = None,
+    accept_len: Annotated[float | None, typer.Option("--accept-len", help="Estimate: mean accepted tokens per step, bonus included.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help=f"Estimate: {', '.join(sorted(cal.GPUS))}.")] = None,
+    peak_tflops: Annotated[float | None, typer.Option("--peak-tflops", help="Estimate: dense BF16 TFLOP/s (overrides --gpu).")] = None,
+    bandwidth_tbs: Annotated[float | None, typer.Option("--bandwidth-tbs", help="Estimate: memory bandwidth, TB/s (overrides --gpu).")] = None,
+    draft_params_b: Annotated[float | None, typer.Option("--draft-params-b", help="Estimate: draft parameters, billions.", show_default="params-b / 20")] = None,
+    num_steps: Annotated[int | None, typer.Option("--num-steps", help="Estimate: draft forwards per step.", show_default="draft-tokens - 1")] = None,
+    context_len: Annotated[int, typer.Option("--context-len", help="Estimate: mean tokens in context per request.")] = 1024,
+    kv_kib: Annotated[float | None, typer.Option("--kv-kib-per-token", help="Estimate: KV cache KiB per token.", show_default="128 * sqrt(params-b / 8)")] = None,
+    flops_eff: Annotated[float, typer.Option("--flops-efficiency", help="Estimate: achieved fraction of peak FLOP/s.")] = 0.6,
+    bw_eff: Annotated[float, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.")] = 0.8,
+    overhead_ms: Annotated[float, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.")] = 0.0,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.", min=2)] = 1024,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find where speculation stops paying and recommend the gate's threshold and hysteresis.
+
+    Example: eaglegate calibrate baseline.jsonl spec.jsonl --png curves.png
+
+    Example: eaglegate calibrate --estimate --params-b 8 --draft-tokens 4 --accept-len 2.5 --gpu h200
+    """
+    estimate_json: dict[str, Any] | None = None
+    if estimate:
+        if baseline or spec:
+            raise UserError("--estimate takes no sweep files")
+        missing = [n for n, v in (("--params-b", params_b), ("--draft-tokens", draft_tokens),
+                                  ("--accept-len", accept_len)) if v is None]
+        if missing:
+            raise UserError(f"--estimate needs {', '.join(missing)}")
+        flops, bw = cal.roofline_for_gpu(gpu, peak_tflops, bandwidth_tbs)
+        assert params_b is not None and draft_tokens is not None and accept_len is not None
+        model = cal.Roofline(
+            params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len,
+            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=draft_params_b,
+            num_steps=num_steps, context_len=context_len, kv_kib_per_token=kv_kib,
+            flops_efficiency=flops_eff, bandwidth_efficiency=bw_eff, overhead_ms=overhead_ms,
+        )
+        base_curve, spec_curve = cal.estimate_curves(model, max_concurrency)
+        estimate_json = {
+            "peak_tflops": flops, "bandwidth_tbs": bw, "draft_params_b": model.draft_b,
+            "num_steps": model.steps, "kv_kib_per_token": model.kv_bytes / 1024,
+            "context_len": context_len, "overhead_ms": overhead_ms,
+        }
+    else:
+        if not baseline or not spec:
+            raise UserError("give two sweep files (baseline, spec), or --estimate with model parameters")
+        base_curve = _curve(f"baseline ({baseline})", read_results(baseline))
+        spec_curve = _curve(f"speculative ({spec})", read_results(spec))
+    result = cal.calibrate(base_curve, spec_curve, margin=margin)
+    rows = cal.display_rows(base_curve, spec_curve, result)
+    if png:
+        cal.render_png(base_curve, spec_curve, result, png)
+    if as_json:
+        data = result.to_json()
+        if estimate_json is not None:
+            data["estimate"] = estimate_json
+            data["rows"] = rows
+        if png:
+            data["png"] = png
+        _print_json(data)
+        return
+    for line in cal.render_text_chart(rows):
+        out.print(line, highlight=False, markup=False)
+    out.print()
+    if result.status == "crosses":
+        assert result.crossover is not None
+        out.print(f"[bold]crossover[/bold]   concurrency {result.crossover:.1f}")
+        out.print(f"[bold]threshold[/bold]   {result.threshold}  (plain decode at batch >= {result.threshold})")
+        out.print(f"[bold]hysteresis[/bold]  {result.hysteresis}  (speculation resumes at batch <= {result.resume_at})")
+    else:
+        out.print(f"[bold]{result.status}[/bold]")
+    for note in result.notes:
+        out.print(f"note: {note}", highlight=False)
+    if estimate:
+        out.print("[dim]roofline estimate: see docs/calibrate.md for what it assumes[/dim]")
+    if png:
+        err.print(f"wrote {png}")
+
+
+def verify_live_cmd(
+    url: Annotated[str, typer.Option("--url", help="The gated server.")],
+    baseline_url: Annotated[str, typer.Option("--baseline-url", help="The same model served without speculation.")],
+    low: Annotated[int, typer.Option("--low", help="Low concurrency (the gate speculates).", min=1)] = 1,
+    high: Annotated[int, typer.Option("--high", help="High concurrency (the gate decodes plainly).", min=1)] = 128,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed throughput loss at --high, as a fraction.")] = 0.1,
+    prompts: PromptsOpt = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 128,
+    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
+    logprobs: Annotated[bool, typer.Option("--logprobs/--no-logprobs", help="Ask for logprobs to compare token by token.")] = True,
+    api: ApiOpt = "auto",
+    model: ModelOpt = None,
+    timeout: TimeoutOpt = 300.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that the gated server gives the plain server's greedy tokens and throughput.
+
+    Exit code 0 when every answer matches and throughput at --high is within --tolerance,
+    1 otherwise.
+
+    Example: eaglegate verify-live --url localhost:30000 --baseline-url localhost:30001 --high 128
+    """
+    if not 0 <= tolerance < 1:
+        raise UserError(f"--tolerance must be in [0, 1), got {tolerance}")
+    gated = resolve_endpoint(url, _api(api))
+    plain = resolve_endpoint(baseline_url, _api(api))
+    prompt_list = load_prompts(prompts)
+    with _progress(not as_json) as progress:
+        state: dict[str, TaskID] = {}
+
+        def phase(name: str, conc: int, n: int) -> None:
+            state["task"] = progress.add_task(f"{name:<5} concurrency {conc:>4}", total=n)
+
+        def step() -> None:
+            progress.advance(state["task"])
+
+        report = verify_live(
+            gated, plain, prompt_list, low=low, high=high, tolerance=tolerance,
+            max_tokens=max_tokens, rounds=rounds, logprobs=logprobs, timeout=timeout,
+            model=model, on_phase=phase, on_request=step,
+        )
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        table = Table(title="verify-live")
+        for col in ("concurrency", "requests", "gated tok/s", "plain tok/s", "gated/plain", "mismatches"):
+            table.add_column(col, justify="right")
+        for lv in report.levels:
+            table.add_row(str(lv.concurrency), str(lv.requests), f"{lv.gated_throughput:.1f}",
+                          f"{lv.plain_throughput:.1f}", f"{lv.ratio:.3f}", str(lv.mismatches))
+        out.print(table)
+        out.print(f"compared by {report.compared_by}")
+        for m in report.mismatches[:5]:
+            out.print(
+                f"[red]mismatch[/red] at concurrency {m.concurrency}, request {m.request}: first "
+                f"differing {m.unit} at position {m.position}: gated {m.gated!r} vs plain {m.plain!r}",
+                highlight=False,
+            )
+            out.print(f"  prompt: {m.prompt!r}", highlight=False, markup=False)
+            out.print(f"  gated:  {m.gated_text[:160]!r}", highlight=False, markup=False)
+            out.print(f"  plain:  {m.plain_text[:160]!r}", highlight=False, markup=False)
+        if len(report.mismatches) > 5:
+            out.print(f"... and {len(report.mismatches) - 5} more mismatching answers")
+        high_lv = report.levels[-1]
+        if not report.throughput_ok:
+            out.print(
+                f"[red]throughput[/red] at concurrency {high_lv.concurrency}: gated is "
+                f"{high_lv.ratio:.3f} of plain, below 1 - {tolerance}"
+            )
+        out.print("[green]PASS[/green]" if report.passed else "[red]FAIL[/red]")
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sweep`, `calibrate` and `verify-live` to the eaglegate app."""
+    app.command("sweep")(sweep)
+    app.command("calibrate")(calibrate)
+    app.command("verify-live")(verify_live_cmd)

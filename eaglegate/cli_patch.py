@@ -1,0 +1,101 @@
+"""`eaglegate patch`: render the batch-gate patch for a located SGLang tree.
+
+No `from __future__ import annotations` here: the command is defined inside
+`register()` with option types imported there, so typer must see evaluated annotations.
+"""
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `patch` command to the root app."""
+    # Imported here: eaglegate.cli imports this module at its end to call register().
+    from eaglegate.cli import (
+        GitOpt,
+        JsonOpt,
+        PathOpt,
+        PythonOpt,
+        RevOpt,
+        VersionOpt,
+        err,
+        locate_tree,
+        out,
+        print_json,
+    )
+    from eaglegate.patches.diff import render_patch
+    from eaglegate.patches.generate import generate_patch
+
+    @app.command()
+    def patch(
+        threshold: Annotated[
+            int,
+            typer.Option(
+                "--threshold", min=1, help="Speculate while the running batch is at most this."
+            ),
+        ],
+        output: Annotated[
+            str | None,
+            typer.Option("-o", "--output", help="Write the diff here instead of to stdout."),
+        ] = None,
+        path: PathOpt = None,
+        python: PythonOpt = None,
+        git: GitOpt = None,
+        rev: RevOpt = None,
+        version: VersionOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Write the batch-gate patch (a unified diff) for SGLang's v1 EAGLE worker.
+
+        Apply it from the directory that holds the `sglang` package with
+        `git apply gate.patch` or `patch -p1 < gate.patch`, then launch with the
+        printed flags.
+
+        Example: eaglegate patch --version 0.5.9 --threshold 32 -o gate.patch
+        """
+        tree = locate_tree(path, python, git, rev, version)
+        patch_set = generate_patch(tree, threshold)
+        diff = render_patch(patch_set)
+        if output is not None:
+            Path(output).write_text(diff, encoding="utf-8")
+        files = [
+            {"path": c.path, "action": "create" if c.before is None else "modify"}
+            for c in patch_set.changes
+        ]
+        if as_json:
+            data: dict[str, object] = {
+                "version": patch_set.version,
+                "family": patch_set.family,
+                "threshold": patch_set.threshold,
+                "package_parent": str(tree.root.parent),
+                "files": files,
+                "already_applied": not patch_set.changes,
+                "launch_flags": patch_set.launch_flags,
+                "output": output,
+            }
+            if output is None:
+                data["diff"] = diff
+            print_json(data)
+            return
+        # Without -o the diff owns stdout (so `> gate.patch` works); the rest goes to stderr.
+        console = out if output is not None else err
+        if output is None:
+            typer.echo(diff, nl=False)
+        label = f"SGLang {patch_set.version} ({patch_set.family}), threshold {threshold}"
+        if not patch_set.changes:
+            console.print(f"{label}: already patched, nothing to change")
+        else:
+            where = f"wrote {output}" if output is not None else "diff on stdout"
+            console.print(f"{label}: {where}, {len(files)} file(s)")
+            for f in files:
+                console.print(f"  {f['action']:<6} {f['path']}")
+            console.print(
+                f"apply from {tree.root.parent}: git apply <patch>  (or patch -p1 < <patch>)",
+                soft_wrap=True,
+            )
+        console.print(
+            "launch flags: " + shlex.join(patch_set.launch_flags), highlight=False, soft_wrap=True
+        )
