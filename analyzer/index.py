@@ -394,12 +394,18 @@ class Codebase:
                 found, defined = self.class_member(cls, name, instance)
                 if defined:
                     return found
-            # A mixin reads attributes that the classes mixing it in define.
+            # A mixin reads attributes that the classes mixing it in (or their other
+            # bases) define.
             found_sub: set[Value] = set()
+            searched = set(classes)
             for sub in sorted(self.subclasses(base[1])):
-                values, defined = self.class_member(sub, name, instance)
-                if defined:
-                    found_sub.update(values)
+                for cls in self.mro(sub):
+                    if cls in searched:
+                        continue
+                    searched.add(cls)
+                    values, defined = self.class_member(cls, name, instance)
+                    if defined:
+                        found_sub.update(values)
             return found_sub
         return _EMPTY
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from eaglegate.analyzer import source
 from eaglegate.cli_live import register as register_live
@@ -57,6 +60,24 @@ def locate_tree(
     return tree
 
 
+@contextmanager
+def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr for long work; nothing when stderr is not a TTY."""
+    if not enabled or not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
@@ -86,6 +107,7 @@ def locate(
     out.print(f"workers  {', '.join(workers) or 'none'}")
 
 
+__import__("eaglegate.cli_map", fromlist=["register"]).register(app)  # map, graph
 register_live(app)  # sweep, calibrate, verify-live
 register_patch(app)  # patch
 __import__("eaglegate.cli_apply", fromlist=["register"]).register(app)  # apply, revert, status

@@ -1,0 +1,81 @@
+"""`eaglegate map` and `eaglegate graph`: the call-graph commands."""
+
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    # Imported here: eaglegate.cli calls register() at its end, after defining these.
+    from eaglegate.cli import (
+        GitOpt, JsonOpt, PathOpt, PythonOpt, RevOpt, VersionOpt, err, locate_tree, out, print_json, progress_bar,
+    )
+
+    @app.command("map")
+    def map_command(
+        path: PathOpt = None,
+        python: PythonOpt = None,
+        git: GitOpt = None,
+        rev: RevOpt = None,
+        version: VersionOpt = None,
+        show_all: Annotated[bool, typer.Option("--all", help="Show every event loop, not only the main ones.")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Every path from the Scheduler's event loops to the EAGLE workers and their steps.
+
+        Example: eaglegate map --version 0.5.9
+        """
+        from eaglegate.analyzer.spec_map import build_map
+        from eaglegate.reports.terminal import render_map
+
+        tree = locate_tree(path, python, git, rev, version)
+        with progress_bar("parsing", enabled=not as_json) as progress:
+            spec_map = build_map(tree, progress=progress)
+        if as_json:
+            print_json(spec_map.to_json())
+        else:
+            out.print(render_map(spec_map, show_all))
+            err.print(f"[dim]{_timing(spec_map.timing)}[/dim]")
+
+    @app.command("graph")
+    def graph_command(
+        root: Annotated[Path, typer.Argument(help="A Python package or directory.", exists=True, file_okay=False)],
+        fmt: Annotated[str, typer.Option("--format", help="json or dot.")] = "json",
+        output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    ) -> None:
+        """Export the call graph of any Python package or directory.
+
+        Nodes are qualified names relative to ROOT (`pkg.mod.Class.method`; module-level
+        calls belong to the module's node); edges are `{"caller", "callee", "sites"}`.
+
+        Example: eaglegate graph ./mypkg --format dot -o calls.dot
+        """
+        import json
+
+        from eaglegate.analyzer.callgraph import CallGraph, export, load_codebase, to_dot
+        from eaglegate.errors import UserError
+
+        if fmt not in ("json", "dot"):
+            raise UserError(f"unknown format {fmt!r}: choose json or dot")
+        with progress_bar("parsing", enabled=output is not None) as progress:
+            codebase, parsed, _ = load_codebase(root, progress)
+        graph = CallGraph(codebase).build_all()
+        if fmt == "json":
+            data = export(graph)
+            data["parse_failures"] = [f.__dict__ for f in parsed.failures]
+            text = json.dumps(data, indent=1) + "\n"
+        else:
+            text = to_dot(graph)
+        for failure in parsed.failures:
+            err.print(f"[yellow]skipped[/yellow] {failure.path}:{failure.lineno}: {failure.message}")
+        if output:
+            output.write_text(text, encoding="utf-8")
+            err.print(f"wrote {output} ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges)")
+        else:
+            out.file.write(text)
+
+
+def _timing(timing: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.2f}s" for k, v in timing.items())
