@@ -49,7 +49,7 @@ def module_name(root: Path, file: Path) -> tuple[str, bool]:
 
 
 def python_files(root: Path) -> list[Path]:
-    files = []
+    files: list[Path] = []
     for directory, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
         files.extend(Path(directory) / n for n in sorted(names) if n.endswith(".py"))

@@ -193,7 +193,7 @@ def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Litera
 def _feasible(cg: CallGraph, path: list[str], start: set[Literal]) -> tuple[list[Hop], set[Literal]] | None:
     hops: list[Hop] = []
     state = set(start)
-    for caller, callee in zip(path, path[1:]):
+    for caller, callee in zip(path, path[1:], strict=False):
         chosen = _choose_site(cg.codebase, caller, cg.sites(caller, callee), state)
         if chosen is None:
             return None
@@ -230,7 +230,7 @@ def _steps(cg: CallGraph, entry: str, question: Question) -> list[Step]:
         kind = next((k for k, rx in patterns if rx.search(name)), None)
         if kind is None:
             continue
-        hops = [Hop(a, b, cg.sites(a, b)[0]) for a, b in zip(path, path[1:])]
+        hops = [Hop(a, b, cg.sites(a, b)[0]) for a, b in zip(path, path[1:], strict=False)]
         steps.append(Step(kind, node, hops, cb.site(node, cb.scopes[node].lineno)))
     order = {kind: i for i, (kind, _) in enumerate(question.steps)}
     steps.sort(key=lambda s: (len(s.hops), order[s.kind], s.function))

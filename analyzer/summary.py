@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Optional
 
-Expr = Union[tuple[Any, ...], None]
+Expr = Optional[tuple[Any, ...]]  # noqa: UP045 (a runtime alias must work on 3.10)
 Cond = tuple[str, ...]
 
 
@@ -295,7 +295,7 @@ class _Summarizer(ast.NodeVisitor):
 
     def generic_visit(self, node: ast.AST) -> None:
         # Statement lists inside compound statements keep the early-exit rule.
-        for name, value in ast.iter_fields(node):
+        for _field, value in ast.iter_fields(node):
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 self._block(value)
             elif isinstance(value, list):

@@ -117,7 +117,7 @@ def main() -> None:
     try:
         app()
     except UserError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")

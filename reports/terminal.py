@@ -102,7 +102,7 @@ def _direct_steps(worker) -> list:
     order = ["draft", "verify", "draft_extend"]
     direct = [s for s in worker.steps if len(s.hops) == 1]
     kinds = {s.kind for s in direct}
-    deeper = {}
+    deeper: dict[str, object] = {}
     for step in worker.steps:
         if step.kind not in kinds:
             deeper.setdefault(step.kind, step)
