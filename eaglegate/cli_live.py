@@ -273,7 +273,7 @@ def verify_live_cmd(
         _print_json(report.to_json())
     else:
         table = Table(title="verify-live")
-        for col in ("concurrency", "requests", "gated tok/s", "plain tok/s", "gated/plain", "mismatches"):
+        for col in ("concurrency", "requests", "gated tok/s", "plain tok/s", "ratio", "mismatches"):
             table.add_column(col, justify="right")
         for lv in report.levels:
             table.add_row(str(lv.concurrency), str(lv.requests), f"{lv.gated_throughput:.1f}",

@@ -1,0 +1,358 @@
+"""Choose the gate's threshold and hysteresis from two throughput curves.
+
+The curves come either from measurements (a baseline sweep without speculation and one
+with it, see `sweep.py`) or from a roofline estimate (`estimate_curves`). The rule, also
+in docs/calibrate.md:
+
+- crossover: the first concurrency at which speculation stops beating the baseline, found
+  on the union of both curves' levels with linear interpolation in log2(concurrency);
+- threshold = ceil(crossover): decode batches of this size or more run without speculation;
+- hysteresis: once plain, speculation resumes only at batch <= threshold - hysteresis,
+  where that bound is the largest concurrency at which speculation still gains `margin`
+  (5% by default). Between the two the gain is within noise, so staying plain costs at
+  most `margin` and the gate does not flap when the batch hovers at the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from eaglegate.errors import UserError
+
+# Dense peak BF16 tensor FLOP/s (TFLOP/s) and HBM bandwidth (TB/s), from vendor data sheets.
+GPUS: dict[str, tuple[float, float]] = {
+    "a100": (312.0, 2.039),
+    "h100": (989.0, 3.35),
+    "h20": (148.0, 4.0),
+    "h200": (989.0, 4.8),
+    "b200": (2250.0, 8.0),
+    "l40s": (362.0, 0.864),
+    "mi300x": (1307.0, 5.3),
+}
+
+# The running-request cap some SGLang versions force when speculation is on (DESIGN.md).
+SPEC_RUNNING_CAP = 48
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Output tokens/s by concurrency, sorted by concurrency, concurrencies unique and >= 1."""
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of(cls, label: str, points: Sequence[tuple[float, float]]) -> Curve:
+        merged = dict(sorted((float(c), float(t)) for c, t in points))
+        if not merged:
+            raise UserError(f"{label}: no measurements")
+        if min(merged) < 1:
+            raise UserError(f"{label}: concurrency must be at least 1")
+        return cls(label, tuple(sorted(merged.items())))
+
+    @property
+    def levels(self) -> list[float]:
+        return [c for c, _ in self.points]
+
+    def at(self, concurrency: float) -> float:
+        """Throughput at `concurrency`, linear in log2(concurrency) between levels."""
+        pts = self.points
+        if concurrency <= pts[0][0]:
+            return pts[0][1]
+        if concurrency >= pts[-1][0]:
+            return pts[-1][1]
+        x = math.log2(concurrency)
+        for (c0, t0), (c1, t1) in zip(pts, pts[1:], strict=False):
+            if c0 <= concurrency <= c1:
+                x0, x1 = math.log2(c0), math.log2(c1)
+                return t0 + (t1 - t0) * (x - x0) / (x1 - x0)
+        return pts[-1][1]  # unreachable: the levels cover the range
+
+
+Status = Literal["crosses", "spec-always-wins", "spec-never-wins"]
+
+
+@dataclass
+class Calibration:
+    """The recommendation and the evidence it rests on (JSON via `to_json`)."""
+
+    status: Status
+    crossover: float | None
+    threshold: int | None
+    hysteresis: int
+    resume_at: int | None
+    margin: float
+    rows: list[dict[str, float]]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "crossover": self.crossover,
+            "threshold": self.threshold,
+            "hysteresis": self.hysteresis,
+            "resume_at": self.resume_at,
+            "margin": self.margin,
+            "rows": self.rows,
+            "notes": self.notes,
+        }
+
+
+def _cross(x0: float, d0: float, x1: float, d1: float) -> float:
+    """Where the line through (x0, d0), (x1, d1) in log2 space reaches 0, as a concurrency."""
+    lx0, lx1 = math.log2(x0), math.log2(x1)
+    if d0 == d1:
+        return x1
+    return float(2 ** (lx0 + (lx1 - lx0) * d0 / (d0 - d1)))
+
+
+def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
+    """Find the crossover of `spec` below `base` and recommend threshold and hysteresis.
+
+    Compared only where both curves were measured (outside that range nothing is known).
+    """
+    if not 0 <= margin < 1:
+        raise UserError(f"margin must be in [0, 1), got {margin}")
+    lo = max(base.levels[0], spec.levels[0])
+    hi = min(base.levels[-1], spec.levels[-1])
+    if lo > hi:
+        raise UserError(
+            f"the two sweeps share no concurrency range ({base.label}: "
+            f"{base.levels[0]:g}-{base.levels[-1]:g}, {spec.label}: "
+            f"{spec.levels[0]:g}-{spec.levels[-1]:g})"
+        )
+    grid = sorted({c for c in base.levels + spec.levels if lo <= c <= hi})
+    rows = []
+    for c in grid:
+        b, s = base.at(c), spec.at(c)
+        if b <= 0:
+            raise UserError(f"{base.label}: zero throughput at concurrency {c:g}")
+        rows.append({"concurrency": c, "baseline": b, "spec": s, "ratio": s / b})
+    gains = [r["ratio"] - 1 for r in rows]
+    notes: list[str] = []
+
+    if gains[0] <= 0:
+        return Calibration(
+            "spec-never-wins", None, 1, 0, None, margin, rows,
+            [f"speculation does not beat the baseline even at concurrency {grid[0]:g}: "
+             "threshold 1 turns it off for every batch (or do not enable it)"],
+        )
+    first_loss = next((i for i, g in enumerate(gains) if g <= 0), None)
+    if first_loss is None:
+        return Calibration(
+            "spec-always-wins", None, None, 0, None, margin, rows,
+            [f"speculation beats the baseline at every compared level up to {grid[-1]:g}: "
+             "the crossover lies higher (measure further, or raise --max-concurrency)"],
+        )
+    i = first_loss
+    crossover = _cross(grid[i - 1], gains[i - 1], grid[i], gains[i])
+    threshold = max(1, math.ceil(crossover - 1e-9))
+
+    # Resume bound: the largest concurrency below the crossover where the gain is >= margin.
+    # (gains[i] <= 0 < margin, so the point after the last such j is below the margin.)
+    resume_c = grid[0]
+    for j in range(i - 1, -1, -1):
+        if gains[j] >= margin:
+            resume_c = _cross(grid[j], gains[j] - margin, grid[j + 1], gains[j + 1] - margin)
+            break
+    resume_at = min(max(1, math.floor(resume_c + 1e-9)), threshold - 1) if threshold > 1 else 0
+    hysteresis = threshold - resume_at if threshold > 1 else 0
+
+    regains = sum(1 for a, b in zip(gains[i:], gains[i + 1:], strict=False) if a <= 0 < b)
+    if regains:
+        notes.append(
+            f"speculation wins again above the crossover ({regains} more crossing(s)): "
+            "the measurements are noisy or capped; re-run with more requests per level"
+        )
+    notes.extend(_cap_notes(base, spec, threshold))
+    return Calibration(
+        "crosses", crossover, threshold, hysteresis, resume_at, margin, rows, notes
+    )
+
+
+def _cap_notes(base: Curve, spec: Curve, threshold: int) -> list[str]:
+    notes = [
+        f"launch with --max-running-requests and --cuda-graph-max-bs above {threshold}, "
+        "or the gate never sees a batch that large"
+    ]
+    capped = [(c, t) for c, t in spec.points if c >= SPEC_RUNNING_CAP]
+    if len(capped) >= 2:
+        first, last = capped[0][1], capped[-1][1]
+        grew = base.at(capped[-1][0]) / max(base.at(capped[0][0]), 1e-9)
+        if first > 0 and last / first < 1.05 and grew > 1.10:
+            notes.append(
+                f"the speculative curve is flat from concurrency {capped[0][0]:g}: SGLang caps "
+                f"running requests at {SPEC_RUNNING_CAP} with speculation unless "
+                "--max-running-requests is set, so the crossover may reflect the cap"
+            )
+    return notes
+
+
+# ---------------------------------------------------------------------------------------
+# Roofline estimate (no measurements). Assumptions are listed in docs/calibrate.md.
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Inputs of the roofline estimate. Sizes in billions of parameters, KV in KiB/token."""
+
+    params_b: float
+    draft_tokens: int
+    accept_len: float
+    peak_tflops: float
+    bandwidth_tbs: float
+    draft_params_b: float | None = None
+    num_steps: int | None = None
+    context_len: int = 1024
+    kv_kib_per_token: float | None = None
+    dtype_bytes: float = 2.0
+    flops_efficiency: float = 0.6
+    bandwidth_efficiency: float = 0.8
+    overhead_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.params_b > 0, "--params-b must be positive"),
+            (self.draft_tokens >= 2, "--draft-tokens must be at least 2"),
+            (1 <= self.accept_len <= self.draft_tokens,
+             "--accept-len must be between 1 and --draft-tokens (it counts the bonus token)"),
+            (self.peak_tflops > 0 and self.bandwidth_tbs > 0, "peak FLOP/s and bandwidth must be positive"),
+            (self.context_len >= 0, "--context-len must not be negative"),
+            (0 < self.flops_efficiency <= 1 and 0 < self.bandwidth_efficiency <= 1,
+             "efficiencies must be in (0, 1]"),
+            (self.num_steps is None or self.num_steps >= 1, "--num-steps must be at least 1"),
+            (self.overhead_ms >= 0, "--overhead-ms must not be negative"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+    @property
+    def draft_b(self) -> float:
+        # EAGLE heads are about one decoder layer plus a head: ~5% of an 8B model.
+        return self.draft_params_b if self.draft_params_b is not None else self.params_b / 20
+
+    @property
+    def steps(self) -> int:
+        # Chain drafting (topk 1): num_draft_tokens = num_steps + 1.
+        return self.num_steps if self.num_steps is not None else self.draft_tokens - 1
+
+    @property
+    def kv_bytes(self) -> float:
+        # 128 KiB/token for Llama-3-8B (32 layers x 8 KV heads x 128 x K,V x 2 bytes),
+        # growing roughly with the square root of size (Llama-3-70B: 320 KiB).
+        kib = self.kv_kib_per_token
+        if kib is None:
+            kib = 128.0 * math.sqrt(self.params_b / 8.0) * self.dtype_bytes / 2.0
+        return kib * 1024.0
+
+    def forward_s(self, params_b: float, kv_bytes: float, requests: float, tokens: float) -> float:
+        """One forward: `tokens` query tokens over `requests` sequences of `context_len`."""
+        weights = params_b * 1e9 * self.dtype_bytes
+        moved = weights + requests * self.context_len * kv_bytes
+        flops = 2.0 * params_b * 1e9 * tokens
+        return self.overhead_ms / 1000.0 + max(
+            moved / (self.bandwidth_tbs * 1e12 * self.bandwidth_efficiency),
+            flops / (self.peak_tflops * 1e12 * self.flops_efficiency),
+        )
+
+    def plain_tps(self, batch: float) -> float:
+        return batch / self.forward_s(self.params_b, self.kv_bytes, batch, batch)
+
+    def spec_tps(self, batch: float) -> float:
+        draft_kv = self.kv_bytes * self.draft_b / self.params_b
+        draft = self.steps * self.forward_s(self.draft_b, draft_kv, batch, batch)
+        verify = self.forward_s(self.params_b, self.kv_bytes, batch, batch * self.draft_tokens)
+        return batch * self.accept_len / (draft + verify)
+
+
+def roofline_for_gpu(gpu: str | None, peak_tflops: float | None, bandwidth_tbs: float | None) -> tuple[float, float]:
+    """Peak TFLOP/s and TB/s from a GPU name, explicit values overriding it."""
+    if gpu is not None:
+        key = gpu.lower().replace("-", "").replace(" ", "")
+        if key not in GPUS:
+            raise UserError(f"unknown GPU {gpu!r}: one of {', '.join(sorted(GPUS))}, or pass --peak-tflops and --bandwidth-tbs")
+        flops, bw = GPUS[key]
+        return peak_tflops or flops, bandwidth_tbs or bw
+    if peak_tflops is None or bandwidth_tbs is None:
+        raise UserError("--estimate needs --gpu, or both --peak-tflops and --bandwidth-tbs")
+    return peak_tflops, bandwidth_tbs
+
+
+def estimate_curves(model: Roofline, max_concurrency: int = 1024) -> tuple[Curve, Curve]:
+    """Baseline and speculative curves at every integer concurrency up to `max_concurrency`."""
+    levels = range(1, max_concurrency + 1)
+    base = Curve.of("baseline (estimate)", [(c, model.plain_tps(c)) for c in levels])
+    spec = Curve.of("speculative (estimate)", [(c, model.spec_tps(c)) for c in levels])
+    return base, spec
+
+
+def display_rows(base: Curve, spec: Curve, cal: Calibration) -> list[dict[str, float]]:
+    """The rows to show: the measured levels, or powers of two for a dense (estimated) curve."""
+    if len(cal.rows) <= 24:
+        return cal.rows
+    lo, hi = cal.rows[0]["concurrency"], cal.rows[-1]["concurrency"]
+    levels: list[float] = []
+    c = lo
+    while c <= hi:
+        levels.append(c)
+        c *= 2
+    return [
+        {"concurrency": c, "baseline": base.at(c), "spec": spec.at(c), "ratio": spec.at(c) / base.at(c)}
+        for c in levels
+    ]
+
+
+def render_text_chart(rows: Sequence[dict[str, float]], width: int = 40) -> list[str]:
+    """A plain-text chart: per level, both throughputs as bars and their ratio."""
+    top = max(max(r["baseline"], r["spec"]) for r in rows) or 1.0
+    lines = [f"{'conc':>6}  {'tok/s':>10}  {'':<{width}}  spec/base"]
+    for r in rows:
+        for name, key in (("base", "baseline"), ("spec", "spec")):
+            bar = "█" * max(1, round(r[key] / top * width)) if r[key] > 0 else ""
+            head = f"{r['concurrency']:>6g}" if key == "baseline" else " " * 6
+            tail = f"  {r['ratio']:.2f}x" if key == "spec" else ""
+            lines.append(f"{head}  {r[key]:>10.1f}  {name} {bar:<{width}}{tail}")
+    return lines
+
+
+def render_png(base: Curve, spec: Curve, cal: Calibration, path: str | Path, title: str = "") -> None:
+    """Draw both throughput curves, the crossover and the hysteresis band to a PNG."""
+    try:
+        import matplotlib
+        import matplotlib.ticker
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--png needs matplotlib: pip install 'eaglegate[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    dense = len(base.points) > 24
+    style = "-" if dense else "o-"
+    for curve, color in ((base, "tab:gray"), (spec, "tab:blue")):
+        xs, ys = zip(*curve.points, strict=True)
+        ax.plot(xs, ys, style, color=color, label=curve.label, markersize=4)
+    if cal.crossover is not None and cal.threshold is not None:
+        ax.axvline(cal.crossover, color="tab:red", linestyle="--", linewidth=1,
+                   label=f"crossover {cal.crossover:.1f} (threshold {cal.threshold})")
+        if cal.resume_at:
+            ax.axvspan(max(cal.resume_at, 1), cal.threshold, color="tab:red", alpha=0.08,
+                       label=f"hysteresis {cal.hysteresis}")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _pos: f"{x:g}"))
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("output tokens/s")
+    ax.set_title(title or "Speculative vs plain decode throughput")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(str(path))
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,350 @@
+"""A small streaming client for OpenAI-compatible servers (SGLang, vLLM), stdlib only.
+
+It sends one greedy request, reads the server-sent-event stream and returns what the
+live commands need: the text, the tokens when the server returns logprobs, and the
+timing of every chunk (time to first token, gaps between chunks). No dependency beyond
+`http.client`, so the measurement commands run on a bare GPU box.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from eaglegate.errors import UserError
+
+Api = Literal["auto", "completions", "chat"]
+
+# A fixed, varied prompt set: code, maths, prose, lists, translation. Greedy decoding on it
+# exercises both well-predicted (high acceptance) and open-ended (low acceptance) text.
+BUILTIN_PROMPTS: tuple[str, ...] = (
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "Explain in three sentences why the sky is blue.",
+    "List the first ten prime numbers, separated by commas.",
+    "Translate to French: The weather is nice today and we are going to the park.",
+    "Summarize the plot of Romeo and Juliet in one paragraph.",
+    "What is 37 multiplied by 43? Show the steps.",
+    "Write a haiku about a server running out of memory.",
+    "Give three tips for writing clear technical documentation.",
+    "Write a SQL query that returns the five customers with the highest total order value.",
+    "Describe how a hash table handles collisions.",
+    "Continue the sequence and explain the rule: 2, 6, 12, 20, 30,",
+    "Write a short email asking a colleague to review a pull request.",
+    "Explain the difference between a process and a thread.",
+    "Write a bash one-liner that counts the lines of all .py files in a directory tree.",
+    "What are the main causes of inflation? Answer briefly.",
+    "Write the opening paragraph of a mystery story set in a lighthouse.",
+)
+
+
+class LiveRequestError(UserError):
+    """One request to the server failed; the message is one line naming the cause."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go: `scheme://host:port` plus the completions path."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    chat: bool
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+    @property
+    def models_path(self) -> str:
+        prefix = self.path.rsplit("/chat/completions", 1)[0] if self.chat else self.path
+        return prefix.rsplit("/completions", 1)[0] + "/models"
+
+
+@dataclass
+class Generation:
+    """One streamed completion.
+
+    `tokens` holds the token strings from logprobs and `token_ids` the ids, each only when
+    the server returned them (else empty). `itls_s` are the gaps between content chunks:
+    with speculative decoding one chunk may carry several tokens, as in SGLang's
+    `bench_serving`. `output_tokens` comes from the server's usage report when present.
+    """
+
+    text: str = ""
+    tokens: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    ttft_s: float = 0.0
+    itls_s: list[float] = field(default_factory=list)
+    latency_s: float = 0.0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+
+
+def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
+    """Turn `host:port`, a base URL or a full completions URL into an endpoint.
+
+    A URL that already ends in `/completions` or `/chat/completions` is used as given;
+    otherwise `/v1/completions` (or `/v1/chat/completions` with api="chat") is appended.
+    """
+    raw = url if "://" in url else f"http://{url}"
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"not an http(s) URL: {url!r}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise UserError(f"bad port in URL {url!r}: {exc}") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        chat = True
+    elif path.endswith("/completions"):
+        chat = False
+    else:
+        chat = api == "chat"
+        if not path.endswith("/v1"):
+            path += "/v1"
+        path += "/chat/completions" if chat else "/completions"
+    if api == "chat" and not chat or api == "completions" and chat:
+        raise UserError(f"URL {url!r} does not match --api {api}")
+    return Endpoint(parts.scheme, parts.hostname, port, path, chat)
+
+
+def load_prompts(path: str | Path | None) -> list[str]:
+    """The built-in prompt set, or one prompt per line of a file.
+
+    A line may be plain text, a JSON string, or a JSON object with a "prompt" or "text"
+    field; blank lines are skipped.
+    """
+    if path is None:
+        return list(BUILTIN_PROMPTS)
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    prompts: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        prompt: Any = line
+        if line.lstrip()[:1] in ('"', "{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                value = line
+            if isinstance(value, dict):
+                value = value.get("prompt", value.get("text"))
+            prompt = value
+        if not isinstance(prompt, str) or not prompt:
+            raise UserError(f"{path}: a line has no prompt text: {line[:60]!r}")
+        prompts.append(prompt)
+    if not prompts:
+        raise UserError(f"prompts file {path} holds no prompts")
+    return prompts
+
+
+def _connection(endpoint: Endpoint, timeout: float) -> http.client.HTTPConnection:
+    if endpoint.scheme == "https":
+        return http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout)
+    return http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def first_model(endpoint: Endpoint, timeout: float = 10.0) -> str | None:
+    """The first model id from `GET /v1/models`; None when the server has no such route.
+
+    Also the reachability check: a refused or timed-out connection is a UserError.
+    """
+    conn = _connection(endpoint, timeout)
+    try:
+        conn.request("GET", endpoint.models_path, headers={"Accept": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise LiveRequestError(
+            f"cannot reach {endpoint.scheme}://{endpoint.host}:{endpoint.port}: {_describe(exc)}"
+        ) from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        return None
+    try:
+        data = json.loads(body)
+        model = data["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return model if isinstance(model, str) else None
+
+
+def request_body(
+    endpoint: Endpoint,
+    prompt: str,
+    model: str | None,
+    max_tokens: int,
+    *,
+    logprobs: bool,
+    ignore_eos: bool,
+) -> dict[str, Any]:
+    """The JSON body of one greedy streaming request."""
+    body: dict[str, Any] = {
+        "model": model or "default",
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if endpoint.chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+        if logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = 0
+    else:
+        body["prompt"] = prompt
+        if logprobs:
+            body["logprobs"] = 0
+    if ignore_eos:
+        # SGLang and vLLM extension: every request then generates exactly max_tokens.
+        body["ignore_eos"] = True
+    return body
+
+
+def _error_message(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message", error))
+    if error:
+        return str(error)
+    if data.get("object") == "error":
+        return str(data.get("message", data))
+    return None
+
+
+def _absorb(gen: Generation, choice: dict[str, Any], chat: bool) -> bool:
+    """Add one stream choice to the generation; True when it carried content."""
+    if chat:
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or ""
+    else:
+        text = choice.get("text") or ""
+    gen.text += text
+    got = bool(text)
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        if chat:
+            for item in lp.get("content") or []:
+                gen.tokens.append(str(item.get("token", "")))
+                gen.logprobs.append(item.get("logprob"))
+                got = True
+        else:
+            tokens = lp.get("tokens") or []
+            gen.tokens.extend(str(t) for t in tokens)
+            gen.logprobs.extend(lp.get("token_logprobs") or [None] * len(tokens))
+            got = got or bool(tokens)
+    ids = choice.get("token_ids")
+    if isinstance(ids, list):
+        gen.token_ids.extend(int(i) for i in ids)
+        got = got or bool(ids)
+    if choice.get("finish_reason"):
+        gen.finish_reason = str(choice["finish_reason"])
+    return got
+
+
+def generate(
+    endpoint: Endpoint,
+    prompt: str,
+    *,
+    model: str | None = None,
+    max_tokens: int = 128,
+    logprobs: bool = False,
+    ignore_eos: bool = False,
+    timeout: float = 300.0,
+) -> Generation:
+    """Stream one greedy completion; raise LiveRequestError on any failure.
+
+    A stream that stops before `[DONE]` and before a finish reason (the server died or
+    dropped the connection) is a failure, not a short answer.
+    """
+    body = json.dumps(
+        request_body(
+            endpoint, prompt, model, max_tokens, logprobs=logprobs, ignore_eos=ignore_eos
+        )
+    ).encode()
+    gen = Generation()
+    chunks = 0
+    done = False
+    conn = _connection(endpoint, timeout)
+    start = time.perf_counter()
+    last = start
+    try:
+        conn.request(
+            "POST",
+            endpoint.path,
+            body=body,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        resp = conn.getresponse()
+        if resp.status != 200:
+            detail = resp.read(2000).decode("utf-8", "replace")
+            try:
+                detail = _error_message(json.loads(detail)) or detail
+            except ValueError:
+                pass
+            detail = " ".join(detail.split())[:200]
+            raise LiveRequestError(f"HTTP {resp.status} from {endpoint.url}: {detail}")
+        while True:
+            raw = resp.readline()
+            if not raw:
+                break
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                done = True
+                resp.read()  # the rest of the body, so closing does not reset the connection
+                break
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                raise LiveRequestError(f"bad stream chunk from {endpoint.url}: {payload[:80]!r}") from None
+            message = _error_message(data)
+            if message:
+                raise LiveRequestError(f"server error from {endpoint.url}: {message[:200]}")
+            usage = data.get("usage")
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                gen.output_tokens = int(usage["completion_tokens"])
+            got = False
+            for choice in data.get("choices") or []:
+                got = _absorb(gen, choice, endpoint.chat) or got
+            if got:
+                now = time.perf_counter()
+                if chunks == 0:
+                    gen.ttft_s = now - start
+                else:
+                    gen.itls_s.append(now - last)
+                last = now
+                chunks += 1
+    except LiveRequestError:
+        raise
+    except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        raise LiveRequestError(f"request to {endpoint.url} failed: {_describe(exc)}") from None
+    finally:
+        conn.close()
+    if not done and gen.finish_reason is None:
+        raise LiveRequestError(f"stream from {endpoint.url} ended before the answer was complete")
+    gen.latency_s = time.perf_counter() - start
+    if not gen.output_tokens:
+        gen.output_tokens = len(gen.token_ids) or len(gen.tokens) or chunks
+    return gen

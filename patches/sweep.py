@@ -1,0 +1,338 @@
+"""Drive a running server at each concurrency level and record throughput and latency.
+
+Closed loop, as SGLang's `bench_serving --max-concurrency`: at level C, C worker threads
+each send the next greedy request as soon as their previous one finishes, until the level's
+requests are done. Each level's summary is appended to a JSONL file as soon as it is
+measured, under `bench_serving`'s own field names (`max_concurrency`, `output_throughput`,
+`mean_ttft_ms`, ...), so `calibrate` reads our files and `bench_serving`'s alike and a
+server that dies mid-sweep leaves every finished level on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from eaglegate.patches.live_client import (
+    Endpoint,
+    Generation,
+    LiveRequestError,
+    first_model,
+    generate,
+)
+
+from eaglegate import __version__
+from eaglegate.errors import UserError
+
+SOURCE_TAG = "eaglegate-sweep"
+
+
+class SweepProgress:
+    """Observer of a sweep; the default does nothing. Methods may be called from threads."""
+
+    def level_started(self, concurrency: int, requests: int) -> None:
+        """A level begins with `requests` requests."""
+
+    def request_done(self) -> None:
+        """One request of the current level finished."""
+
+    def level_done(self, record: dict[str, Any]) -> None:
+        """A level finished; `record` is what was appended to the JSONL file."""
+
+
+@dataclass
+class LevelRun:
+    """Every generation of one level, in request order, and the wall time of the level."""
+
+    concurrency: int
+    generations: list[Generation]
+    duration_s: float
+
+
+def parse_levels(text: str) -> list[int]:
+    """Parse `1,2,4,8` (or `1-8` for powers of two from 1 to 8) into sorted unique levels."""
+    levels: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                c = lo
+                while c <= hi:
+                    levels.add(c)
+                    c *= 2
+            else:
+                levels.add(int(part))
+        except ValueError:
+            raise UserError(f"bad concurrency list {text!r}: use e.g. 1,2,4,8 or 1-256") from None
+    if not levels or min(levels) < 1:
+        raise UserError(f"bad concurrency list {text!r}: levels must be positive integers")
+    return sorted(levels)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation (numpy's default); 0.0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def run_level(
+    endpoint: Endpoint,
+    prompts: Sequence[str],
+    concurrency: int,
+    requests: int,
+    *,
+    model: str | None,
+    max_tokens: int,
+    logprobs: bool = False,
+    ignore_eos: bool = False,
+    timeout: float = 300.0,
+    on_done: Callable[[], None] | None = None,
+) -> LevelRun:
+    """Send `requests` requests (prompt i is `prompts[i % len(prompts)]`) at most
+    `concurrency` at a time. The first failure stops the level and is raised as a
+    LiveRequestError; requests not yet started are not sent."""
+    failed = threading.Event()
+    results: list[Generation | None] = [None] * requests
+    errors: list[BaseException] = []
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(requests):
+        todo.put(i)
+
+    def worker() -> None:
+        while not failed.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = generate(
+                    endpoint,
+                    prompts[i % len(prompts)],
+                    model=model,
+                    max_tokens=max_tokens,
+                    logprobs=logprobs,
+                    ignore_eos=ignore_eos,
+                    timeout=timeout,
+                )
+            except BaseException as exc:  # handed to the caller below
+                errors.append(exc)
+                failed.set()
+                return
+            if on_done is not None:
+                on_done()
+
+    # Daemon threads, joined with a timeout: Ctrl-C stays responsive and does not wait for
+    # the streams in flight.
+    workers = [
+        threading.Thread(target=worker, daemon=True, name=f"eaglegate-load-{n}")
+        for n in range(min(concurrency, requests))
+    ]
+    start = time.perf_counter()
+    try:
+        for t in workers:
+            t.start()
+        for t in workers:
+            while t.is_alive():
+                t.join(0.1)
+    except BaseException:
+        failed.set()
+        raise
+    duration = time.perf_counter() - start
+    if errors:
+        error = errors[0]
+        if isinstance(error, UserError):
+            raise error
+        raise LiveRequestError(f"request failed: {type(error).__name__}: {error}")
+    return LevelRun(concurrency, [g for g in results if g is not None], duration)
+
+
+def summarize(run: LevelRun) -> dict[str, Any]:
+    """The level's metrics under bench_serving's field names (times in ms, rates per s)."""
+    gens = run.generations
+    ttfts = [g.ttft_s * 1000 for g in gens]
+    itls = [x * 1000 for g in gens for x in g.itls_s]
+    tpots = [
+        (g.latency_s - g.ttft_s) * 1000 / (g.output_tokens - 1) for g in gens if g.output_tokens > 1
+    ]
+    e2e = [g.latency_s * 1000 for g in gens]
+    total = sum(g.output_tokens for g in gens)
+    dur = max(run.duration_s, 1e-9)
+    return {
+        "max_concurrency": run.concurrency,
+        "completed": len(gens),
+        "duration": round(run.duration_s, 6),
+        "total_output_tokens": total,
+        "request_throughput": len(gens) / dur,
+        "output_throughput": total / dur,
+        "mean_ttft_ms": sum(ttfts) / len(ttfts) if ttfts else 0.0,
+        "median_ttft_ms": percentile(ttfts, 50),
+        "p99_ttft_ms": percentile(ttfts, 99),
+        "mean_itl_ms": sum(itls) / len(itls) if itls else 0.0,
+        "median_itl_ms": percentile(itls, 50),
+        "p99_itl_ms": percentile(itls, 99),
+        "mean_tpot_ms": sum(tpots) / len(tpots) if tpots else 0.0,
+        "mean_e2e_latency_ms": sum(e2e) / len(e2e) if e2e else 0.0,
+    }
+
+
+def requests_for(concurrency: int, rounds: int, min_requests: int) -> int:
+    """Requests sent at one level: `rounds` per worker, and at least `min_requests`."""
+    return max(concurrency * rounds, min_requests)
+
+
+def run_sweep(
+    endpoint: Endpoint,
+    levels: Sequence[int],
+    prompts: Sequence[str],
+    output: str | Path,
+    *,
+    model: str | None = None,
+    max_tokens: int = 256,
+    rounds: int = 2,
+    min_requests: int = 8,
+    ignore_eos: bool = True,
+    timeout: float = 300.0,
+    warmup: bool = True,
+    tag: str | None = None,
+    progress: SweepProgress | None = None,
+) -> list[dict[str, Any]]:
+    """Measure every level in order, appending one JSON line per finished level.
+
+    Returns the records. When the server fails, raises a one-line UserError that names
+    the level, the cause and how many levels were kept in `output`.
+    """
+    if not prompts:
+        raise UserError("no prompts to send")
+    progress = progress or SweepProgress()
+    path = Path(output)
+    model = model or first_model(endpoint)
+    if warmup:
+        # One request outside the measurement: CUDA-graph capture, caches, JIT.
+        generate(endpoint, prompts[0], model=model, max_tokens=min(max_tokens, 16), timeout=timeout)
+    records: list[dict[str, Any]] = []
+    for level in levels:
+        n = requests_for(level, rounds, min_requests)
+        progress.level_started(level, n)
+        try:
+            run = run_level(
+                endpoint,
+                prompts,
+                level,
+                n,
+                model=model,
+                max_tokens=max_tokens,
+                ignore_eos=ignore_eos,
+                timeout=timeout,
+                on_done=progress.request_done,
+            )
+        except UserError as exc:
+            kept = f"kept {len(records)} finished level(s) in {path}" if records else "no level finished"
+            raise UserError(f"sweep stopped at concurrency {level}: {exc}; {kept}") from None
+        record = {
+            "source": SOURCE_TAG,
+            "eaglegate_version": __version__,
+            "tag": tag,
+            "url": endpoint.url,
+            "model": model,
+            "max_tokens": max_tokens,
+            "ignore_eos": ignore_eos,
+            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **summarize(run),
+        }
+        try:
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            raise UserError(f"cannot write results to {path}: {exc.strerror}") from None
+        records.append(record)
+        progress.level_done(record)
+    return records
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured level: concurrency and output tokens per second, and where it came from."""
+
+    concurrency: int
+    output_throughput: float
+    source: str  # "eaglegate-sweep" or "bench_serving"
+    mean_itl_ms: float | None = None
+    mean_ttft_ms: float | None = None
+
+
+def read_results(path: str | Path) -> list[Point]:
+    """Read a sweep file: ours or SGLang `bench_serving --output-file` (JSONL, or a JSON list).
+
+    Levels measured more than once are averaged. A bench_serving line run without
+    `--max-concurrency` (request-rate mode) has no level and is refused.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read results file {p}: {exc.strerror}") from None
+    rows: list[tuple[int, Any]] = []
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        rows = [(i + 1, obj) for i, obj in enumerate(data)]
+    else:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{p}:{lineno}: not valid JSON: {exc.msg}") from None
+    by_level: dict[int, list[dict[str, Any]]] = {}
+    for lineno, obj in rows:
+        if not isinstance(obj, dict):
+            raise UserError(f"{p}:{lineno}: expected a JSON object per line")
+        level = obj.get("max_concurrency")
+        if level is None:
+            raise UserError(
+                f"{p}:{lineno}: no max_concurrency (run bench_serving with --max-concurrency)"
+            )
+        throughput = obj.get("output_throughput")
+        if not isinstance(throughput, (int, float)):
+            raise UserError(f"{p}:{lineno}: no numeric output_throughput")
+        by_level.setdefault(int(level), []).append(obj)
+    if not by_level:
+        raise UserError(f"{p}: no measurements")
+
+    def mean(objs: list[dict[str, Any]], key: str) -> float | None:
+        vals = [float(o[key]) for o in objs if isinstance(o.get(key), (int, float))]
+        return sum(vals) / len(vals) if vals else None
+
+    points = []
+    for level in sorted(by_level):
+        objs = by_level[level]
+        source = SOURCE_TAG if objs[-1].get("source") == SOURCE_TAG else "bench_serving"
+        points.append(
+            Point(
+                concurrency=level,
+                output_throughput=mean(objs, "output_throughput") or 0.0,
+                source=source,
+                mean_itl_ms=mean(objs, "mean_itl_ms"),
+                mean_ttft_ms=mean(objs, "mean_ttft_ms"),
+            )
+        )
+    return points

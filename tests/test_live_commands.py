@@ -1,0 +1,288 @@
+"""sweep, calibrate and verify-live end to end against fake servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from eaglegate.patches import calibrate as cal
+from eaglegate.patches.live_client import Generation, resolve_endpoint
+from eaglegate.patches.sweep import parse_levels, percentile, read_results, run_sweep
+from eaglegate.patches.verify_live import first_difference
+from typer.testing import CliRunner
+
+from eaglegate.cli import app
+from eaglegate.errors import UserError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_server import FakeServer, linear_step, tokens_for  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+runner = CliRunner()
+PROMPTS = ["alpha prompt", "beta prompt", "gamma prompt", "delta prompt"]
+# Planted curves (step time a + b * batch): plain n / (4 ms + 0.2 ms n); speculative,
+# two tokens a step, 2n / (4.8 ms + 0.8 ms n). They cross at n = (4.8 - 8) / (0.4 - 0.8) = 8.
+PLAIN = {"step_time": linear_step(0.004, 0.0002)}
+SPEC = {"step_time": linear_step(0.0048, 0.0008), "tokens_per_step": 2}
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def test_sweep_writes_one_line_per_level(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.jsonl"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text('first prompt\n\n{"prompt": "second prompt"}\n"third prompt"\n')
+    with FakeServer(**PLAIN) as server:
+        result = invoke("sweep", "--url", server.url, "-c", "1,2,4", "--prompts", str(prompts),
+                        "--max-tokens", "12", "--min-requests", "4", "-o", str(out), "--json")
+        assert server.max_batch == 4
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # nothing but JSON on stdout
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["max_concurrency"] for x in lines] == [1, 2, 4] == [x["max_concurrency"] for x in data["levels"]]
+    for line, n in zip(lines, [4, 4, 8], strict=True):
+        assert line["completed"] == n and line["total_output_tokens"] == 12 * n
+        assert line["source"] == "eaglegate-sweep" and line["model"] == "fake-model"
+        assert line["output_throughput"] > 0
+        assert 0 < line["median_itl_ms"] <= line["p99_itl_ms"]
+        assert 0 < line["mean_ttft_ms"] and line["median_ttft_ms"] <= line["p99_ttft_ms"]
+        # Each step is 4 ms + 0.2 ms per request: ITL is close to that.
+        assert 3.5 < line["mean_itl_ms"] < 10
+    tps = [x["output_throughput"] for x in lines]
+    assert tps[0] < tps[1] < tps[2]
+
+
+def test_sweep_over_chat_endpoint_counts_multi_token_chunks(tmp_path: Path) -> None:
+    with FakeServer(step_time=linear_step(0.001, 0), tokens_per_step=3) as server:
+        records = run_sweep(resolve_endpoint(server.url, "chat"), [2], PROMPTS,
+                            tmp_path / "r.jsonl", max_tokens=9, min_requests=4)
+    (record,) = records
+    assert record["total_output_tokens"] == 4 * 9  # from usage, not from 3 chunks each
+    assert record["url"].endswith("/v1/chat/completions")
+
+
+def _sweep_pair(tmp_path: Path, levels: list[int]) -> tuple[Path, Path]:
+    paths = []
+    for name, kwargs in (("baseline", PLAIN), ("spec", SPEC)):
+        path = tmp_path / f"{name}.jsonl"
+        with FakeServer(**kwargs) as server:  # type: ignore[arg-type]
+            run_sweep(resolve_endpoint(server.url), levels, PROMPTS, path, max_tokens=16,
+                      rounds=2, min_requests=4)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def test_calibrate_finds_the_planted_crossover(tmp_path: Path) -> None:
+    base, spec = _sweep_pair(tmp_path, [1, 2, 4, 6, 8, 12, 16])
+    png = tmp_path / "curves.png"
+    result = invoke("calibrate", str(base), str(spec), "--png", str(png), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "crosses"
+    assert 6 <= data["crossover"] <= 10.5  # planted at 8
+    assert data["threshold"] == -(-data["crossover"] // 1)
+    assert 1 <= data["hysteresis"] < data["threshold"]
+    assert data["resume_at"] == data["threshold"] - data["hysteresis"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = invoke("calibrate", str(base), str(spec))
+    assert "threshold" in text.stdout and "spec/base" in text.stdout and "█" in text.stdout
+
+
+def test_sweep_keeps_partial_results_when_the_server_dies(tmp_path: Path) -> None:
+    out = tmp_path / "partial.jsonl"
+    # Warm-up 1 + level 1 (8) + level 2 (8) = 17 requests; the server dies at request 21.
+    with FakeServer(step_time=linear_step(0.001, 0), die_after=20) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "eaglegate", "sweep", "--url", server.url, "-c", "1,2,4,8",
+             "--max-tokens", "8", "--min-requests", "8", "-o", str(out)],
+            capture_output=True, text=True, timeout=30,
+            env={**os.environ, "COLUMNS": "1000"},
+        )
+    assert proc.returncode != 0
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1, proc.stderr
+    assert message[0].startswith("error: sweep stopped at concurrency 4:")
+    assert f"kept 2 finished level(s) in {out}" in message[0]
+    assert "Traceback" not in proc.stderr
+    assert [json.loads(x)["max_concurrency"] for x in out.read_text().splitlines()] == [1, 2]
+
+
+def test_unreachable_server_is_one_line_error(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        url = server.url  # closed once the block ends
+    with pytest.raises(UserError, match=r"cannot reach http://127\.0\.0\.1:\d+: Connection"):
+        run_sweep(resolve_endpoint(url), [1], PROMPTS, tmp_path / "x.jsonl")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_verify_live_passes_on_identical_servers() -> None:
+    with FakeServer(**SPEC) as gated, FakeServer(**PLAIN) as plain:
+        result = invoke("verify-live", "--url", gated.url, "--baseline-url", plain.url,
+                        "--low", "1", "--high", "4", "--max-tokens", "16", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] and data["tokens_match"] and data["throughput_ok"]
+    assert data["compared_by"] == "token"
+    assert [lv["concurrency"] for lv in data["levels"]] == [1, 4]
+    assert data["levels"][1]["requests"] == 16  # max(16 built-in prompts, 2 rounds x 4)
+
+
+def _alter_fibonacci(prompt: str, tokens: list[str]) -> list[str]:
+    if "Fibonacci" in prompt:
+        tokens = list(tokens)
+        tokens[5] = " WRONG"
+    return tokens
+
+
+def test_verify_live_fails_showing_the_first_differing_token() -> None:
+    with FakeServer(alter=_alter_fibonacci) as gated, FakeServer() as plain:
+        result = invoke("verify-live", "--url", gated.url, "--baseline-url", plain.url,
+                        "--low", "1", "--high", "2", "--max-tokens", "12")
+        as_json = invoke("verify-live", "--url", gated.url, "--baseline-url", plain.url,
+                         "--low", "1", "--high", "2", "--max-tokens", "12", "--json")
+    assert result.exit_code == 1 and as_json.exit_code == 1
+    assert "first differing token at position 5" in result.stdout
+    assert "Fibonacci" in result.stdout and "FAIL" in result.stdout
+    data = json.loads(as_json.stdout)
+    assert not data["passed"] and not data["tokens_match"]
+    (first, *_rest) = data["mismatches"]
+    expected = tokens_for(first["prompt"], 12)[5]
+    assert (first["unit"], first["position"], first["gated"], first["plain"]) == (
+        "token", 5, " WRONG", expected)
+    assert {m["concurrency"] for m in data["mismatches"]} == {1, 2}
+
+
+def test_verify_live_fails_on_throughput_loss() -> None:
+    with FakeServer(step_time=linear_step(0.004, 0)) as gated, \
+            FakeServer(step_time=linear_step(0.001, 0)) as plain:
+        result = invoke("verify-live", "--url", gated.url, "--baseline-url", plain.url,
+                        "--low", "1", "--high", "4", "--max-tokens", "8", "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert data["tokens_match"] and not data["throughput_ok"]
+
+
+# Field names checked against sglang/bench_serving.py of a real release below.
+BENCH_LINE = {
+    "backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+    "max_concurrency": 16, "duration": 30.1, "completed": 160, "total_output_tokens": 163840,
+    "request_throughput": 5.3, "output_throughput": 5443.2, "mean_ttft_ms": 120.5,
+    "median_ttft_ms": 110.0, "p99_ttft_ms": 300.1, "mean_itl_ms": 2.9, "median_itl_ms": 2.8,
+    "p99_itl_ms": 7.0, "accept_length": 2.4,
+}
+
+
+def test_reads_bench_serving_result_files(tmp_path: Path, release_tree) -> None:
+    bench = release_tree("0.5.9").root / "bench_serving.py"
+    source = bench.read_text()
+    for key in ("max_concurrency", "output_throughput", "mean_ttft_ms", "mean_itl_ms"):
+        assert f'"{key}": ' in source, key
+    path = tmp_path / "bench.jsonl"
+    lines = [dict(BENCH_LINE, max_concurrency=c, output_throughput=t)
+             for c, t in ((16, 5000.0), (1, 400.0), (16, 6000.0))]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    points = read_results(path)
+    assert [(p.concurrency, p.output_throughput, p.source) for p in points] == [
+        (1, 400.0, "bench_serving"), (16, 5500.0, "bench_serving")]
+    assert points[0].mean_itl_ms == 2.9
+    as_list = tmp_path / "bench.json"
+    as_list.write_text(json.dumps(lines))
+    assert [p.concurrency for p in read_results(as_list)] == [1, 16]
+    bad = tmp_path / "rate.jsonl"
+    bad.write_text(json.dumps(dict(BENCH_LINE, max_concurrency=None)) + "\n")
+    with pytest.raises(UserError, match="rate.jsonl:1: no max_concurrency"):
+        read_results(bad)
+
+
+def test_calibrate_rule_on_exact_curves() -> None:
+    base = cal.Curve.of("b", [(1, 100), (2, 200), (4, 400), (8, 800), (16, 1600)])
+    # Ratio 1.4, 1.2, 1.1, 0.9, 0.5: crosses halfway between 4 and 8 in log2, i.e. at 4*sqrt(2).
+    spec = cal.Curve.of("s", [(1, 140), (2, 240), (4, 440), (8, 720), (16, 800)])
+    result = cal.calibrate(base, spec, margin=0.05)
+    assert result.status == "crosses"
+    assert result.crossover == pytest.approx(4 * 2**0.5)
+    assert result.threshold == 6
+    # Gain 10% at 4, -10% at 8: falls to 5% a quarter of the way in log2: 4 * 2**0.25 = 4.76.
+    assert (result.resume_at, result.hysteresis) == (4, 2)
+    never = cal.calibrate(base, cal.Curve.of("s", [(1, 90), (16, 1000)]))
+    assert (never.status, never.threshold) == ("spec-never-wins", 1)
+    always = cal.calibrate(base, cal.Curve.of("s", [(1, 200), (16, 3200)]))
+    assert (always.status, always.threshold) == ("spec-always-wins", None)
+    with pytest.raises(UserError, match="share no concurrency range"):
+        cal.calibrate(base, cal.Curve.of("s", [(32, 1), (64, 2)]))
+    chart = cal.render_text_chart(result.rows)
+    assert len(chart) == 1 + 2 * len(result.rows) and "0.50x" in chart[-1]
+
+
+def test_roofline_estimate_is_sane() -> None:
+    model = cal.Roofline(params_b=8, draft_tokens=4, accept_len=2.5, peak_tflops=989,
+                         bandwidth_tbs=4.8)
+    levels = list(range(1, 1025))
+    plain = [model.plain_tps(b) for b in levels]
+    ratio = [model.spec_tps(b) / model.plain_tps(b) for b in levels]
+    assert all(b >= a for a, b in zip(plain, plain[1:], strict=False))
+    assert all(b <= a + 1e-12 for a, b in zip(ratio, ratio[1:], strict=False))
+    # Memory-bound at batch 1: 16 GB of weights at 0.8 * 4.8 TB/s, about 240 tokens/s.
+    assert 200 < plain[0] < 280
+    assert 1.5 < ratio[0] < model.accept_len
+    result = cal.calibrate(*cal.estimate_curves(model))
+    assert result.status == "crosses" and 16 < result.crossover < 1024
+    assert ratio[int(result.crossover) - 2] > 1 > ratio[int(result.crossover) + 1]
+    # A weaker draft (accept 1.5 tokens) crosses earlier; a longer context later.
+    weaker = cal.calibrate(*cal.estimate_curves(
+        cal.Roofline(params_b=8, draft_tokens=4, accept_len=1.5, peak_tflops=989, bandwidth_tbs=4.8)))
+    assert weaker.crossover is not None and weaker.crossover < result.crossover
+    longer = cal.Roofline(params_b=8, draft_tokens=4, accept_len=2.5, peak_tflops=989,
+                          bandwidth_tbs=4.8, context_len=4096)
+    assert longer.spec_tps(256) / longer.plain_tps(256) > ratio[255]
+    with pytest.raises(UserError, match="accept-len"):
+        cal.Roofline(params_b=8, draft_tokens=4, accept_len=5, peak_tflops=1, bandwidth_tbs=1)
+
+
+def test_calibrate_estimate_command() -> None:
+    result = invoke("calibrate", "--estimate", "--params-b", "8", "--draft-tokens", "4",
+                    "--accept-len", "2.5", "--gpu", "h200", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "crosses" and data["threshold"] > 1
+    assert data["estimate"]["peak_tflops"] == 989 and data["estimate"]["num_steps"] == 3
+    assert [r["concurrency"] for r in data["rows"]][:3] == [1, 2, 4]
+    with pytest.raises(UserError, match="unknown GPU 'x100'"):
+        invoke("calibrate", "--estimate", "--params-b", "8", "--draft-tokens", "4",
+               "--accept-len", "2.5", "--gpu", "x100")
+    with pytest.raises(UserError, match="needs --accept-len"):
+        invoke("calibrate", "--estimate", "--params-b", "8", "--draft-tokens", "4")
+
+
+def test_small_pieces() -> None:
+    assert parse_levels("1-16") == [1, 2, 4, 8, 16]
+    assert parse_levels("8, 1,2,2") == [1, 2, 8]
+    with pytest.raises(UserError):
+        parse_levels("0,1")
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 99) == 0.0
+    ep = resolve_endpoint("localhost:30000")
+    assert ep.url == "http://localhost:30000/v1/completions" and ep.models_path == "/v1/models"
+    chat = resolve_endpoint("https://h/v1/chat/completions")
+    assert chat.chat and chat.port == 443 and chat.models_path == "/v1/models"
+    a = Generation(text="ab cd", tokens=["ab", " cd"])
+    assert first_difference(a, Generation(text="ab cd", tokens=["ab", " cd"])) is None
+    assert first_difference(a, Generation(text="ab ce", tokens=["ab", " ce"])) == ("token", 1, " cd", " ce")
+    assert first_difference(a, Generation(text="ab")) == ("character", 2, " ", "")
+
+
+def test_png_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    base = cal.Curve.of("b", [(1, 100), (8, 800)])
+    spec = cal.Curve.of("s", [(1, 150), (8, 700)])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(UserError, match=r"--png needs matplotlib: pip install 'eaglegate\[plot\]'"):
+        cal.render_png(base, spec, cal.calibrate(base, spec), tmp_path / "x.png")
