@@ -69,19 +69,21 @@ def is_sglang_package(path: Path) -> bool:
 
 
 def read_package_version(package_dir: Path) -> str | None:
-    """The version the package declares in its own `version.py` (no import)."""
-    version_file = package_dir / "version.py"
-    if not version_file.is_file():
-        return None
-    try:
-        tree = ast.parse(version_file.read_text(encoding="utf-8"))
-    except (SyntaxError, UnicodeDecodeError):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            if "__version__" in names and isinstance(node.value.value, str):
-                return node.value.value
+    """The version the package declares in `version.py` or `_version.py` (no import)."""
+    for name in ("_version.py", "version.py"):  # newer wheels keep it in the generated _version.py
+        version_file = package_dir / name
+        if not version_file.is_file():
+            continue
+        try:
+            tree = ast.parse(version_file.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if "__version__" in names and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                return value.value
     return None
 
 

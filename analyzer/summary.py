@@ -178,7 +178,7 @@ def annotation_ir(node: ast.expr | None) -> Expr:
 
 
 def _is_bool_text(node: ast.expr) -> bool:
-    return isinstance(node, (ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Attribute))
+    return isinstance(node, (ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Attribute, ast.Constant))
 
 
 class _Summarizer(ast.NodeVisitor):

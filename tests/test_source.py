@@ -10,11 +10,12 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import release
 from typer.testing import CliRunner
 
 from eaglegate.analyzer import source
 from eaglegate.cli import app
+
+from conftest import release
 
 SMALL = "0.4.10.post2"
 
@@ -161,3 +162,9 @@ def test_wheel_installs_everything_under_the_eaglegate_namespace(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for sub in ("analyzer", "agents", "reports", "patches"):
         assert f"eaglegate/{sub}/__init__.py" in names
+
+
+def test_version_read_from_generated_version_file_in_newer_wheels():
+    # From 0.5.9 on, version.py imports the version from the generated _version.py.
+    tree = source.from_path(release("0.5.9").root)
+    assert tree.version == "0.5.9"

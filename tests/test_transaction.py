@@ -401,3 +401,14 @@ def test_cli_refuses_to_write_into_the_release_cache(release_tree):
     assert sorted(p.name for p in cache_parent.iterdir()) == before
     st = _cli("status", "--version", VERSION, "--json")  # reading it is fine
     assert st.exit_code == 0 and json.loads(st.stdout)["state"] == "pristine"
+
+
+def test_revert_refuses_after_sglang_was_reinstalled_as_another_version(tree):
+    tx.apply(tree, make_patch(tree))
+    assert tx.status(tree).manifest.version == VERSION  # type: ignore[union-attr]
+    scm = tree / "sglang" / "_version.py"
+    scm.write_text(scm.read_text().replace("'0.5.9'", "'0.5.10'"))
+    snapshot = tree_hash(tree)
+    with pytest.raises(UserError, match=r"now SGLang 0\.5\.10 but the patch was applied to 0\.5\.9"):
+        tx.revert(tree, force=True)
+    assert tree_hash(tree) == snapshot

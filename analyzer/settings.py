@@ -1,0 +1,278 @@
+"""A version's server settings, read from its own source: declared flags, defaults, env defaults,
+and what the argument post-processing does to a setting under the user's flags.
+
+The post-processing is evaluated partially: every assignment `self.<setting> = <constant>` (or
+`server_args.<setting> = …`) in the argument modules is applied, in file order, when its
+enclosing conditions evaluate to true under the user's flags and environment, with
+three-valued logic (anything the evaluator cannot decide is unknown, and an assignment
+under an unknown condition is reported as a caveat, never applied).
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.errors import UserError
+
+UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "unknown", "__bool__": None})()
+_ARG_MODULE_HINTS = ("server_args", "arg_groups")
+_ENV_TYPES = {"EnvBool": bool, "EnvInt": int, "EnvFloat": float, "EnvStr": str}
+
+
+@dataclass
+class Assignment:
+    setting: str
+    value: Any
+    site: Site
+    scope: str
+
+
+@dataclass
+class Settings:
+    """Declared settings of one SGLang version (defaults) and its environment variables."""
+
+    defaults: dict[str, Any]
+    flags: set[str]  # every `--flag` the version declares
+    env_defaults: dict[str, Any]
+    assignments: list[Assignment]
+
+    def flag_for(self, setting: str) -> str:
+        return "--" + setting.replace("_", "-")
+
+    def declares(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+@dataclass
+class Resolved:
+    values: dict[str, Any]
+    env: dict[str, Any]
+    applied: dict[str, list[Assignment]] = field(default_factory=dict)  # setting → assignments that fired
+    uncertain: dict[str, list[Assignment]] = field(default_factory=dict)  # under unknown conditions
+
+
+def _is_arg_module(name: str) -> bool:
+    return any(hint in name for hint in _ARG_MODULE_HINTS)
+
+
+def _constant(node: ast.expr | None) -> Any:
+    if node is None:
+        return UNKNOWN
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return UNKNOWN
+
+
+def read_settings(codebase: Codebase) -> Settings:
+    """Collect declared flags and defaults from the argument modules, env defaults from any module."""
+    defaults: dict[str, Any] = {}
+    flags: set[str] = set()
+    env_defaults: dict[str, Any] = {}
+    assignments: list[Assignment] = []
+    for name, module in sorted(codebase.modules.items()):
+        arg_module = _is_arg_module(name)
+        if not arg_module and not name.endswith("environ"):
+            continue
+        tree = ast.parse((codebase.root / module.path).read_text(encoding="utf-8-sig"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    if arg_module and isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                        if not stmt.target.id.startswith("_"):
+                            defaults.setdefault(stmt.target.id, _constant(stmt.value))
+                            flags.add("--" + stmt.target.id.replace("_", "-"))
+                    elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                        env_type = _call_name(stmt.value.func)
+                        if env_type in _ENV_TYPES and stmt.value.args:
+                            for target in stmt.targets:
+                                if isinstance(target, ast.Name):
+                                    env_defaults[target.id] = _constant(stmt.value.args[0])
+            elif arg_module and isinstance(node, ast.Call) and _call_name(node.func) == "add_argument":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
+                        flags.add(arg.value)
+        if not arg_module:
+            continue
+        for qual, scope in module.scopes.items():
+            qn = codebase.qn(module, qual)
+            for assign in scope.assigns:
+                target = assign.target
+                if target and target[0] == "a" and target[1][0] == "n" and assign.text:
+                    value = _constant_text(assign.text)
+                    assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn))
+    assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
+    return Settings(defaults, flags, env_defaults, assignments)
+
+
+def _constant_text(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return UNKNOWN
+
+
+def _call_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
+    """`--speculative-algorithm EAGLE3 --disable-overlap-schedule` → settings, checked against the declared flags."""
+    values: dict[str, Any] = {}
+    tokens = shlex.split(text or "")
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--"):
+            raise UserError(f"unexpected argument {token!r} in --flags (expected --name [value])")
+        flag, _, inline = token.partition("=")
+        if not settings.declares(flag):
+            raise UserError(f"this SGLang does not declare {flag}")
+        setting = flag[2:].replace("-", "_")
+        if inline:
+            raw: str | None = inline
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            raw = tokens[i + 1]
+            i += 1
+        else:
+            raw = None
+        values[setting] = True if raw is None else _typed(raw, settings.defaults.get(setting))
+        i += 1
+    return values
+
+
+def _typed(raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw.lower() in ("1", "true", "yes", "on")
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw
+
+
+def parse_env(settings: Settings, items: list[str]) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise UserError(f"--env takes NAME=VALUE, got {item!r}")
+        default = settings.env_defaults.get(name)
+        env[name] = raw.lower() in ("1", "true", "yes", "on") if isinstance(default, bool) or default is None and raw.lower() in ("0", "1", "true", "false") else _typed(raw, default)
+    return env
+
+
+def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], wanted: set[str]) -> Resolved:
+    """Values of the `wanted` settings after the version's own post-processing."""
+    values = {**settings.defaults, **flags}
+    environment = {**settings.env_defaults, **env}
+    result = Resolved(values, environment)
+    for assignment in settings.assignments:
+        if assignment.setting not in wanted:
+            continue
+        verdict = _all_true(assignment.site.cond, values, environment)
+        if verdict is True:
+            values[assignment.setting] = assignment.value
+            result.applied.setdefault(assignment.setting, []).append(assignment)
+        elif verdict is UNKNOWN:
+            result.uncertain.setdefault(assignment.setting, []).append(assignment)
+    return result
+
+
+def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any]) -> Any:
+    outcome: Any = True
+    for text in conds:
+        try:
+            node = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return UNKNOWN
+        value = evaluate(node, values, env)
+        if value is False:
+            return False
+        if value is UNKNOWN:
+            outcome = UNKNOWN
+    return outcome
+
+
+def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any:
+    """Three-valued evaluation of a condition over settings and environment variables."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = [evaluate(e, values, env) for e in node.elts]
+        return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return values.get(node.attr, UNKNOWN) if node.attr in values else UNKNOWN
+    if isinstance(node, ast.Call):
+        return _env_call(node, env)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = evaluate(node.operand, values, env)
+        return UNKNOWN if inner is UNKNOWN else not inner
+    if isinstance(node, ast.BoolOp):
+        results = [evaluate(v, values, env) for v in node.values]
+        if isinstance(node.op, ast.And):
+            if any(r is not UNKNOWN and not r for r in results):
+                return False
+            return UNKNOWN if any(r is UNKNOWN for r in results) else True
+        if any(r is not UNKNOWN and r for r in results):
+            return True
+        return UNKNOWN if any(r is UNKNOWN for r in results) else False
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left = evaluate(node.left, values, env)
+        right = evaluate(node.comparators[0], values, env)
+        if left is UNKNOWN or right is UNKNOWN:
+            return UNKNOWN
+        return _compare(node.ops[0], left, right)
+    return UNKNOWN
+
+
+def _compare(op: ast.cmpop, left: Any, right: Any) -> Any:
+    try:
+        if isinstance(op, ast.Is):
+            return left is right
+        if isinstance(op, ast.IsNot):
+            return left is not right
+        if isinstance(op, ast.Eq):
+            return left == right
+        if isinstance(op, ast.NotEq):
+            return left != right
+        if isinstance(op, ast.In):
+            return left in right
+        if isinstance(op, ast.NotIn):
+            return left not in right
+        if isinstance(op, ast.Gt):
+            return left > right
+        if isinstance(op, ast.GtE):
+            return left >= right
+        if isinstance(op, ast.Lt):
+            return left < right
+        if isinstance(op, ast.LtE):
+            return left <= right
+    except TypeError:
+        return UNKNOWN
+    return UNKNOWN
+
+
+def _env_call(node: ast.Call, env: dict[str, Any]) -> Any:
+    """`envs.NAME.get()`, `get_bool_env_var("NAME")`, `os.environ.get("NAME")`, `os.getenv("NAME")`."""
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "get" and not node.args:
+        holder = func.value
+        if isinstance(holder, ast.Attribute) and holder.attr in env:
+            return env[holder.attr]
+        return UNKNOWN
+    name = _call_name(func)
+    if name in ("get_bool_env_var", "getenv", "get") and node.args:
+        key = node.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in env:
+            return env[key.value]
+    return UNKNOWN

@@ -1,0 +1,723 @@
+"""Apply, revert and inspect a gate patch on a tree, atomically and crash-safely.
+
+What a caller may rely on:
+- A refusal (`UserError`, one line) writes nothing: writability, version and every
+  file's bytes are checked before the first write.
+- Every file write is atomic (temp file in the same folder, fsync, `os.replace`, fsync
+  of the folder), so a file is always either its old or its new bytes.
+- Before any target is touched, the original bytes are backed up and a manifest with
+  state "applying" is made durable (the journal). A crash at any point leaves a tree that
+  `status` reports as pristine, patched or interrupted, and the next `apply` or `revert`
+  first rolls an interrupted transaction back to the original bytes.
+- One apply or revert at a time per tree, by `fcntl.flock` on a lock file that exists
+  only while held; a killed holder releases it with its last file descriptor.
+- Git mode commits the patch on a new branch `eaglegate/gate-<threshold>`; revert moves
+  HEAD back to the branch or commit it came from and deletes the gate branch when its
+  tip is still the patch commit. No revert commit is added to the user's history.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from eaglegate.patches.manifest import (
+    APPLIED,
+    APPLYING,
+    REVERTING,
+    TEMP_MARK,
+    FileRecord,
+    Layout,
+    Manifest,
+    encode,
+    fsync_dir,
+    load,
+    sha256,
+)
+from eaglegate.patches.model import PatchSet
+
+from eaglegate.errors import UserError
+
+if TYPE_CHECKING:
+    import git
+
+PACKAGE = "sglang"
+COMMIT_MARK = "eaglegate: "  # first words of every patch commit's subject
+
+# Test hook: called after every durable step (and between a temp write and its rename),
+# so a test can SIGKILL the process at each point of a transaction.
+_on_step: Callable[[str], None] | None = None
+
+
+def _step(label: str) -> None:
+    if _on_step is not None:
+        _on_step(label)
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class FileStatus:
+    path: str
+    state: str  # original | patched | modified | missing
+    created: bool
+
+
+@dataclass
+class Status:
+    state: str  # pristine | patched | modified-since-patch | interrupted
+    parent: Path
+    manifest: Manifest | None = None
+    files: list[FileStatus] = field(default_factory=list)
+    busy: str = ""  # who holds the lock, when an apply/revert is running now
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.manifest
+        return {
+            "state": self.state,
+            "parent": str(self.parent),
+            "version": m.version if m else None,
+            "family": m.family if m else None,
+            "threshold": m.threshold if m else None,
+            "time": m.time if m else None,
+            "journal": m.state if m else None,
+            "git": (m.git or None) if m else None,
+            "files": [vars(f) for f in self.files],
+            "busy": self.busy or None,
+            "note": self.note or None,
+        }
+
+
+@dataclass
+class Outcome:
+    action: str  # apply | revert
+    changed: list[str]  # files written or deleted, POSIX relative to the parent
+    message: str  # one line for the user
+    recovered: str = ""  # what an interrupted transaction found here was brought to
+    branch: str = ""
+    commit: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "changed": self.changed,
+            "message": self.message,
+            "recovered": self.recovered or None,
+            "branch": self.branch or None,
+            "commit": self.commit or None,
+        }
+
+
+# ---------------------------------------------------------------- public API
+
+
+def apply(
+    package_parent: Path,
+    patch: PatchSet,
+    *,
+    tree_version: str | None = None,
+    git_mode: bool = False,
+    allow_dirty: bool = False,
+) -> Outcome:
+    """Apply `patch` to the tree whose `sglang` package sits in `package_parent`.
+
+    `tree_version` is the version the caller located (e.g. from distribution metadata);
+    without it the package's version files are read. A second apply of the same patch
+    changes nothing. `git_mode` commits on a new branch; `allow_dirty` lets it start from
+    a work tree with uncommitted changes (they are neither committed nor lost).
+    """
+    parent = Path(package_parent).resolve()
+    paths = _check_paths(patch)
+    _check_version(parent, patch.version, tree_version)
+    repo = _open_repo(parent) if git_mode else None
+    layout = _git_layout(parent, repo) if repo is not None else Layout.beside(parent)
+    # One record per tree: a plain and a git-mode patch must not stack.
+    if not git_mode and _git_layout_has_manifest(parent):
+        raise UserError("this checkout was patched with --git; run `eaglegate revert` first")
+    if git_mode and Layout.beside(parent).manifest.exists():
+        raise UserError("this tree was patched without --git; run `eaglegate revert` first")
+    _check_writable(layout, paths)
+    if not patch.changes:
+        return Outcome("apply", [], "nothing to write: the patch holds no file change")
+    with _locked(layout, "apply"):
+        recovered = _recover(layout, repo, force=False)
+        current = load(layout)
+        if current is not None:
+            return _already_applied(layout, current, patch, recovered)
+        if repo is not None and not allow_dirty and repo.is_dirty(untracked_files=True):
+            raise UserError(
+                f"the checkout {repo.working_tree_dir} has uncommitted changes; "
+                "commit or stash them, or pass --allow-dirty"
+            )
+        at_after = _classify_for_apply(layout, patch)
+        if at_after == len(patch.changes):
+            return Outcome(
+                "apply", [], "the files already hold this patch (no eaglegate manifest: "
+                "it was applied by other means); nothing changed", recovered
+            )
+        return _apply_fresh(layout, patch, repo, recovered)
+
+
+def revert(package_parent: Path, *, force: bool = False) -> Outcome:
+    """Restore every byte the recorded patch changed, delete files it created, drop the manifest.
+
+    Refuses when a patched file was changed since the patch, unless `force` (those edits
+    are then lost). Finishes an interrupted apply or revert by rolling it back. In git
+    mode HEAD returns to where it was and the gate branch is deleted.
+    """
+    parent = Path(package_parent).resolve()
+    layout, repo = _find_layout(parent)
+    manifest = load(layout)
+    if manifest is None and not layout.backups.exists() and not layout.lock.exists():
+        # Nothing recorded, nothing running: answer without writing (a read-only tree is fine).
+        return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here")
+    _check_writable(layout, [r.path for r in manifest.files] if manifest else [])
+    with _locked(layout, "revert"):
+        _drop_manifest_temps(layout)
+        manifest = load(layout)
+        if manifest is None:
+            _drop_orphan_backups(layout)
+            return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here")
+        if manifest.state != APPLIED:
+            was = "apply" if manifest.state == APPLYING else "revert"
+            # A journal in "reverting" means revert (maybe forced) was already decided.
+            changed = _roll_back(layout, manifest, repo, force=force or manifest.state == REVERTING)
+            return Outcome("revert", changed, f"finished an interrupted {was}: original files restored "
+                           f"({len(changed)} changed)", recovered=f"interrupted {was} rolled back")
+        now = declared_version(parent / PACKAGE)
+        if now and manifest.version != "unknown" and now != manifest.version:
+            # Reinstalled since the patch: the backups are another version's bytes.
+            raise UserError(
+                f"the tree is now SGLang {now} but the patch was applied to {manifest.version}; "
+                f"eaglegate will not write old bytes over it: delete {layout.manifest} and {layout.backups}"
+            )
+        # A file already back at its original bytes is fine; other changes are the user's.
+        modified = [r.path for r in manifest.files
+                    if _state_of(layout, r) in ("modified", "missing")]
+        if repo is not None and manifest.git:
+            _check_git_revert(repo, manifest)
+        if modified and not force:
+            raise UserError(
+                f"{_names(modified)} changed since the patch; `eaglegate revert --force` restores "
+                "the originals anyway (those edits are lost)"
+            )
+        manifest.state = REVERTING
+        _write_atomic(layout.manifest, encode(manifest))
+        _step("journal reverting")
+        changed = _roll_back(layout, manifest, repo, force=True)
+        where = f"; HEAD back on {manifest.git['base']}" if manifest.git else ""
+        return Outcome("revert", changed, f"reverted the gate patch (threshold {manifest.threshold}): "
+                       f"{len(changed)} files restored{where}", branch=manifest.git.get("branch", ""))
+
+
+def recover(package_parent: Path) -> str:
+    """Roll an interrupted apply or revert back to the original bytes; '' when none was found.
+
+    `apply` and `revert` do this themselves; a caller that must read the original files
+    first (to generate a patch from them) calls it before generating.
+    """
+    parent = Path(package_parent).resolve()
+    layout, repo = _find_layout(parent)
+    manifest = load(layout)
+    if manifest is None or manifest.state == APPLIED:
+        return ""
+    _check_writable(layout, [r.path for r in manifest.files])
+    with _locked(layout, "recover"):
+        return _recover(layout, repo, force=False)
+
+
+def status(package_parent: Path) -> Status:
+    """What the tree holds now, per file; reads only, takes no lock."""
+    parent = Path(package_parent).resolve()
+    layout, _repo = _find_layout(parent)
+    busy = _lock_holder(layout)
+    manifest = load(layout)
+    if manifest is None:
+        note = ""
+        if layout.backups.exists():
+            note = "stray backups of an apply killed before its journal was written (removed by the next apply or revert)"
+        return Status("pristine", parent, busy=busy, note=note)
+    files = [FileStatus(r.path, _state_of(layout, r), r.created) for r in manifest.files]
+    if manifest.state != APPLIED:
+        state = "interrupted"
+        note = ("an apply or revert is running now" if busy else
+                f"an interrupted {'apply' if manifest.state == APPLYING else 'revert'}: "
+                "the next apply or revert finishes it")
+    elif all(f.state == "patched" for f in files):
+        state, note = "patched", ""
+    else:
+        state, note = "modified-since-patch", "some patched files were changed since the patch"
+    return Status(state, parent, manifest, files, busy, note)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _check_paths(patch: PatchSet) -> list[str]:
+    seen: set[str] = set()
+    for change in patch.changes:
+        p = PurePosixPath(change.path)
+        # Only files inside the package: a patch must never touch site-packages neighbours.
+        if p.is_absolute() or ".." in p.parts or len(p.parts) < 2 or p.parts[0] != PACKAGE:
+            raise UserError(f"patch path outside the {PACKAGE} package: {change.path}")
+        if change.path in seen:
+            raise UserError(f"patch changes {change.path} twice")
+        seen.add(change.path)
+    return sorted(seen)
+
+
+def declared_version(package_dir: Path) -> str | None:
+    """The version in `version.py` or, for setuptools-scm builds, `_version.py` (no import)."""
+    for name in ("version.py", "_version.py"):
+        try:
+            module = ast.parse((package_dir / name).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in module.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                if "__version__" in targets and isinstance(node.value.value, str):
+                    return node.value.value
+    return None
+
+
+def _check_version(parent: Path, wanted: str, tree_version: str | None) -> None:
+    package = parent / PACKAGE
+    if not (package / "__init__.py").is_file():
+        raise UserError(f"no {PACKAGE} package in {parent}")
+    found = tree_version if tree_version not in (None, "", "unknown") else declared_version(package)
+    # An unknown version on either side is left to the byte checks: every file must
+    # match `before` (or `after`) exactly.
+    if found and wanted not in ("", "unknown") and found != wanted:
+        raise UserError(f"this patch is for SGLang {wanted}, but {package} is {found}; nothing was written")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _check_writable(layout: Layout, paths: list[str]) -> None:
+    """Refuse before the first write when any folder we would write in is read-only."""
+    folders = {layout.parent, layout.state_dir}
+    folders.update(_existing_ancestor(layout.target(p).parent) for p in paths)
+    for folder in sorted(folders):
+        # ST_RDONLY catches read-only mounts even for root, whom os.access would let through.
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise UserError(f"{folder} is on a read-only file system; nothing was written")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(f"no write permission on {folder}; nothing was written")
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _state_of(layout: Layout, record: FileRecord) -> str:
+    data = _read(layout.target(record.path))
+    digest = sha256(data)
+    if digest == record.sha256_after:
+        return "patched"
+    if digest == record.sha256_before:
+        return "original"
+    return "missing" if data is None else "modified"
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(paths[:3])
+    return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def _classify_for_apply(layout: Layout, patch: PatchSet) -> int:
+    """How many files already hold `after`; refuses on bytes matching neither side."""
+    at_before, at_after, neither = [], [], []
+    for change in patch.changes:
+        data = _read(layout.target(change.path))
+        if data == change.after:
+            at_after.append(change.path)
+        elif data == change.before:  # None == None: a file the patch creates is still absent
+            at_before.append(change.path)
+        else:
+            neither.append(change.path)
+    if neither:
+        raise UserError(
+            f"{_names(neither)} matches neither the original nor the patched text "
+            "(changed by hand?); nothing was written"
+        )
+    if at_after and at_before:
+        raise UserError(
+            f"partly patched without an eaglegate manifest ({_names(at_after)} already patched); "
+            "restore the originals first; nothing was written"
+        )
+    return len(at_after)
+
+
+def _already_applied(layout: Layout, manifest: Manifest, patch: PatchSet, recovered: str) -> Outcome:
+    same = (manifest.threshold == patch.threshold and manifest.family == patch.family
+            and [(r.path, r.sha256_after) for r in manifest.files]
+            == [(c.path, sha256(c.after)) for c in patch.changes])
+    if not same:
+        raise UserError(
+            f"already patched (SGLang {manifest.version}, threshold {manifest.threshold}, "
+            f"{manifest.time}); run `eaglegate revert` first"
+        )
+    modified = [r.path for r in manifest.files if _state_of(layout, r) != "patched"]
+    if modified:
+        raise UserError(f"patched, but {_names(modified)} changed since; see `eaglegate status`")
+    return Outcome("apply", [], f"already applied (threshold {manifest.threshold}); nothing changed",
+                   recovered, manifest.git.get("branch", ""), manifest.git.get("commit", ""))
+
+
+# ---------------------------------------------------------------- durable writes
+
+
+def _makedirs(folder: Path) -> list[Path]:
+    """Create missing folders, each made durable in its parent; returns those created."""
+    missing: list[Path] = []
+    probe = folder
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        path.mkdir()
+        fsync_dir(path.parent)
+    return list(reversed(missing))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        _step(f"temp {path.name}")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _unlink_durable(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
+
+
+# ---------------------------------------------------------------- lock
+
+
+@contextmanager
+def _locked(layout: Layout, action: str) -> Iterator[None]:
+    """Hold the tree's lock; the file exists only while held, so a refusal leaves nothing."""
+    path = layout.lock
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process just starting"
+            os.close(fd)
+            raise UserError(f"another eaglegate apply/revert holds {path} ({holder}); "
+                            "try again when it is done") from None
+        try:
+            # The previous holder may have unlinked the file while we waited for it.
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.write(fd, f"pid {os.getpid()}, {action}, since {_now()}".encode())
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _lock_holder(layout: Layout) -> str:
+    try:
+        fd = os.open(layout.lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return ""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process just starting"
+    finally:
+        os.close(fd)
+    return ""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------- transactions
+
+
+def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str) -> Outcome:
+    records = [FileRecord(c.path, sha256(c.before), sha256(c.after), c.before is None)
+               for c in patch.changes]
+    created_dirs: list[str] = []
+    for change in patch.changes:
+        folder = layout.target(change.path).parent
+        while not folder.exists() and folder != layout.parent:
+            rel = folder.relative_to(layout.parent).as_posix()
+            if rel not in created_dirs:
+                created_dirs.append(rel)
+            folder = folder.parent
+    version = patch.version
+    if version in ("", "unknown"):
+        version = declared_version(layout.parent / PACKAGE) or "unknown"
+    manifest = Manifest(version, patch.family, patch.threshold, _now(), APPLYING, records,
+                        sorted(created_dirs, key=lambda d: d.count("/")))
+    branch = f"eaglegate/gate-{patch.threshold}"
+    if repo is not None:
+        manifest.git = _git_plan(repo, layout, branch)
+
+    # Journal first: backups, then the manifest that points at them. Until the manifest
+    # is durable no target has been touched, so stray backups alone mean "pristine".
+    _drop_orphan_backups(layout)
+    for change in patch.changes:
+        if change.before is not None:
+            backup = layout.backups / change.path
+            _makedirs(backup.parent)
+            _write_atomic(backup, change.before)
+            _step(f"backup {change.path}")
+    _write_atomic(layout.manifest, encode(manifest))
+    _step("journal applying")
+
+    if repo is not None:
+        repo.git.checkout("-b", branch)
+        _step("git branch")
+    for change in patch.changes:
+        target = layout.target(change.path)
+        _makedirs(target.parent)
+        _write_atomic(target, change.after)
+        _step(f"write {change.path}")
+    if repo is not None:
+        manifest.git["commit"] = _git_commit(repo, layout, patch)
+        _step("git commit")
+
+    manifest.state = APPLIED
+    _write_atomic(layout.manifest, encode(manifest))
+    _step("journal applied")
+    where = f" on branch {branch}" if repo is not None else ""
+    return Outcome("apply", [c.path for c in patch.changes],
+                   f"applied the gate patch (threshold {patch.threshold}) to {len(patch.changes)} files{where}",
+                   recovered, branch if repo is not None else "", manifest.git.get("commit", ""))
+
+
+def _recover(layout: Layout, repo: git.Repo | None, force: bool) -> str:
+    """Bring an interrupted transaction back to the original bytes; '' when none was found."""
+    _drop_manifest_temps(layout)
+    manifest = load(layout)
+    if manifest is None:
+        _drop_orphan_backups(layout)
+        return ""
+    if manifest.state == APPLIED:
+        return ""
+    was = "apply" if manifest.state == APPLYING else "revert"
+    _roll_back(layout, manifest, repo, force=force or manifest.state == REVERTING)
+    return f"rolled back an interrupted {was} first"
+
+
+def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force: bool) -> list[str]:
+    """Restore original bytes from the backups, then drop backups and manifest (last).
+
+    Idempotent: a crash anywhere in here leaves the journal in place and a second call
+    finishes the job. Without `force` it refuses to overwrite bytes that are neither the
+    original nor the patched text.
+    """
+    states = {r.path: _state_of(layout, r) for r in manifest.files}
+    foreign = [p for p, s in states.items() if s in ("modified", "missing")]
+    if foreign and not force:
+        raise UserError(
+            f"cannot roll back: {_names(foreign)} changed by hand since the interrupted apply; "
+            "`eaglegate revert --force` restores the originals anyway"
+        )
+    changed: list[str] = []
+    for record in manifest.files:
+        if states[record.path] == "original":
+            continue
+        target = layout.target(record.path)
+        if record.created:
+            _unlink_durable(target)
+        else:
+            data = _read(layout.backups / record.path)
+            if sha256(data) != record.sha256_before or data is None:
+                raise UserError(f"the backup of {record.path} is missing or damaged; "
+                                f"cannot restore it (journal kept in {layout.manifest})")
+            _write_atomic(target, data)
+        changed.append(record.path)
+        _step(f"restore {record.path}")
+    if repo is not None and manifest.git:
+        _git_roll_back(repo, layout, manifest)
+        _step("git restore")
+    # Temp files of a write killed before its rename; before the folders, which they keep non-empty.
+    for folder in {layout.target(r.path).parent for r in manifest.files}:
+        if folder.is_dir():
+            for leftover in folder.glob(f".*{TEMP_MARK}*"):
+                leftover.unlink(missing_ok=True)
+    for rel in reversed(manifest.created_dirs):
+        folder = layout.target(rel)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            fsync_dir(folder.parent)
+    _drop_orphan_backups(layout)
+    _unlink_durable(layout.manifest)  # last: until here the journal says "finish me"
+    _step("journal removed")
+    return changed
+
+
+def _drop_orphan_backups(layout: Layout) -> None:
+    if layout.backups.exists():
+        shutil.rmtree(layout.backups)
+        fsync_dir(layout.state_dir)
+    _drop_manifest_temps(layout)
+
+
+def _drop_manifest_temps(layout: Layout) -> None:
+    # A journal write killed before its rename; the manifest itself is still whole.
+    for leftover in layout.state_dir.glob(f".{layout.manifest.name}{TEMP_MARK}*"):
+        leftover.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- git mode
+
+
+def _open_repo(parent: Path) -> git.Repo:
+    import git  # GitPython, only for git mode
+
+    try:
+        return git.Repo(parent, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(f"not a git checkout: {parent}") from None
+
+
+def _git_layout(parent: Path, repo: git.Repo) -> Layout:
+    # Kept in the git directory: files beside the package would make the tree dirty.
+    return Layout.in_git_dir(parent, Path(repo.git_dir))
+
+
+def _git_layout_has_manifest(parent: Path) -> bool:
+    return any(Layout.in_git_dir(parent, d).manifest.exists() for d in _git_dirs(parent))
+
+
+def _git_dirs(parent: Path) -> list[Path]:
+    """The `.git` folder above `parent`, found without importing GitPython."""
+    for folder in (parent, *parent.parents):
+        if (folder / ".git").is_dir():
+            return [folder / ".git"]
+        if (folder / ".git").is_file():  # a worktree: fall back to GitPython to resolve it
+            return [Path(_open_repo(parent).git_dir)]
+    return []
+
+
+def _find_layout(parent: Path) -> tuple[Layout, git.Repo | None]:
+    plain = Layout.beside(parent)
+    if plain.manifest.exists():
+        return plain, None
+    for git_dir in _git_dirs(parent):
+        layout = Layout.in_git_dir(parent, git_dir)
+        if layout.manifest.exists():
+            return layout, _open_repo(parent)
+    return plain, None
+
+
+def _repo_paths(repo: git.Repo, layout: Layout, manifest_paths: list[str]) -> list[str]:
+    root = Path(repo.working_tree_dir or ".").resolve()
+    prefix = layout.parent.relative_to(root)
+    return [(prefix / p).as_posix() for p in manifest_paths]
+
+
+def _git_plan(repo: git.Repo, layout: Layout, branch: str) -> dict[str, str]:
+    if not repo.head.is_valid():
+        raise UserError("the checkout has no commit yet; nothing was written")
+    if branch in [h.name for h in repo.heads]:
+        raise UserError(f"branch {branch} already exists; delete it or revert first; nothing was written")
+    detached = repo.head.is_detached
+    base = repo.head.commit.hexsha if detached else repo.active_branch.name
+    root = Path(repo.working_tree_dir or ".").resolve()
+    return {"base": base, "base_kind": "commit" if detached else "branch",
+            "base_commit": repo.head.commit.hexsha, "branch": branch,
+            "parent": layout.parent.relative_to(root).as_posix()}
+
+
+def _git_commit(repo: git.Repo, layout: Layout, patch: PatchSet) -> str:
+    import git
+
+    paths = _repo_paths(repo, layout, [c.path for c in patch.changes])
+    env: dict[str, str] = {}
+    try:
+        repo.git.config("--get", "user.email")
+    except git.GitCommandError:  # no identity configured: commit as eaglegate itself
+        env = {"GIT_AUTHOR_NAME": "eaglegate", "GIT_AUTHOR_EMAIL": "eaglegate@localhost",
+               "GIT_COMMITTER_NAME": "eaglegate", "GIT_COMMITTER_EMAIL": "eaglegate@localhost"}
+    message = (f"{COMMIT_MARK}batch-size gate for EAGLE (threshold {patch.threshold})\n\n"
+               f"SGLang {patch.version}, strategy {patch.family}. Written by `eaglegate apply --git`;\n"
+               "undo with `eaglegate revert`.\n")
+    repo.git.add("--", *paths)
+    # --only: the user's other staged changes (with --allow-dirty) stay out of our commit;
+    # --no-verify: hooks could rewrite generated files and break the recorded hashes.
+    repo.git.commit("-q", "--no-verify", "-m", message, "--only", "--", *paths, env=env)
+    return repo.head.commit.hexsha
+
+
+def _check_git_revert(repo: git.Repo, manifest: Manifest) -> None:
+    branch = manifest.git.get("branch", "")
+    on_branch = not repo.head.is_detached and repo.active_branch.name == branch
+    # Moving HEAD back by ref would turn the user's later commits into uncommitted edits.
+    if on_branch and repo.head.commit.hexsha != manifest.git.get("commit"):
+        raise UserError(f"{branch} has commits after the patch; switch to {manifest.git.get('base')} "
+                        "yourself, then run `eaglegate revert` again")
+
+
+def _git_roll_back(repo: git.Repo, layout: Layout, manifest: Manifest) -> None:
+    """Point HEAD back at the base and drop the gate branch, never touching other files.
+
+    The work tree already holds the original bytes (restored from backups), so HEAD moves
+    by ref only; a checkout could clobber the user's uncommitted changes.
+    """
+    info = manifest.git
+    branch, base = info.get("branch", ""), info.get("base", "")
+    on_branch = not repo.head.is_detached and repo.active_branch.name == branch
+    if on_branch:
+        if info.get("base_kind") == "branch":
+            repo.git.symbolic_ref("HEAD", f"refs/heads/{base}")
+        else:
+            repo.git.update_ref("--no-deref", "HEAD", base)
+        paths = _repo_paths(repo, layout, [r.path for r in manifest.files])
+        repo.git.reset("-q", "HEAD", "--", *paths)  # index entries back to the base commit
+    if branch in [h.name for h in repo.heads]:
+        tip = repo.heads[branch].commit
+        ours = tip.hexsha in (info.get("base_commit"), info.get("commit")) or (
+            [p.hexsha for p in tip.parents] == [info.get("base_commit")]
+            and str(tip.message).startswith(COMMIT_MARK))
+        if ours:  # a branch the user built on is theirs: keep it
+            repo.git.branch("-D", branch)
