@@ -1,0 +1,387 @@
+"""LibCST codemods that wire the batch gate into a v1 `EAGLEWorker` SGLang tree.
+
+Two transforms, each a function from source text to source text:
+
+- `patch_worker` (`srt/speculative/eagle_worker.py`): in `EAGLEWorker`'s batch entry
+  (`forward_batch_speculative_generation` in 0.4.x, `forward_batch_generation` in 0.5.x)
+  it adds one line before the extend branch that asks the gate (and, when gated,
+  turns the decode batch into a one-token extend), lets a gated step into that
+  existing extend branch (the worker's own `forward_target_extend` /
+  `forward_draft_extend` pair and its own result type), and calls the gate's
+  bookkeeping just before that branch returns. The logic lives in the added
+  `batch_gate.py`; the edit at the call site stays three lines.
+- `patch_server_args` (`srt/server_args.py`): the `speculative_batch_gate_threshold`
+  dataclass field and its `--speculative-batch-gate-threshold` argument, next to
+  `speculative_num_draft_tokens`.
+
+Every edit is found through an `Anchor` (qualified symbol plus what must be found
+there) that states how many sites it must match; any other count refuses with a
+`UserError` naming the anchor. Line numbers are never used. Both transforms are
+idempotent: on already-patched source they return it unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from eaglegate.errors import UserError
+
+ENTRY_NAMES = ("forward_batch_speculative_generation", "forward_batch_generation")
+GATE_MODULE = "sglang.srt.speculative.batch_gate"
+GATED = "_eaglegate_gated"
+PREPARE = "prepare_gated_decode"
+FINISH = "finish_gated_decode"
+FIELD = "speculative_batch_gate_threshold"
+FLAG = "--speculative-batch-gate-threshold"
+FIELD_HELP = (
+    "EAGLE (v1 worker) batch-size gate: while the running batch is larger than this, "
+    "run plain one-token decode steps instead of speculating; speculation resumes once "
+    "the batch shrinks below a lower mark. Off when unset; also read from "
+    "SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate."
+)
+
+
+class AnchorError(UserError):
+    """An anchor matched a different number of sites than it requires."""
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A place the patch edits: a qualified symbol, what is sought there, and how many
+    sites it must match in a supported version."""
+
+    file: str
+    symbol: str
+    what: str
+    expected: int = 1
+
+    def check(self, found: int) -> None:
+        if found != self.expected:
+            raise AnchorError(
+                f"anchor {self.symbol}: {self.what} in {self.file} matched {found} "
+                f"site(s), expected {self.expected}; this SGLang tree differs from the "
+                "versions the patch knows, refusing to guess"
+            )
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _is_call_to(node: cst.CSTNode, receiver: str, method: str) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == receiver
+        and node.func.attr.value == method
+    )
+
+
+class _CallCounter(cst.CSTVisitor):
+    def __init__(self, match: Callable[[cst.Call], bool]) -> None:
+        self.match = match
+        self.found = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.match(node):
+            self.found += 1
+
+
+def _count_calls(node: cst.CSTNode, match: Callable[[cst.Call], bool]) -> int:
+    counter = _CallCounter(match)
+    node.visit(counter)
+    return counter.found
+
+
+class _ReturnCounter(cst.CSTVisitor):
+    found = 0
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found += 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # a nested function's returns are not the branch's
+
+
+def _count_returns(node: cst.CSTNode) -> int:
+    counter = _ReturnCounter()
+    for child in node.children:
+        child.visit(counter)
+    return counter.found
+
+
+def _single_call_assign(stmt: cst.CSTNode) -> cst.Assign | None:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign):
+            return small
+    return None
+
+
+def _imports_gate(module: cst.Module) -> bool:
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and small.module is not None:
+                    if _code(small.module) == GATE_MODULE:
+                        return True
+    return False
+
+
+def _class(module: cst.Module, name: str, file: str) -> cst.ClassDef:
+    found = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+    Anchor(file, name, "module-level class definition").check(len(found))
+    return found[0]
+
+
+def _methods(cls: cst.ClassDef, names: tuple[str, ...]) -> list[cst.FunctionDef]:
+    return [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value in names]
+
+
+def _parse(source: str, file: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise UserError(f"{file} does not parse: {exc.message}") from exc
+
+
+def entry_method_name(source: str, file: str = "eagle_worker.py") -> str:
+    """The name of `EAGLEWorker`'s batch entry in this worker source."""
+    cls = _class(_parse(source, file), "EAGLEWorker", file)
+    entries = _methods(cls, ENTRY_NAMES)
+    Anchor(file, "EAGLEWorker." + "|".join(ENTRY_NAMES), "batch entry method").check(len(entries))
+    return entries[0].name.value
+
+
+def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.py") -> str:
+    """Wire the gate into `EAGLEWorker`'s batch entry; unchanged if already wired."""
+    module = _parse(source, file)
+    cls = _class(module, "EAGLEWorker", file)
+    entries = _methods(cls, ENTRY_NAMES)
+    Anchor(file, "EAGLEWorker." + "|".join(ENTRY_NAMES), "batch entry method").check(len(entries))
+    for pair in ("forward_target_extend", "forward_draft_extend"):
+        Anchor(file, f"EAGLEWorker.{pair}", "method definition").check(len(_methods(cls, (pair,))))
+    func = entries[0]
+    qual = f"EAGLEWorker.{func.name.value}"
+
+    wired = GATED in _code(func)
+    imported = _imports_gate(module)
+    if wired and imported:
+        return source
+    if wired != imported:
+        raise UserError(
+            f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
+            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
+            "restore the original file first"
+        )
+
+    params = func.params.params
+    Anchor(file, qual, "parameters (self, batch)", 2).check(len(params))
+    self_name, batch_name = params[0].name.value, params[1].name.value
+
+    body = list(func.body.body)
+    branch_at = [
+        i
+        for i, stmt in enumerate(body)
+        if isinstance(stmt, cst.If) and "forward_mode.is_extend()" in _code(stmt.test)
+    ]
+    Anchor(file, qual, "top-level `if ...forward_mode.is_extend()` extend branch").check(
+        len(branch_at)
+    )
+    branch = body[branch_at[0]]
+    assert isinstance(branch, cst.If)
+    branch_body = list(branch.body.body)
+
+    target_at = [
+        i
+        for i, stmt in enumerate(branch_body)
+        if (assign := _single_call_assign(stmt)) is not None
+        and _is_call_to(assign.value, self_name, "forward_target_extend")
+    ]
+    Anchor(file, qual, "extend branch: `... = self.forward_target_extend(batch)`").check(
+        len(target_at)
+    )
+    target_assign = _single_call_assign(branch_body[target_at[0]])
+    assert target_assign is not None
+    targets = target_assign.targets[0].target
+    elements = targets.elements if isinstance(targets, cst.Tuple) else []
+    token_names = [
+        e.value.value
+        for e in elements[1:2]
+        if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)
+    ]
+    Anchor(file, qual, "extend branch: next-token name unpacked from forward_target_extend").check(
+        len(token_names)
+    )
+    next_tokens = token_names[0]
+
+    draft_calls = sum(
+        _count_calls(stmt, lambda c: _is_call_to(c, self_name, "forward_draft_extend"))
+        for stmt in branch_body[target_at[0] + 1 :]
+    )
+    Anchor(
+        file, qual, "extend branch: `self.forward_draft_extend(...)` after the target extend"
+    ).check(draft_calls)
+    Anchor(file, qual, "extend branch: return statements").check(_count_returns(branch.body))
+    last = branch_body[-1]
+    ends_in_return = isinstance(last, cst.SimpleStatementLine) and isinstance(
+        last.body[0], cst.Return
+    )
+    Anchor(file, qual, "extend branch: final `return` statement").check(int(ends_in_return))
+
+    finish = cst.parse_statement(
+        f"if {GATED}:\n    {FINISH}({self_name}, {batch_name}, {next_tokens})\n"
+    )
+    prepare = cst.parse_statement(
+        f"{GATED} = {PREPARE}({self_name}, {batch_name})  # eaglegate: batch-size gate\n"
+    )
+    new_branch = branch.with_changes(
+        test=cst.BooleanOperation(left=cst.Name(GATED), operator=cst.Or(), right=branch.test),
+        body=branch.body.with_changes(body=[*branch_body[:-1], finish, last]),
+    )
+    # The branch's leading comments stay above the new first line of the edit.
+    prepare = prepare.with_changes(leading_lines=branch.leading_lines)
+    new_branch = new_branch.with_changes(leading_lines=[])
+    body[branch_at[0] : branch_at[0] + 1] = [prepare, new_branch]
+    new_func = func.with_changes(body=func.body.with_changes(body=body))
+    new_cls = cls.with_changes(
+        body=cls.body.with_changes(body=[new_func if s is func else s for s in cls.body.body])
+    )
+
+    module_body = list(module.body)
+    cls_at = module_body.index(cls)
+    import_at = [
+        i
+        for i, stmt in enumerate(module_body[:cls_at])
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    ]
+    Anchor(file, "<module>", "top-level import statements before EAGLEWorker", 1).check(
+        min(len(import_at), 1)
+    )
+    gate_import = cst.parse_statement(f"from {GATE_MODULE} import {FINISH}, {PREPARE}\n")
+    module_body[cls_at] = new_cls
+    module_body.insert(import_at[-1] + 1, gate_import)
+    return module.with_changes(body=module_body).code
+
+
+class _AfterArgument(cst.CSTTransformer):
+    """Inserts a statement after the one `parser.add_argument(flag, ...)` statement."""
+
+    def __init__(
+        self, anchor_flag: str, make: Callable[[cst.SimpleStatementLine], cst.BaseStatement]
+    ):
+        self.anchor_flag = anchor_flag
+        self.make = make
+        self.found = 0
+
+    def _flag_of(self, stmt: cst.BaseStatement) -> str | None:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return None
+        expr = stmt.body[0]
+        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+            return None
+        call = expr.value
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+            return None
+        if call.args and isinstance(call.args[0].value, cst.SimpleString):
+            value = ast.literal_eval(call.args[0].value.value)
+            return value if isinstance(value, str) else None
+        return None
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body: list[cst.BaseStatement] = []
+        for stmt in updated_node.body:
+            body.append(stmt)
+            if self._flag_of(stmt) == self.anchor_flag:
+                self.found += 1
+                assert isinstance(stmt, cst.SimpleStatementLine)
+                body.append(self.make(stmt))
+        return updated_node.with_changes(body=body)
+
+
+def _gate_argument(anchor: cst.SimpleStatementLine) -> cst.BaseStatement:
+    """`parser.add_argument("--speculative-batch-gate-threshold", ...)`, laid out like the
+    anchor argument it follows (same receiver, same line breaks and indentation)."""
+    expr = anchor.body[0]
+    assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
+    call = expr.value
+    values: dict[str | None, cst.BaseExpression] = {
+        None: cst.SimpleString(f'"{FLAG}"'),
+        "type": cst.Name("int"),
+        "default": cst.parse_expression(f"ServerArgs.{FIELD}"),
+        "help": cst.SimpleString(json.dumps(FIELD_HELP)),
+    }
+    keywords = [a.keyword.value if a.keyword else None for a in call.args]
+    if sorted(keywords, key=str) == sorted(values, key=str):
+        args = [a.with_changes(value=values[k]) for a, k in zip(call.args, keywords, strict=True)]
+        return anchor.with_changes(
+            body=[expr.with_changes(value=call.with_changes(args=args))], leading_lines=[]
+        )
+    receiver = _code(call.func)
+    return cst.parse_statement(
+        f"{receiver}({FLAG!r}, type=int, default=ServerArgs.{FIELD}, help={FIELD_HELP!r})\n"
+    )
+
+
+def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> str:
+    """Add the gate's dataclass field and CLI argument; unchanged if already there."""
+    module = _parse(source, file)
+    cls = _class(module, "ServerArgs", file)
+
+    def field_at(name: str) -> list[int]:
+        return [
+            i
+            for i, stmt in enumerate(cls.body.body)
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.AnnAssign)
+            and isinstance(stmt.body[0].target, cst.Name)
+            and stmt.body[0].target.value == name
+        ]
+
+    has_field = len(field_at(FIELD)) == 1
+    has_flag = f'"{FLAG}"' in source
+    if has_field and has_flag:
+        return source
+    if has_field != has_flag:
+        raise UserError(
+            f"{file} is partially patched (ServerArgs.{FIELD} and {FLAG} must come together); "
+            "restore the original file first"
+        )
+
+    anchor_at = field_at("speculative_num_draft_tokens")
+    Anchor(file, "ServerArgs.speculative_num_draft_tokens", "dataclass field").check(len(anchor_at))
+    cli = _methods(cls, ("add_cli_args",))
+    Anchor(file, "ServerArgs.add_cli_args", "method definition").check(len(cli))
+
+    anchor_stmt = cls.body.body[anchor_at[0]]
+    assert isinstance(anchor_stmt, cst.SimpleStatementLine)
+    anchor_field = anchor_stmt.body[0]
+    assert isinstance(anchor_field, cst.AnnAssign)
+    # The same annotation as speculative_num_draft_tokens (an optional int in every version).
+    field = cst.parse_statement(
+        f"{FIELD}: {_code(anchor_field.annotation.annotation)} = None  # eaglegate: off when None\n"
+    )
+    inserter = _AfterArgument("--speculative-num-draft-tokens", _gate_argument)
+    new_cli = cli[0].visit(inserter)
+    Anchor(
+        file,
+        "ServerArgs.add_cli_args",
+        'parser.add_argument("--speculative-num-draft-tokens", ...)',
+    ).check(inserter.found)
+
+    body: list[cst.BaseStatement] = []
+    for i, stmt in enumerate(cls.body.body):
+        body.append(new_cli if stmt is cli[0] else stmt)  # type: ignore[arg-type]
+        if i == anchor_at[0]:
+            body.append(field)
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
+    return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code

@@ -1,0 +1,127 @@
+"""Build the gate `PatchSet` for one SGLang tree (the v1 `EAGLEWorker` family).
+
+`generate_patch(tree, threshold)` reads the tree, refuses versions whose family has no
+code-patch route (with the reason and the route to take instead), runs the v1
+codemods, adds the gate module, and lists the launch flags. Files that would not
+change are left out, so on an already-patched tree the patch set is empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from eaglegate.analyzer.source import SourceTree
+from eaglegate.errors import UserError
+from eaglegate.patches import codemod_v1
+from eaglegate.patches.model import FileChange, PatchSet
+
+FAMILY_V1 = "eagle-v1"
+WORKER = "srt/speculative/eagle_worker.py"
+SERVER_ARGS = "srt/server_args.py"
+GATE = "srt/speculative/batch_gate.py"
+
+# DESIGN.md "Gate strategies": the v1 code patch covers 0.4.x to 0.5.12.post1.
+FIRST_V1 = Version("0.4.0")
+AFTER_LAST_V1 = Version("0.5.13")
+FIRST_NATIVE_ADAPTIVE = Version("0.5.14")
+
+
+def gate_module_source() -> bytes:
+    """The gate module exactly as the patch adds it to SGLang."""
+    return Path(__file__).with_name("gate_module.py").read_bytes()
+
+
+def _version(tree: SourceTree) -> Version | None:
+    try:
+        return Version(tree.version)
+    except InvalidVersion:
+        return None  # a git checkout between tags: the file anchors decide
+
+
+def check_family(tree: SourceTree) -> str:
+    """The patch family of this tree, or a UserError that says why there is none."""
+    version = _version(tree)
+    worker = tree.root / WORKER
+    if version is not None and version >= FIRST_NATIVE_ADAPTIVE or not worker.is_file():
+        raise UserError(
+            f"SGLang {tree.version} has no v1 EAGLEWorker (sglang/{WORKER} "
+            f"{'is gone' if not worker.is_file() else 'is not the serving path'}; "
+            "0.5.14 and later serve EAGLE through EAGLEWorkerV2 with native adaptive "
+            "speculation): no code patch; use the adaptive route "
+            "(--speculative-adaptive with a config that speculates below the threshold)"
+        )
+    if version is not None and not FIRST_V1 <= version < AFTER_LAST_V1:
+        raise UserError(
+            f"SGLang {tree.version} is outside the v1 gate patch's range (0.4.x to "
+            "0.5.12.post1, the releases whose v1 EAGLEWorker was read for it)"
+        )
+    return FAMILY_V1
+
+
+def _flag_exists(tree: SourceTree, flag: str) -> bool:
+    return f'"{flag}"' in (tree.root / SERVER_ARGS).read_text(encoding="utf-8")
+
+
+def running_cap(threshold: int) -> int:
+    """A running-request / CUDA-graph batch cap high enough for the gate to fire.
+
+    Speculation resets the cap to 48 when unset, and a batch that never grows past the
+    threshold never gates: twice the threshold leaves room above it."""
+    return 2 * threshold
+
+
+def launch_flags(tree: SourceTree, threshold: int) -> list[str]:
+    """Server flags to launch the patched SGLang with, checked against its server_args."""
+    cap = running_cap(threshold)
+    flags = [
+        (codemod_v1.FLAG, str(threshold)),
+        ("--max-running-requests", str(cap)),
+        ("--cuda-graph-max-bs", str(cap)),
+    ]
+    for flag, _ in flags[1:]:
+        if not _flag_exists(tree, flag):
+            raise UserError(f"SGLang {tree.version} has no {flag} flag in sglang/{SERVER_ARGS}")
+    out = [part for pair in flags for part in pair]
+    # The gate lives in the v1 worker; 0.5.11+ default to spec v2 unless overlap is off.
+    if _flag_exists(tree, "--disable-overlap-schedule"):
+        out.append("--disable-overlap-schedule")
+    return out
+
+
+def _read(tree: SourceTree, rel: str) -> bytes:
+    path = tree.root / rel
+    if not path.is_file():
+        raise UserError(f"sglang/{rel} is missing from {tree.root}")
+    return path.read_bytes()
+
+
+def generate_patch(tree: SourceTree, threshold: int) -> PatchSet:
+    """The gate patch for this tree at this threshold (empty when already applied)."""
+    if threshold < 1:
+        raise UserError("--threshold must be a positive integer")
+    family = check_family(tree)
+    package = tree.root.name
+    changes: list[FileChange] = []
+    for rel, transform in (
+        (WORKER, codemod_v1.patch_worker),
+        (SERVER_ARGS, codemod_v1.patch_server_args),
+    ):
+        before = _read(tree, rel)
+        path = f"{package}/{rel}"
+        after = transform(before.decode("utf-8"), path).encode("utf-8")
+        if after != before:
+            changes.append(FileChange(path=path, before=before, after=after))
+    gate_path = tree.root / GATE
+    existing = gate_path.read_bytes() if gate_path.is_file() else None
+    gate = gate_module_source()
+    if existing != gate:
+        changes.append(FileChange(path=f"{package}/{GATE}", before=existing, after=gate))
+    return PatchSet(
+        version=tree.version,
+        family=family,
+        threshold=threshold,
+        changes=changes,
+        launch_flags=launch_flags(tree, threshold),
+    )
