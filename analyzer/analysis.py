@@ -22,6 +22,16 @@ class Analysis:
     codebase: Codebase
     spec_map: SpecMap
     _couplings: Any = field(default=None, repr=False)
+    _settings: Any = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Any:
+        """Declared flags, defaults and post-processing assignments (computed on first use)."""
+        if self._settings is None:
+            from eaglegate.analyzer.settings import read_settings
+
+            self._settings = read_settings(self.codebase)
+        return self._settings
 
     @property
     def couplings(self) -> Any:

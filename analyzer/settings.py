@@ -20,6 +20,10 @@ from eaglegate.errors import UserError
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "unknown", "__bool__": None})()
 _ARG_MODULE_HINTS = ("server_args", "arg_groups")
+_STR_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
+# A launch always names a model; conditions that only test it against placeholders
+# ("none", "dummy") then decide instead of staying unknown.
+LAUNCH_PLACEHOLDERS = {"model_path": "<model>"}
 _ENV_TYPES = {"EnvBool": bool, "EnvInt": int, "EnvFloat": float, "EnvStr": str}
 
 
@@ -29,6 +33,7 @@ class Assignment:
     value: Any
     site: Site
     scope: str
+    context: tuple[str, ...] = ()  # conditions of the calls that lead from __post_init__ here
 
 
 @dataclass
@@ -74,6 +79,7 @@ def read_settings(codebase: Codebase) -> Settings:
     flags: set[str] = set()
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
+    contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
         arg_module = _is_arg_module(name)
         if not arg_module and not name.endswith("environ"):
@@ -100,13 +106,49 @@ def read_settings(codebase: Codebase) -> Settings:
             continue
         for qual, scope in module.scopes.items():
             qn = codebase.qn(module, qual)
+            if contexts is not None and qn not in contexts:
+                continue  # not part of the post-processing (e.g. a hook for another model)
             for assign in scope.assigns:
                 target = assign.target
                 if target and target[0] == "a" and target[1][0] == "n" and assign.text:
                     value = _constant_text(assign.text)
-                    assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn))
+                    assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
+                                                  contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
     return Settings(defaults, flags, env_defaults, assignments)
+
+
+def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None:
+    """Functions the settings' `__post_init__` reaches, each with the call conditions on the way."""
+    from collections import deque
+
+    from eaglegate.analyzer.callgraph import CallGraph
+
+    roots = [qn for qn in codebase.find("__post_init__") if _is_arg_module(codebase.scope_module[qn].name)]
+    if not roots:
+        return None
+    graph = CallGraph(codebase)
+    contexts: dict[str, tuple[str, ...]] = {}
+    queue = deque((root, ()) for root in roots)
+    while queue:
+        current, context = queue.popleft()
+        if current in contexts:
+            continue
+        contexts[current] = context
+        graph.expand(current)
+        if current not in graph.graph:
+            continue
+        for callee in graph.graph.successors(current):
+            if callee in contexts or callee not in codebase.scopes:
+                continue
+            # Post-processing is dispatched through other modules too (an algorithm's
+            # own `handle_server_args`); stay within the package's settings and spec code.
+            callee_module = codebase.scope_module[callee].name
+            if not _is_arg_module(callee_module) and "speculative" not in callee_module:
+                continue
+            site = graph.sites(current, callee)[0]
+            queue.append((callee, context + site.cond))
+    return contexts
 
 
 def _constant_text(text: str) -> Any:
@@ -173,13 +215,14 @@ def parse_env(settings: Settings, items: list[str]) -> dict[str, Any]:
 
 def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], wanted: set[str]) -> Resolved:
     """Values of the `wanted` settings after the version's own post-processing."""
-    values = {**settings.defaults, **flags}
+    values = {**settings.defaults, **{k: v for k, v in LAUNCH_PLACEHOLDERS.items() if k in settings.defaults},
+              **flags}
     environment = {**settings.env_defaults, **env}
     result = Resolved(values, environment)
     for assignment in settings.assignments:
         if assignment.setting not in wanted:
             continue
-        verdict = _all_true(assignment.site.cond, values, environment)
+        verdict = _all_true(assignment.context + assignment.site.cond, values, environment)
         if verdict is True:
             values[assignment.setting] = assignment.value
             result.applied.setdefault(assignment.setting, []).append(assignment)
@@ -213,6 +256,13 @@ def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return values.get(node.attr, UNKNOWN) if node.attr in values else UNKNOWN
     if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
+            target = evaluate(func.value, values, env)
+            args = [evaluate(a, values, env) for a in node.args]
+            if isinstance(target, str) and all(isinstance(a, str) for a in args):
+                return getattr(target, func.attr)(*args)
+            return UNKNOWN
         return _env_call(node, env)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         inner = evaluate(node.operand, values, env)

@@ -7,6 +7,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from eaglegate.analyzer.spec_map import Hop, SpecMap
+from eaglegate.reports.model import Report
 
 
 def short_name(spec_map: SpecMap, qn: str) -> str:
@@ -108,3 +109,106 @@ def _direct_steps(worker) -> list:
             deeper.setdefault(step.kind, step)
     chosen = direct + list(deeper.values())
     return sorted(chosen, key=lambda s: (s.hops[-1].site.lineno, order.index(s.kind) if s.kind in order else 99))
+
+
+# --- the full report (eaglegate report --format term) ----------------------------------------
+
+def render_report(report: Report) -> Group:
+    """The report as rich panels: summary, paths per worker, couplings, plan; fits 100 columns."""
+    from rich import box
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from eaglegate.reports.markdown import flag_set, plan_text, verdict_text
+
+    summary = Table(box=box.SIMPLE_HEAD, expand=False, show_edge=False, pad_edge=False)
+    for column in ("path", "worker", "selected when", "loops", "verdict"):
+        summary.add_column(column, overflow="fold")
+    for w in report.workers:
+        summary.add_row(w.label, w.name, flag_set(w), str(len(w.paths)) if w.present else "—",
+                        verdict_text(report, w))
+    head = Text.from_markup(
+        f"[bold]SGLang {report.version}[/bold] ({report.origin})  {report.root}\n"
+        f"Scheduler [bold]{report.name(report.scheduler)}[/bold]"
+        + (f" [cyan]{report.scheduler_at.text}[/cyan]" if report.scheduler_at else "")
+    )
+    plan = Text(f"plan: {plan_text(report)}", style="" if report.plan.available else "yellow")
+    parts: list = [Panel(Group(head, summary, plan), title="eaglegate report", title_align="left")]
+
+    for w in report.workers:
+        if not w.present:
+            parts.append(Text.from_markup(f"[yellow]{w.label}[/yellow] {w.name}: [dim]not in this version[/dim]"))
+            continue
+        assert w.defined_at is not None
+        tree = Tree(Text.from_markup(
+            f"[yellow]{w.label}[/yellow] [bold]{report.name(w.cls or '')}[/bold] [cyan]{w.defined_at.text}[/cyan]"))
+        chosen = tree.add("[bold]chosen at[/bold]")
+        for sel in w.selection:
+            chosen.add(Text.from_markup(f"{sel.kind} {report.name(sel.function)}  [cyan]{sel.at.text}[/cyan]"
+                                        + _cond(sel.at.condition, 3)))
+        main = [p for p in w.paths if p.main] or w.paths
+        for path in main:
+            branch = tree.add(Text.from_markup(f"[bold green]{report.name(path.event_loop)}[/bold green]"))
+            for hop in path.hops:
+                branch = branch.add(Text.from_markup(
+                    f"→ [bold]{report.name(hop.callee)}[/bold]  [cyan]{hop.at.text}[/cyan]" + _cond(hop.at.condition)))
+            for step in (s for s in w.steps if len(s.hops) == 1):
+                branch.add(Text.from_markup(f"[magenta]{step.kind}[/magenta] {report.name(step.function)}  "
+                                            f"[cyan]{step.hops[-1].at.text}[/cyan]"))
+        others = sorted(report.name(p.event_loop).rsplit(".", 1)[-1] for p in w.paths if p not in main)
+        if others:
+            tree.add(Text(f"+ {len(others)} more event loops: {', '.join(others)}", style="dim"))
+        parts.append(Panel(tree, title=f"{w.label}: {w.name}", title_align="left"))
+
+    c = report.couplings
+    if not c.available:
+        parts.append(Panel(Text(c.note, style="yellow"), title="couplings", title_align="left"))
+    else:
+        body: list = []
+        for v in c.verdicts:
+            body.append(Text.from_markup(f"[bold]{v.worker_path}[/bold] {v.verdict}: {v.route}"
+                                         + (f"  [dim]({v.cost})[/dim]" if v.cost else "")))
+        for category in sorted({f.category for f in c.findings}):
+            table = Table(title=category, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                          pad_edge=False)
+            table.add_column("site", style="cyan", overflow="fold", max_width=34)
+            table.add_column("path", max_width=4)
+            table.add_column("severity", overflow="fold", max_width=14)
+            table.add_column("reason", overflow="fold")
+            for f in c.findings:
+                if f.category == category:
+                    table.add_row(f.at.text if f.at else "", f.worker_path, f.severity, f.reason)
+            body.append(table)
+        if not c.findings:
+            body.append(Text("no couplings found"))
+        parts.append(Panel(Group(*body), title=f"couplings ({len(c.findings)})", title_align="left"))
+    if report.parse_failures:
+        parts.append(Text(f"{len(report.parse_failures)} file(s) did not parse and were skipped:", style="yellow"))
+        parts.extend(Text(f"  {f['path']}:{f['line']}: {f['message']}") for f in report.parse_failures)
+    return Group(*parts)
+
+
+def render_plan(plan) -> Group:
+    """The gate plan: family, why that worker, what to run, cap changes, caveats."""
+    lines = [Text.from_markup(f"[bold]SGLang {plan.version}[/bold]: [bold yellow]{plan.family}[/bold yellow]"
+                              + (f" ({plan.worker})" if plan.worker else "") + f", threshold {plan.threshold}")]
+    for d in plan.why:
+        lines.append(Text.from_markup(f"  {d.setting} = {d.value!r}  [dim]from {d.source}[/dim]"))
+    if plan.patch:
+        lines.append(Text.from_markup(f"  patch: {len(plan.patch['files'])} files, {plan.patch['diff_lines']} diff lines;"
+                                      f" run [bold]{plan.patch['apply']}[/bold]"))
+    if plan.adaptive_config is not None:
+        import json
+
+        lines.append(Text("  adaptive config: " + json.dumps(plan.adaptive_config)))
+    for reason in plan.blocked_by:
+        lines.append(Text.from_markup(f"  [red]blocked:[/red] {reason}"))
+    if plan.route:
+        lines.append(Text.from_markup(f"  route: set [bold]{plan.route['change']}[/bold] → {plan.route['then']}"))
+    for cap in plan.caps:
+        lines.append(Text.from_markup(f"  cap: {cap['flag']} {cap['value']}  [dim]{cap['reason']}[/dim]"))
+    if plan.launch_flags:
+        lines.append(Text.from_markup("  launch with: [bold]" + " ".join(plan.launch_flags) + "[/bold]"))
+    for caveat in plan.caveats:
+        lines.append(Text.from_markup(f"  [dim]note: {caveat}[/dim]"))
+    return Group(*lines)

@@ -1,0 +1,119 @@
+"""The detectors, registered in one place, and the context they all read.
+
+A detector is a class with a `CATEGORY`, a one-line `DESCRIPTION`, the context parts it
+needs (`REQUIRES`) and a `find(context) -> list[Finding]`. A new category is one new
+file plus one line in `DETECTORS`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+from eaglegate.analyzer.callgraph import CallGraph
+from eaglegate.analyzer.couplings.dataflow import SpecFlow
+from eaglegate.analyzer.couplings.model import Finding
+from eaglegate.analyzer.index import Codebase
+from eaglegate.analyzer.spec_map import SpecMap, WorkerMap
+
+# Names from the user's question (like spec_map.Question): the settings object.
+SETTINGS_CLASS = "ServerArgs"
+_REACH_LIMIT = 6000
+
+
+@dataclass
+class Context:
+    """Everything a detector may read: the map, the index, the call graph, the taint."""
+
+    spec_map: SpecMap
+    codebase: Codebase
+    callgraph: CallGraph
+    flow: SpecFlow
+    workers: list[WorkerMap]  # the present ones
+    worker_reach: dict[str, set[str]]  # label → functions reached from the worker's methods
+    loop_reach: set[str]  # functions reached from the scheduler's event loops
+    settings_classes: set[str]
+    scratch: dict[str, object] = field(default_factory=dict)  # shared between detectors
+
+    def worker_path(self, qn: str) -> str:
+        """v1 / v2 when only one present worker reaches `qn`, else both."""
+        labels = [w.label for w in self.workers if qn in self.worker_reach.get(w.label, ())]
+        if len(labels) == 1 and len(self.workers) > 1:
+            return labels[0]
+        if len(self.workers) == 1:
+            return self.workers[0].label
+        return "both"
+
+    def near(self, roots: Iterable[str], depth: int) -> set[str]:
+        """Functions within `depth` calls of `roots` (breadth first over the call graph)."""
+        cg = self.callgraph
+        seen: dict[str, int] = {}
+        queue = deque((r, 0) for r in roots)
+        while queue:
+            node, d = queue.popleft()
+            if node in seen:
+                continue
+            seen[node] = d
+            if d >= depth:
+                continue
+            cg.expand(node)
+            if node in cg.graph:
+                queue.extend((n, d + 1) for n in cg.graph.successors(node))
+        return set(seen)
+
+    def step_functions(self, worker: WorkerMap, kinds: tuple[str, ...], depth: int = 2) -> set[str]:
+        roots = [s.function for s in worker.steps if s.kind in kinds]
+        return self.near(roots, depth)
+
+    def class_methods(self, cls: str) -> list[str]:
+        cb = self.codebase
+        found = []
+        for member in cb.mro(cls):
+            module = cb.scope_module[member].name
+            found += [f"{module}.{child}" for child in cb.scopes[member].children
+                      if cb.scopes[f"{module}.{child}"].kind == "function"]
+        return found
+
+
+class Detector(Protocol):
+    CATEGORY: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    REQUIRES: ClassVar[tuple[str, ...]]
+
+    def find(self, context: Context) -> list[Finding]: ...
+
+
+def build_context(spec_map: SpecMap) -> Context:
+    cg = spec_map.callgraph
+    cb = cg.codebase
+    workers = [w for w in spec_map.workers if w.present]
+    settings = {qn for qn in cb.find(SETTINGS_CLASS) if cb.is_class(qn)}
+    loops = [e.function for e in spec_map.event_loops]
+    loop_reach = cg.reach(loops)
+    ctx = Context(spec_map, cb, cg, SpecFlow(cb, set()), workers, {}, loop_reach, settings)
+    for worker in workers:
+        assert worker.cls is not None
+        ctx.worker_reach[worker.label] = cg.reach(ctx.class_methods(worker.cls), limit=_REACH_LIMIT)
+    settings_reach = cg.reach([m for cls in sorted(settings) for m in ctx.class_methods(cls)],
+                              limit=_REACH_LIMIT)
+    # The spec path: modules of everything the scheduler, the workers and the settings reach.
+    reached = set(cg.expanded) | settings_reach
+    candidates = {cb.scope_module[qn].name for qn in reached if qn in cb.scope_module}
+    ctx.flow = SpecFlow(cb, candidates)
+    ctx.flow.seed()
+    ctx.flow.run()
+    return ctx
+
+
+def detectors() -> list[Detector]:
+    from eaglegate.analyzer.couplings.buffer import BufferDetector
+    from eaglegate.analyzer.couplings.config_cap import ConfigCapDetector
+    from eaglegate.analyzer.couplings.cuda_graph import CudaGraphDetector
+    from eaglegate.analyzer.couplings.draft_state import DraftStateDetector
+    from eaglegate.analyzer.couplings.mode_check import ModeCheckDetector
+
+    # cuda_graph first: it names the graph runners, which buffer reads from the scratch space.
+    return [CudaGraphDetector(), BufferDetector(), DraftStateDetector(), ModeCheckDetector(),
+            ConfigCapDetector()]

@@ -1,0 +1,57 @@
+"""`eaglegate plan`: the gate plan for the located SGLang and the user's launch flags."""
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    # Imported here: eaglegate.cli calls register() at its end, after defining these.
+    from eaglegate.cli import (
+        GitOpt,
+        JsonOpt,
+        PathOpt,
+        PythonOpt,
+        RevOpt,
+        VersionOpt,
+        err,
+        locate_tree,
+        out,
+        print_json,
+        progress_bar,
+    )
+
+    @app.command("plan")
+    def plan_command(
+        threshold: Annotated[int | None, typer.Option(help="Batch size at and above which not to speculate.")] = None,
+        flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
+        env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
+        config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans).")] = None,
+        path: PathOpt = None,
+        python: PythonOpt = None,
+        git: GitOpt = None,
+        rev: RevOpt = None,
+        version: VersionOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Which worker runs under your flags, and how to gate it in this version.
+
+        Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
+        """
+        from eaglegate.analyzer.analysis import analyze
+        from eaglegate.patches.plan import build_plan
+        from eaglegate.reports.terminal import render_plan
+
+        tree = locate_tree(path, python, git, rev, version)
+        with progress_bar("parsing", enabled=not as_json) as progress:
+            analysis = analyze(tree, progress)
+        plan = build_plan(analysis, threshold, flags, env or [])
+        if config_out and plan.adaptive_config is not None:
+            config_out.write_text(json.dumps(plan.adaptive_config, indent=2) + "\n", encoding="utf-8")
+            err.print(f"wrote {config_out}")
+        if as_json:
+            print_json(plan.to_json())
+        else:
+            out.print(render_plan(plan))

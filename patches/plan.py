@@ -1,0 +1,299 @@
+"""The gate plan for one SGLang tree and the user's launch flags.
+
+Which worker runs is derived, not looked up: the map says under which conditions each
+worker class is chosen (as literals over settings such as `disable_overlap_schedule`),
+and `analyzer.settings` evaluates that version's own argument post-processing under
+the user's flags and environment. The plan then follows DESIGN.md's strategies:
+
+- the v1 `EAGLEWorker` runs → a code patch (`patches.generate`);
+- the v2 worker runs and the version declares native adaptive speculation → an
+  adaptive config with single-value slots and the launch flags, no patch;
+- the v2 worker runs and there is no native route → blocked, with the reasons, and the
+  flag or variable that makes that version select v1 instead, found by trying them.
+Every plan lists the cap changes the version needs, with flag names it declares.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from eaglegate.analyzer.analysis import Analysis
+from eaglegate.analyzer.conditions import Literal, conflicts, literals
+from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
+from eaglegate.analyzer.spec_map import WorkerMap
+from eaglegate.errors import UserError
+
+PLAN_SCHEMA_VERSION = 1
+DEFAULT_THRESHOLD = 32
+# DESIGN.md: from 0.5.14 on, native adaptive speculation takes these two flags.
+ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
+CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
+
+
+@dataclass
+class Decision:
+    setting: str
+    value: Any
+    source: str  # "default", "flag", "env", or file:line of the post-processing that set it
+    condition: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GatePlan:
+    version: str
+    family: str  # v1-code-patch | v2-blocked | native-adaptive | no-eagle-worker
+    worker: str | None
+    threshold: int
+    why: list[Decision] = field(default_factory=list)
+    launch_flags: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    adaptive_config: dict[str, Any] | None = None
+    caps: list[dict[str, Any]] = field(default_factory=list)
+    blocked_by: list[str] = field(default_factory=list)
+    route: dict[str, Any] | None = None
+    patch: dict[str, Any] | None = None
+    caveats: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = f"eaglegate.plan/{PLAN_SCHEMA_VERSION}"
+        return json.loads(json.dumps(data, default=str))
+
+
+def _selection_alternatives(analysis: Analysis, worker: WorkerMap) -> list[set[Literal]]:
+    cb = analysis.codebase
+    def lits(sel):
+        found: set[Literal] = set()
+        for text in sel.site.cond:
+            found |= literals(cb, text, sel.function)
+        return found
+    choices = [lits(s) for s in worker.selection if s.kind != "constructor"] or [set()]
+    builds = [lits(s) for s in worker.selection if s.kind == "constructor"] or [set()]
+    return [c | b for c in choices for b in builds if not conflicts(c, b)]
+
+
+def _atoms(analysis: Analysis) -> set[str]:
+    return {atom for w in analysis.spec_map.workers if w.present
+            for alt in _selection_alternatives(analysis, w) for atom, _ in alt}
+
+
+def _selected(analysis: Analysis, resolved: Resolved) -> list[WorkerMap]:
+    """Workers whose selection conditions the resolved settings do not contradict."""
+    chosen = []
+    for worker in analysis.spec_map.workers:
+        if not worker.present or not worker.reachable:
+            continue
+        for alternative in _selection_alternatives(analysis, worker):
+            if all(_agrees(resolved, atom, polarity) for atom, polarity in alternative):
+                chosen.append(worker)
+                break
+    return chosen
+
+
+def _agrees(resolved: Resolved, atom: str, polarity: bool) -> bool:
+    value = resolved.values.get(atom, UNKNOWN)
+    if value is UNKNOWN:
+        return True
+    return bool(value) == polarity
+
+
+def _decisions(settings: Settings, resolved: Resolved, flags: dict[str, Any], env: dict[str, Any],
+               names: set[str]) -> list[Decision]:
+    out = []
+    for name in sorted(names):
+        if name not in resolved.values:
+            continue
+        value = resolved.values[name]
+        if name in resolved.applied:
+            last = resolved.applied[name][-1]
+            out.append(Decision(name, value, last.site.where, list(last.site.cond)))
+        elif name in flags:
+            out.append(Decision(name, value, "flag"))
+        else:
+            out.append(Decision(name, value, "default"))
+    for name, value in sorted(env.items()):
+        out.append(Decision(name, value, "env"))
+    return out
+
+
+def build_plan(
+    analysis: Analysis,
+    threshold: int | None = None,
+    flags: str = "",
+    env: list[str] | None = None,
+) -> GatePlan:
+    """The plan for this tree under the user's launch flags and environment."""
+    if threshold is not None and threshold < 1:
+        raise UserError("--threshold must be a positive integer")
+    threshold = threshold or DEFAULT_THRESHOLD
+    settings = analysis.settings
+    user_flags = parse_flags(settings, flags)
+    user_env = parse_env(settings, env or [])
+    wanted = _atoms(analysis) | set(_cap_settings(settings))
+    resolved = resolve(settings, user_flags, user_env, wanted)
+    chosen = _selected(analysis, resolved)
+    version = analysis.tree.version
+    plan = GatePlan(version, "no-eagle-worker", None, threshold)
+    plan.why = _decisions(settings, resolved, user_flags, user_env, _atoms(analysis))
+    if not chosen:
+        plan.caveats.append("no EAGLE worker is selected under these flags")
+        return plan
+    v1 = next((w for w in chosen if w.label == "v1"), None)
+    v2 = next((w for w in chosen if w.label == "v2"), None)
+    if v1 and v2:
+        plan.caveats.append("both workers remain possible: the settings that decide are unknown here "
+                            f"({', '.join(d.setting for d in plan.why)}); planning for v1")
+    plan.caps = _caps(settings, resolved, user_flags, threshold)
+    if v1:
+        _plan_v1(analysis, plan, v1)
+    elif v2 and all(settings.declares(f) for f in ADAPTIVE_FLAGS) and _gate_config_accepted(analysis):
+        _plan_adaptive(analysis, plan, v2, settings, resolved)
+    elif v2:
+        _plan_blocked(analysis, plan, v2, settings, user_flags, user_env, wanted)
+    plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
+    return plan
+
+
+def _plan_v1(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
+    from eaglegate.patches.diff import render_patch
+    from eaglegate.patches.generate import generate_patch
+
+    plan.family, plan.worker = "v1-code-patch", worker.name
+    patch = generate_patch(analysis.tree, plan.threshold)
+    diff = render_patch(patch)
+    plan.patch = {
+        "files": [c.path for c in patch.changes],
+        "diff_lines": diff.count("\n"),
+        "apply": f"eaglegate apply --threshold {plan.threshold}",
+        "entry": worker.entry,
+    }
+    # The gate's own flag comes from the patch; the caps are listed once, below.
+    cap_flags = {cap["flag"] for cap in plan.caps}
+    flags = patch.launch_flags
+    i = 0
+    while i < len(flags):
+        if flags[i] in cap_flags:
+            i += 2
+            continue
+        plan.launch_flags.append(flags[i])
+        i += 1
+
+
+def _plan_adaptive(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
+                   resolved: Resolved) -> None:
+    plan.family, plan.worker = "native-adaptive", worker.name
+    steps = resolved.values.get("speculative_num_steps")
+    if not isinstance(steps, int) or steps < 1:
+        steps = 3
+        plan.caveats.append("--speculative-num-steps not given: the config speculates 3 steps below the threshold")
+    plan.adaptive_config = {
+        "1": {"candidate_steps": [steps]},
+        str(plan.threshold): {"candidate_steps": [0]},
+    }
+    plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], "adaptive_gate.json"]
+    loader = adaptive_loader(analysis)
+    if loader is None:
+        plan.caveats.append("this version's adaptive config loader was not found; the config is unchecked")
+    else:
+        plan.caveats.append(f"config checked with this version's own loader ({loader[1]})")
+    plan.caveats.append("batch sizes are padded to a CUDA-graph size before the slot is chosen: "
+                        "the switch happens at the first captured size at or above the threshold")
+
+
+def _gate_config_accepted(analysis: Analysis) -> bool:
+    """Whether this version's own loader accepts single-value slots with a `[0]` slot."""
+    loader = adaptive_loader(analysis)
+    if loader is None:
+        return False
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        json.dump({"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}}, handle)
+        handle.flush()
+        try:
+            loader[0](handle.name)
+        except (ValueError, AssertionError, KeyError, TypeError):
+            return False
+    return True
+
+
+def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
+    """This version's own adaptive-config validator, compiled from its source (no sglang import)."""
+    for qn in analysis.codebase.find("_load_adaptive_config"):
+        module = analysis.codebase.scope_module[qn]
+        source = (analysis.tree.root / module.path).read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
+        if not wanted:
+            continue
+        namespace: dict[str, Any] = {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
+        exec(compile(ast.Module(body=wanted, type_ignores=[]), module.path, "exec"), namespace)  # noqa: S102
+        return namespace["_load_adaptive_config"], f"{module.path}:{wanted[0].lineno}"
+    return None
+
+
+def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
+                  user_flags: dict[str, Any], user_env: dict[str, Any], wanted: set[str]) -> None:
+    plan.family, plan.worker = "v2-blocked", worker.name
+    try:
+        verdict = next(v for v in analysis.couplings.to_json().get("verdicts", [])
+                       if v.get("path") in ("v2", worker.label))
+        plan.blocked_by = [verdict.get("summary") or verdict.get("reason") or str(verdict)]
+        plan.blocked_by += [str(f) for f in verdict.get("findings", [])][:8]
+    except (StopIteration, ImportError, AttributeError):
+        plan.blocked_by = ["no runtime switch exists in the v2 worker (see `eaglegate couplings`)"]
+    # Find the flag or variable that makes this version select v1 instead.
+    candidates: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    for name, default in sorted(settings.env_defaults.items()):
+        if isinstance(default, bool) and "SPEC" in name:
+            current = user_env.get(name, default)
+            candidates.append((f"{name}={int(not current)}", user_flags, {**user_env, name: not current}))
+    for atom in sorted(wanted):
+        if isinstance(settings.defaults.get(atom), bool) and settings.declares(settings.flag_for(atom)):
+            candidates.append((settings.flag_for(atom), {**user_flags, atom: True}, user_env))
+    for label, flags, env in candidates:
+        resolved = resolve(settings, flags, env, wanted)
+        chosen = _selected(analysis, resolved)
+        if any(w.label == "v1" for w in chosen) and not any(w.label == "v2" for w in chosen):
+            plan.route = {"change": label, "then": "v1-code-patch",
+                          "note": f"with {label} this SGLang selects the v1 EAGLEWorker, which the gate patch covers"}
+            return
+    plan.route = None
+    plan.caveats.append("no flag or variable found that selects the v1 worker in this version")
+
+
+def _cap_settings(settings: Settings) -> list[str]:
+    """The cap settings this version declares; newer ones split the graph cap per phase
+    (`cuda_graph_max_bs_decode`): the gate needs the decode one."""
+    found = []
+    for name in CAP_SETTINGS:
+        if settings.declares(settings.flag_for(name)):
+            found.append(name)
+            continue
+        found += sorted(s for s in settings.defaults
+                        if s.startswith(name + "_") and "prefill" not in s and settings.declares(settings.flag_for(s)))
+    return found
+
+
+def _caps(settings: Settings, resolved: Resolved, flags: dict[str, Any], threshold: int) -> list[dict[str, Any]]:
+    """Cap changes: the running-request cap and CUDA-graph batch size must exceed the threshold."""
+    caps = []
+    target = 2 * threshold
+    for name in _cap_settings(settings):
+        flag = settings.flag_for(name)
+        value = resolved.values.get(name)
+        reason = "leave room above the threshold so the gate can fire"
+        if name in resolved.applied:
+            last = resolved.applied[name][-1]
+            reason = f"speculation sets it to {value} at {last.site.where}; a gate above that never fires"
+        elif name in resolved.uncertain:
+            maybes = "; ".join(f"{a.value} at {a.site.where}" for a in resolved.uncertain[name][:3])
+            reason = f"post-processing may set it ({maybes}) under conditions decided at launch; set it explicitly"
+        if isinstance(value, int) and value >= target and name in flags:
+            continue
+        caps.append({"setting": name, "flag": flag, "value": max(target, value if isinstance(value, int) else 0),
+                     "current": value if value is not UNKNOWN else None, "reason": reason})
+    return caps

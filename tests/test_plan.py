@@ -1,0 +1,107 @@
+"""`plan` on real releases: the family each version and flag set really gets."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from eaglegate.analyzer.analysis import analyze
+from eaglegate.analyzer.settings import read_settings
+from eaglegate.patches.plan import build_plan
+
+from conftest import NEWEST, release
+
+EAGLE3 = "--speculative-algorithm EAGLE3"
+_analyses: dict = {}
+
+
+def analysis(version):
+    if version not in _analyses:
+        _analyses[version] = analyze(release(version))
+    return _analyses[version]
+
+
+@pytest.mark.parametrize(
+    "version, env, family, worker",
+    [
+        ("0.4.10.post2", [], "v1-code-patch", "EAGLEWorker"),
+        ("0.5.4", [], "v1-code-patch", "EAGLEWorker"),
+        ("0.5.9", [], "v1-code-patch", "EAGLEWorker"),
+        ("0.5.9", ["SGLANG_ENABLE_SPEC_V2=1"], "v2-blocked", "EAGLEWorkerV2"),
+        ("0.5.12.post1", [], "v2-blocked", "EAGLEWorkerV2"),
+        ("0.5.12.post1", ["SGLANG_ENABLE_SPEC_V2=0"], "v1-code-patch", "EAGLEWorker"),
+        ("0.5.14", [], "native-adaptive", "EAGLEWorkerV2"),
+        (NEWEST, [], "native-adaptive", "EAGLEWorkerV2"),
+    ],
+)
+def test_family_per_version_and_flags(version, env, family, worker):
+    plan = build_plan(analysis(version), 64, EAGLE3, env)
+    assert (plan.family, plan.worker) == (family, worker)
+    declared = read_settings(analysis(version).codebase)
+    gate_flag = plan.launch_flags[0] if family == "v1-code-patch" else None  # added by the patch itself
+    for flag in plan.launch_flags:
+        if flag.startswith("--") and flag != gate_flag:
+            assert declared.declares(flag), flag
+    assert {c["flag"] for c in plan.caps} == ({"--max-running-requests", "--cuda-graph-max-bs"} if version != NEWEST
+                                             else {"--max-running-requests", "--cuda-graph-max-bs-decode"})
+    assert all(c["value"] > 64 for c in plan.caps)
+
+
+def test_spec_v2_route_is_found_from_the_source():
+    plan = build_plan(analysis("0.5.9"), 64, EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"])
+    assert plan.route and plan.route["change"] == "SGLANG_ENABLE_SPEC_V2=0"
+    decided = {d.setting: d for d in plan.why}
+    assert decided["disable_overlap_schedule"].value is False
+    path, lineno = decided["disable_overlap_schedule"].source.rsplit(":", 1)
+    line = (release("0.5.9").root / path).read_text().splitlines()[int(lineno) - 1]
+    assert "self.disable_overlap_schedule = False" in line
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.9", "0.5.12.post1"])
+def test_running_request_cap_of_48_is_read_from_post_processing(version):
+    plan = build_plan(analysis(version), 64, EAGLE3)
+    cap = next(c for c in plan.caps if c["setting"] == "max_running_requests")
+    assert cap["current"] == 48
+    where = cap["reason"].split(" at ")[1].split(";")[0]
+    path, lineno = where.rsplit(":", 1)
+    assert "max_running_requests = 48" in (release(version).root / path).read_text().splitlines()[int(lineno) - 1]
+
+
+def test_an_explicit_cap_is_respected():
+    plan = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 512 --cuda-graph-max-bs 512")
+    assert plan.caps == []
+
+
+def _own_loader(version):
+    """The version's `_load_adaptive_config`, compiled from the fetched source."""
+    path = release(version).root / "srt" / "speculative" / "adaptive_spec_params.py"
+    tree = ast.parse(path.read_text())
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config")
+    namespace = {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
+    exec(compile(ast.Module(body=[func], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["_load_adaptive_config"]
+
+
+@pytest.mark.parametrize("version", ["0.5.14", NEWEST])
+def test_adaptive_config_parses_with_the_versions_own_loader(version, tmp_path):
+    plan = build_plan(analysis(version), 64, EAGLE3 + " --speculative-num-steps 4")
+    config = tmp_path / "adaptive.json"
+    config.write_text(json.dumps(plan.adaptive_config))
+    _, slots = _own_loader(version)(str(config))
+    assert slots == {1: {"candidate_steps": [4]}, 64: {"candidate_steps": [0]}}
+    assert "--speculative-adaptive" in plan.launch_flags
+
+
+def test_older_adaptive_loader_rejects_a_zero_slot_so_the_plan_does_not_use_it():
+    # 0.5.12.post1 declares the adaptive flags, but its loader wants two distinct steps per slot.
+    assert read_settings(analysis("0.5.12.post1").codebase).declares("--speculative-adaptive")
+    assert build_plan(analysis("0.5.12.post1"), 64, EAGLE3).family == "v2-blocked"
+
+
+def test_undeclared_flag_is_a_clear_error():
+    from eaglegate.errors import UserError
+
+    with pytest.raises(UserError, match="does not declare --no-such-flag"):
+        build_plan(analysis("0.5.9"), 64, "--no-such-flag 3")
