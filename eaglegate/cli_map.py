@@ -10,7 +10,17 @@ import typer
 def register(app: typer.Typer) -> None:
     # Imported here: eaglegate.cli calls register() at its end, after defining these.
     from eaglegate.cli import (
-        GitOpt, JsonOpt, PathOpt, PythonOpt, RevOpt, VersionOpt, err, locate_tree, out, print_json, progress_bar,
+        GitOpt,
+        JsonOpt,
+        PathOpt,
+        PythonOpt,
+        RevOpt,
+        VersionOpt,
+        err,
+        locate_tree,
+        out,
+        print_json,
+        progress_bar,
     )
 
     @app.command("map")

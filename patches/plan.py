@@ -65,7 +65,7 @@ class GatePlan:
 
 def _selection_alternatives(analysis: Analysis, worker: WorkerMap) -> list[set[Literal]]:
     cb = analysis.codebase
-    def lits(sel):
+    def lits(sel: Any) -> set[Literal]:
         found: set[Literal] = set()
         for text in sel.site.cond:
             found |= literals(cb, text, sel.function)
@@ -226,7 +226,8 @@ def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
         module = analysis.codebase.scope_module[qn]
         source = (analysis.tree.root / module.path).read_text(encoding="utf-8")
         tree = ast.parse(source)
-        wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
+        wanted: list[ast.stmt] = [n for n in tree.body
+                                  if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
         if not wanted:
             continue
         namespace: dict[str, Any] = {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
