@@ -99,3 +99,30 @@ def register(app: typer.Typer) -> None:
         console.print(
             "launch flags: " + shlex.join(patch_set.launch_flags), highlight=False, soft_wrap=True
         )
+
+    @app.command("verify")
+    def verify_command(
+        path: PathOpt = None,
+        python: PythonOpt = None,
+        git: GitOpt = None,
+        rev: RevOpt = None,
+        version: VersionOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Check an applied gate: files compile, the gate sits on the decode path, it behaves.
+
+        Example: eaglegate verify --path ./sglang-copy
+        """
+        from eaglegate.patches.verify import verify_tree
+
+        tree = locate_tree(path, python, git, rev, version)
+        report = verify_tree(tree)
+        if as_json:
+            print_json(report.to_json())
+        else:
+            for check in report.checks:
+                mark = "[green]ok[/green]  " if check.passed else "[red]FAIL[/red]"
+                out.print(f"{mark} {check.name}" + (f"  [dim]{check.detail}[/dim]" if check.detail else ""),
+                          soft_wrap=True)
+        if not report.ok:
+            raise typer.Exit(1)
