@@ -49,10 +49,15 @@ def module_name(root: Path, file: Path) -> tuple[str, bool]:
 
 
 def python_files(root: Path) -> list[Path]:
+    """The tree's Python files; a symlink that leads outside the tree is not followed."""
     files: list[Path] = []
+    resolved_root = root.resolve()
     for directory, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        files.extend(Path(directory) / n for n in sorted(names) if n.endswith(".py"))
+        for name in sorted(names):
+            path = Path(directory) / name
+            if name.endswith(".py") and (not path.is_symlink() or path.resolve().is_relative_to(resolved_root)):
+                files.append(path)
     return files
 
 

@@ -112,6 +112,7 @@ __import__("eaglegate.cli_plan", fromlist=["register"]).register(app)  # plan
 register_live(app)  # sweep, calibrate, verify-live
 register_patch(app)  # patch
 __import__("eaglegate.cli_apply", fromlist=["register"]).register(app)  # apply, revert, status
+__import__("eaglegate.cli_couplings", fromlist=["register"]).register(app)  # couplings
 __import__("eaglegate.cli_agents", fromlist=["register"]).register(app)  # mcp, tool
 __import__("eaglegate.cli_report", fromlist=["register"]).register(app)  # report, diff
 

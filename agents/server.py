@@ -1,0 +1,219 @@
+"""`eaglegate mcp`: the agent tools over the Model Context Protocol (stdio).
+
+Built on the official SDK's `MCPServer`. Each tool is a thin wrapper over
+`eaglegate.agents.tools`: typed inputs (their JSON Schema bounds `detail`, pages and
+types), the TypedDicts of `schemas.py` as structured output, and every refusal turned
+into an MCP tool error (`is_error`) with one line for the model; the server keeps
+serving after it. Nothing but protocol reaches stdout: the SDK points fd 1 at stderr
+while it serves, and our logging goes to stderr.
+"""
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from eaglegate import __version__
+from eaglegate.agents import tools
+from eaglegate.agents.schemas import (
+    ChangeOut,
+    CouplingsOut,
+    LocateOut,
+    MapOut,
+    PatchOut,
+    PlanOut,
+    ReportOut,
+    SymbolOut,
+)
+from eaglegate.errors import UserError
+
+log = logging.getLogger("eaglegate.agents")
+PLAYBOOK = Path(__file__).with_name("PLAYBOOK.md")
+R = TypeVar("R")
+
+# Inputs every tool shares: how the SGLang tree is named (at most one of the four).
+Version = Annotated[str | None, Field(
+    max_length=64, description="A released SGLang version, fetched once into eaglegate's cache (e.g. 0.5.9).")]
+TreePath = Annotated[str | None, Field(
+    max_length=tools.MAX_TEXT_ARG, description="A directory holding an SGLang source tree (site-packages, a checkout).")]
+Git = Annotated[str | None, Field(
+    max_length=tools.MAX_TEXT_ARG, description="An SGLang git checkout.")]
+Rev = Annotated[str | None, Field(
+    max_length=200, description="With git: a tag or commit to read.")]
+Python = Annotated[str | None, Field(
+    max_length=tools.MAX_TEXT_ARG, description="Another Python interpreter (a serving venv) whose installed SGLang to read.")]
+Detail = Annotated[int, Field(
+    ge=0, le=tools.MAX_DETAIL, strict=True,
+    description="0: compact (summary and key file:line facts), 1: conditions and evidence, 2: full records.")]
+PageNo = Annotated[int, Field(ge=1, le=tools.MAX_PAGE, strict=True, description="1-based page; answers give next_page.")]
+Threshold = Annotated[int, Field(
+    ge=1, le=1_000_000, strict=True, description="Speculate while the running batch is at most this many requests.")]
+Confirm = Annotated[bool, Field(strict=True, description="Must be true: this call writes SGLang's files.")]
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+
+
+PageSize = Annotated[int, Field(ge=1, le=tools.MAX_PAGE_SIZE, strict=True,
+                                description=f"Items per page (at most {tools.MAX_PAGE_SIZE}).")]
+
+
+def _call(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """Run one tool function; a refusal or failure becomes a tool error the model can read."""
+    try:
+        return fn(*args, **kwargs)
+    except UserError as exc:
+        raise ToolError(str(exc)) from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        log.exception("tool %s failed", fn.__name__)
+        raise ToolError(f"{fn.__name__} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def build_server(session: tools.Session | None = None) -> MCPServer:
+    """The eaglegate MCP server with its tools, report resources and playbook prompt."""
+    session = session or tools.SESSION
+    server: MCPServer = MCPServer(
+        name="eaglegate",
+        version=__version__,
+        instructions=(
+            "eaglegate reads SGLang's source (never imports it) to map how the Scheduler drives the "
+            "EAGLE speculative workers (v1 EAGLEWorker, v2 EAGLEWorkerV2), find what blocks switching "
+            "speculation off under load, and install a batch-size gate. Start with plan_gate: one call "
+            "answers where the gate goes and what blocks it, with file:line. Name the tree with one of "
+            "version, path, git or python; with none, the installed SGLang (or release 0.5.9) is used. "
+            "The prompt `investigate_eagle_gate` is the full playbook."
+        ),
+        log_level="WARNING",
+    )
+
+    def tree(version: str | None, path: str | None, git: str | None, rev: str | None,
+             python: str | None) -> tools.TreeArgs:
+        return tools.TreeArgs(version=version, path=path, git=git, rev=rev, python=python)
+
+    @server.tool(annotations=READ_ONLY)
+    def locate(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+               python: Python = None) -> LocateOut:
+        """Find the SGLang source: its version, root, speculative worker classes and gate-patch state."""
+        return _call(tools.locate, tree(version, path, git, rev, python), session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def map_paths(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+                  python: Python = None, detail: Detail = 0, page: PageNo = 1,
+                  page_size: PageSize = 10,
+                  worker: Annotated[str | None, Field(max_length=40, description="v1 or v2 (or a class name) to see one worker.")] = None,
+                  ) -> MapOut:
+        """How the Scheduler's event loops reach each EAGLE worker (v1 EAGLEWorker, v2 EAGLEWorkerV2):
+        every hop with file:line and the condition it sits under, where the worker class is chosen, and its
+        draft/verify/draft-extend steps. Paths of all event loops are paged."""
+        return _call(tools.map_paths, tree(version, path, git, rev, python), detail=detail, page=page,
+                     page_size=page_size, worker=worker, session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def find_couplings(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+                       python: Python = None, detail: Detail = 0, page: PageNo = 1,
+                       page_size: PageSize = 15,
+                       category: Annotated[str | None, Field(max_length=40, description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
+                       worker: Annotated[str | None, Field(max_length=8, description="v1 or v2: findings affecting that worker path.")] = None,
+                       ) -> CouplingsOut:
+        """What ties SGLang's runtime to speculation being on (buffers, CUDA graphs, draft state, mode
+        checks, config caps), each with file:line and why it blocks switching; and the verdict per worker
+        path (can a plain decode step run, by which route). Blocking findings come first; findings are paged."""
+        return _call(tools.find_couplings, tree(version, path, git, rev, python), detail=detail, page=page,
+                     page_size=page_size, category=category, worker=worker, session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def explain_symbol(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+                       python: Python = None,
+                       symbol: Annotated[str | None, Field(max_length=300, description="A function or class: qualified, Class.method, or a unique name.")] = None,
+                       location: Annotated[str | None, Field(max_length=tools.MAX_TEXT_ARG, description="file:line inside the tree, as the other tools print it (srt/managers/scheduler.py:2368).")] = None,
+                       detail: Detail = 0, page: PageNo = 1, page_size: PageSize = 12,
+                       ) -> SymbolOut:
+        """A function or class of the located SGLang: its definition, callers and callees (each call site
+        with file:line), its role on the speculative path, and a source excerpt. Give symbol or location."""
+        return _call(tools.explain_symbol, tree(version, path, git, rev, python), symbol=symbol,
+                     location=location, detail=detail, page=page, page_size=page_size, session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def plan_gate(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+                  python: Python = None,
+                  threshold: Annotated[int | None, Field(ge=1, le=1_000_000, strict=True, description="The batch size to gate at (default 32).")] = None,
+                  flags: Annotated[str, Field(max_length=2000, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
+                  env: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(max_length=32, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
+                  ) -> PlanOut:
+        """One call for "where is the batch-size gate inserted and what blocks it": both worker paths with
+        file:line, the couplings verdict per path, the plan for these flags (which worker runs, the route,
+        cap changes, launch flags) and the gate's insertion point."""
+        return _call(tools.plan_gate, tree(version, path, git, rev, python), threshold=threshold,
+                     flags=flags, env=env, session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def generate_patch(threshold: Threshold, version: Version = None, path: TreePath = None, git: Git = None,
+                       rev: Rev = None, python: Python = None, detail: Detail = 0, page: PageNo = 1,
+                       page_size: PageSize = 4) -> PatchOut:
+        """The gate patch for this tree (writes nothing): files, the insertion point, the launch flags, and
+        with detail>=1 the unified diff paged by hunk."""
+        return _call(tools.generate_patch, tree(version, path, git, rev, python), threshold, detail=detail,
+                     page=page, page_size=page_size, session=session)
+
+    @server.tool(annotations=WRITES)
+    def apply_patch(threshold: Threshold, confirm: Confirm = False, version: Version = None,
+                    path: TreePath = None, git: Git = None, rev: Rev = None, python: Python = None) -> ChangeOut:
+        """Install the gate patch into the located SGLang tree, atomically with a manifest for revert.
+        Refused unless confirm is true; never writes eaglegate's cached releases (copy one, pass path)."""
+        return _call(tools.apply_patch, tree(version, path, git, rev, python), threshold, confirm=confirm,
+                     session=session)
+
+    @server.tool(annotations=WRITES)
+    def revert_patch(confirm: Confirm = False,
+                     force: Annotated[bool, Field(strict=True, description="Restore the originals even over edits made since the patch.")] = False,
+                     version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+                     python: Python = None) -> ChangeOut:
+        """Restore every byte the gate patch changed and remove the files it added. Refused unless confirm is true."""
+        return _call(tools.revert_patch, tree(version, path, git, rev, python), confirm=confirm, force=force,
+                     session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def report(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
+               python: Python = None, detail: Detail = 0) -> ReportOut:
+        """Build the architecture report (paths, couplings, plan) and keep it as the resources
+        eaglegate://report/latest.md and eaglegate://report/latest.json; detail>=1 returns the Markdown too."""
+        return _call(tools.report, tree(version, path, git, rev, python), detail=detail, session=session)
+
+    def latest(kind: str) -> str:
+        if session.latest_report is None:
+            raise ResourceNotFoundError("no report yet: call the report tool first")
+        return session.latest_report[kind]
+
+    @server.resource(tools.REPORT_URIS[0], name="latest-report-markdown", mime_type="text/markdown",
+                     description="The latest report built by the report tool, as Markdown.")
+    def latest_markdown() -> str:
+        return latest("markdown")
+
+    @server.resource(tools.REPORT_URIS[1], name="latest-report-json", mime_type="application/json",
+                     description="The latest report built by the report tool, as JSON.")
+    def latest_json() -> str:
+        return latest("json")
+
+    @server.prompt(name="investigate_eagle_gate", title="Map SGLang's EAGLE-3 path and place a batch-size gate",
+                   description="The playbook: map how SGLang's scheduler drives EAGLE-3 and where to add a "
+                               "batch-size gate, with the tools to call and how to read their answers.")
+    def investigate_eagle_gate(
+        version: Annotated[str, Field(description="An SGLang release (e.g. 0.5.9); empty: the installed one.")] = "",
+        path: Annotated[str, Field(description="Or a directory holding the SGLang tree.")] = "",
+    ) -> str:
+        target = (f'version: "{version}"' if version else f'path: "{path}"' if path
+                  else "no tree argument (the installed SGLang)")
+        return PLAYBOOK.read_text(encoding="utf-8").replace("{{TREE}}", target)
+
+    return server
+
+
+def serve(log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING") -> None:
+    """Serve over stdio until the client closes the pipe."""
+    logging.getLogger().setLevel(log_level)
+    build_server().run("stdio")

@@ -1,0 +1,970 @@
+"""The agent tools as plain Python over the library API.
+
+The MCP server (`server.py`) and `eaglegate tool NAME` call these functions and hand
+back what they return (`schemas.py` holds the shapes), so the answers and their
+schemas are the same over MCP and on the command line, and each is unit-testable.
+
+What a caller may rely on:
+- Every answer is compact by default: a one-paragraph `summary` plus the key facts
+  with file:line. `detail` (0, 1 or 2) adds conditions, evidence and full records;
+  long lists are paged (`page`, `page_size`, and `next_page` in the answer) and never
+  cut without saying so.
+- A bad argument raises `AgentError` (a `UserError`) with one line for the model; no
+  tool reads or writes outside the located SGLang tree and eaglegate's cache. Paths the
+  agent gives are resolved (symlinks too) and must stay inside the tree.
+- Files change only in `apply_patch`/`revert_patch` with `confirm=True`, only in a
+  tree that is not eaglegate's read-only release cache, and only at paths inside the
+  located package (plus the transaction's manifest and backups beside it).
+- One analysis per tree is kept in this process and dropped when a patch changes it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from eaglegate.agents.schemas import (
+    AGENTS_SCHEMA,
+    ChangeOut,
+    CouplingsOut,
+    LocateOut,
+    MapOut,
+    Page,
+    PatchOut,
+    PlanOut,
+    ReportOut,
+    SymbolOut,
+    Tree,
+)
+from eaglegate.analyzer import source
+from eaglegate.analyzer.analysis import Analysis, analyze
+from eaglegate.analyzer.callgraph import CallGraph
+from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
+from eaglegate.errors import UserError
+
+MAX_DETAIL = 2
+MAX_PAGE_SIZE = 100
+MAX_PAGE = 100_000
+MAX_TEXT_ARG = 400
+COMPACT_ITEMS = 4  # reasons and sites per verdict in a compact answer
+NOT_AVAILABLE = "not available in this eaglegate yet"
+# Lines of source shown per detail level by explain_symbol.
+EXCERPT_LINES = (25, 80, 400)
+REPORT_URIS = ("eaglegate://report/latest.md", "eaglegate://report/latest.json")
+
+T = TypeVar("T")
+log = logging.getLogger("eaglegate.agents")
+
+
+class AgentError(UserError):
+    """A refused tool call; the message is one line for the model to act on."""
+
+
+# ---------------------------------------------------------------- arguments
+
+
+@dataclass(frozen=True)
+class TreeArgs:
+    """How the agent names the SGLang tree (at most one of path/python/git/version)."""
+
+    version: str | None = None
+    path: str | None = None
+    git: str | None = None
+    rev: str | None = None
+    python: str | None = None
+
+
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
+
+
+def _text(name: str, value: str | None, limit: int = MAX_TEXT_ARG) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise AgentError(f"{name} must be a string, not {type(value).__name__}")
+    if len(value) > limit or "\x00" in value:
+        raise AgentError(f"{name} is not a plausible value (over {limit} characters or a NUL byte)")
+    return value.strip() or None
+
+
+def check_detail(detail: int) -> int:
+    if isinstance(detail, bool) or not isinstance(detail, int):
+        raise AgentError(f"detail must be an integer 0..{MAX_DETAIL}, not {type(detail).__name__}")
+    if not 0 <= detail <= MAX_DETAIL:
+        raise AgentError(f"detail must be 0 (compact), 1 (more) or {MAX_DETAIL} (full), not {detail}")
+    return detail
+
+
+def paginate(items: Sequence[T], page: int, page_size: int) -> tuple[list[T], Page]:
+    """One page of `items` (1-based) and where it stands; refuses pages past the end."""
+    for name, value, top in (("page", page, MAX_PAGE), ("page_size", page_size, MAX_PAGE_SIZE)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
+        if not 1 <= value <= top:
+            raise AgentError(f"{name} must be between 1 and {top}, not {value}")
+    pages = max(1, -(-len(items) // page_size))
+    if page > pages:
+        raise AgentError(f"page {page} is past the last page ({pages}) of {len(items)} items")
+    start = (page - 1) * page_size
+    chunk = list(items[start : start + page_size])
+    meta: Page = {"page": page, "page_size": page_size, "total": len(items), "pages": pages,
+                  "next_page": page + 1 if page < pages else None}
+    return chunk, meta
+
+
+# ---------------------------------------------------------------- trees and analyses
+
+
+class Session:
+    """The trees and analyses one server process has seen, and its latest report.
+
+    Tools run in worker threads; the analyzer's memo tables are not thread-safe, so
+    every use of an analysis holds `lock`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._analyses: dict[tuple[str, str], Analysis] = {}
+        self._full_graphs: dict[tuple[str, str], CallGraph] = {}
+        self._stamps: dict[tuple[str, str], tuple[int, int]] = {}
+        self.latest_report: dict[str, str] | None = None  # {"markdown", "json", "version"}
+
+    def locate(self, args: TreeArgs) -> source.SourceTree:
+        version = _text("version", args.version, 64)
+        path = _text("path", args.path)
+        git = _text("git", args.git)
+        rev = _text("rev", args.rev, 200)
+        python = _text("python", args.python)
+        if python is not None:
+            # The interpreter is executed to read metadata: only something named python.
+            if not _PYTHON_NAME.fullmatch(Path(python).name):
+                raise AgentError(f"python must name a Python interpreter (python, python3.11...), not {python!r}")
+        if path is not None:
+            resolved = Path(path).expanduser().resolve()  # symlinks followed: the real tree is named
+            path = str(resolved)
+        if rev is not None and rev.startswith("-"):
+            raise AgentError(f"rev must be a tag or commit, not {rev!r}")
+        return source.locate(path=path, python=python, git_path=git, rev=rev, version=version)
+
+    def analysis(self, tree: source.SourceTree) -> Analysis:
+        key = (str(tree.root), tree.version)
+        with self.lock:
+            stamp = _stamp(tree)
+            found = self._analyses.get(key)
+            if found is None or self._stamps.get(key) != stamp:
+                self.forget(tree)
+                found = analyze(tree)
+                self._analyses[key] = found
+                self._stamps[key] = stamp
+            return found
+
+    def full_graph(self, analysis: Analysis) -> CallGraph:
+        """The whole tree's call graph (for callers), built once, apart from the map's."""
+        key = (str(analysis.tree.root), analysis.tree.version)
+        with self.lock:
+            graph = self._full_graphs.get(key)
+            if graph is None:
+                graph = CallGraph(analysis.codebase)
+                graph.build_all()
+                self._full_graphs[key] = graph
+            return graph
+
+    def forget(self, tree: source.SourceTree) -> None:
+        """Drop what is known of a tree whose files just changed."""
+        with self.lock:
+            for store in (self._analyses, self._full_graphs, self._stamps):
+                for key in [k for k in store if k[0] == str(tree.root)]:
+                    del store[key]
+
+
+SESSION = Session()
+
+
+def _stamp(tree: source.SourceTree) -> tuple[int, int]:
+    """How many Python files the tree has and the newest mtime: an edit since the last
+    analysis shows here (a stat per file, milliseconds). Cached releases never change."""
+    if tree.origin == "release":
+        return (0, 0)
+    count, newest = 0, 0
+    for file in tree.root.rglob("*.py"):
+        try:
+            newest = max(newest, file.stat().st_mtime_ns)
+        except OSError:
+            continue
+        count += 1
+    return (count, newest)
+
+
+def _tree_json(tree: source.SourceTree) -> Tree:
+    return {"version": tree.version, "origin": tree.origin, "root": str(tree.root)}
+
+
+def _short(spec_map: SpecMap, qn: str | None) -> str:
+    """A qualified name without its module (`Class.method`); file:line beside it says where."""
+    if qn is None:
+        return ""
+    cb = spec_map.callgraph.codebase
+    module = cb.scope_module.get(qn)
+    if module is not None:
+        return qn[len(module.name) + 1 :] if qn != module.name else qn
+    parts = qn.split(".")  # not a scope (`Class.field`, `func:setting`): strip the longest module
+    for i in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:i]) in cb.modules:
+            return ".".join(parts[i:])
+    return qn
+
+
+def _where(analysis: Analysis, qn: str) -> str | None:
+    cb = analysis.codebase
+    scope = cb.scopes.get(qn)
+    return cb.site(qn, scope.lineno).where if scope is not None else None
+
+
+def _cond(cond: Sequence[str], detail: int) -> list[str]:
+    """Conditions a call sits under: the innermost two when compact, all otherwise."""
+    shown = list(cond) if detail else list(cond)[-2:]
+    return [c if detail or len(c) <= 80 else c[:77] + "..." for c in shown]
+
+
+# ---------------------------------------------------------------- locate
+
+
+def locate(args: TreeArgs, session: Session = SESSION) -> LocateOut:
+    """Which SGLang this is, where it lives, its speculative workers, and its patch state."""
+    tree = session.locate(args)
+    from eaglegate.patches import transaction
+
+    try:
+        state = transaction.status(tree.root.parent).state
+    except (UserError, OSError) as exc:
+        state = f"unknown ({exc})"
+    workers = source.speculative_workers(tree)
+    summary = (f"SGLang {tree.version} ({tree.origin}) at {tree.root}; speculative workers: "
+               f"{', '.join(workers) or 'none'}; gate patch: {state}.")
+    return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
+            "detail": dict(tree.detail), "note": tree.note or None,
+            "speculative_workers": workers, "patch_state": state}
+
+
+# ---------------------------------------------------------------- map_paths
+
+
+def _main_loop(spec_map: SpecMap, worker: WorkerMap):
+    """The worker's path from the scheduler class's own event loop (mixins add variants)."""
+    own = [p for p in worker.paths if p.event_loop.startswith(spec_map.scheduler + ".")]
+    return (own or worker.paths or [None])[0]
+
+
+def _hop_json(spec_map: SpecMap, hop: Hop, detail: int) -> Any:
+    if detail == 0:
+        return f"{_short(spec_map, hop.callee)} @ {hop.site.where}"
+    return {"callee": _short(spec_map, hop.callee) if detail < 2 else hop.callee,
+            "site": hop.site.where, "condition": _cond(hop.site.cond, detail)}
+
+
+def _worker_facts(analysis: Analysis, worker: WorkerMap, detail: int) -> dict[str, Any]:
+    sm = analysis.spec_map
+    facts: dict[str, Any] = {"label": worker.label, "name": worker.name, "present": worker.present}
+    if not worker.present:
+        facts["note"] = f"{worker.name} is not in SGLang {sm.tree.version}"
+        return facts
+    main = _main_loop(sm, worker)
+    facts.update({
+        "class": worker.cls if detail >= 2 else _short(sm, worker.cls),
+        "defined_at": worker.defined_at.where if worker.defined_at else None,
+        "entry": _short(sm, worker.entry) if worker.entry else None,
+        "entry_at": _where(analysis, worker.entry) if worker.entry else None,
+        "reachable": worker.reachable,
+        "selected": [{"kind": s.kind, "by": _short(sm, s.function), "site": s.site.where,
+                      "condition": _cond(s.site.cond, detail)} for s in worker.selection],
+        "main_path": None if main is None else {
+            "event_loop": _short(sm, main.event_loop),
+            "hops": [_hop_json(sm, h, detail) for h in main.hops]},
+        "event_loops": len(worker.paths),
+    })
+    direct = [s for s in worker.steps if len(s.hops) == 1]
+    steps = worker.steps if detail else direct
+    facts["steps"] = [{"kind": s.kind, "function": _short(sm, s.function),
+                       "called_at": s.hops[-1].site.where,
+                       **({"defined_at": s.site.where} if detail else {})} for s in steps]
+    return facts
+
+
+def _path_summary(analysis: Analysis, worker: WorkerMap) -> str:
+    sm = analysis.spec_map
+    if not worker.present:
+        return f"{worker.label} {worker.name}: not in this version"
+    if not worker.reachable:
+        return f"{worker.label} {worker.name} ({worker.defined_at.where if worker.defined_at else '?'}): " \
+               "present but not reached from the event loops"
+    main = _main_loop(sm, worker)
+    last = main.hops[-1] if main else None
+    cond = f" under `{' and '.join(_cond(last.site.cond, 0))}`" if last and last.site.cond else ""
+    chosen = next((s for s in worker.selection if s.kind != "constructor"), None)
+    picked = (f"; chosen at {chosen.site.where} under `{' and '.join(_cond(chosen.site.cond, 0)[-1:])}`"
+              if chosen and chosen.site.cond else "")
+    return (f"{worker.label} {_short(sm, worker.cls)} ({worker.defined_at.where if worker.defined_at else '?'}): "
+            f"{_short(sm, main.event_loop) if main else '?'} → "
+            f"{' → '.join(_short(sm, h.callee) for h in (main.hops if main else []))}"
+            f" called at {last.site.where if last else '?'}{cond}{picked}; "
+            f"{len(worker.paths)} event loop(s) reach it")
+
+
+def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 10,
+              worker: str | None = None, session: Session = SESSION) -> MapOut:
+    """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line."""
+    check_detail(detail)
+    tree = session.locate(args)
+    with session.lock:
+        analysis = session.analysis(tree)
+        sm = analysis.spec_map
+        workers = sm.workers
+        if worker is not None:
+            chosen = sm.worker(worker)
+            if chosen is None:
+                raise AgentError(f"worker must be one of {', '.join(w.label for w in workers)} "
+                                 f"or {', '.join(w.name for w in workers)}, not {worker!r}")
+            workers = [chosen]
+        all_paths = [(w, p) for w in workers for p in w.paths]
+        chunk, meta = paginate(all_paths, page, page_size)
+        loops = {e.function: e for e in sm.event_loops}
+        paths = []
+        for w, p in chunk:
+            loop = loops.get(p.event_loop)
+            started = loop.dispatch[0][1] if loop and loop.dispatch else None
+            item: dict[str, Any] = {"worker": w.label, "event_loop": _short(sm, p.event_loop),
+                                    "started_at": started.where if started else None,
+                                    "hops": [_hop_json(sm, h, detail) for h in p.hops]}
+            if detail and started:
+                item["start_condition"] = _cond(started.cond, detail)
+            paths.append(item)
+        summary = (f"SGLang {tree.version}: {_short(sm, sm.scheduler)} "
+                   f"({_where(analysis, sm.scheduler)}). "
+                   + " | ".join(_path_summary(analysis, w) for w in workers) + ".")
+        return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
+                "scheduler": {"class": _short(sm, sm.scheduler), "defined_at": _where(analysis, sm.scheduler),
+                              "event_loops": len(sm.event_loops)},
+                "workers": [_worker_facts(analysis, w, detail) for w in workers],
+                "paths": paths, "paths_page": meta, "parse_failures": len(sm.failures)}
+
+
+# ---------------------------------------------------------------- find_couplings
+
+
+def _coupling_report(analysis: Analysis) -> dict[str, Any]:
+    """The couplings of the tree as the library reports them, or an AgentError saying they are missing."""
+    try:
+        module = importlib.import_module("eaglegate.analyzer.couplings")
+    except ImportError:
+        module = None
+    if module is None or not hasattr(module, "find_couplings"):
+        raise AgentError(f"find_couplings is {NOT_AVAILABLE} (the couplings analysis has not landed)")
+    report = analysis.couplings
+    data = report.to_json() if hasattr(report, "to_json") else report
+    if not isinstance(data, dict):
+        raise AgentError(f"the couplings report has an unexpected shape ({type(data).__name__})")
+    return data
+
+
+# Severities that say the coupling stands in the way of a runtime switch.
+_BLOCKING = ("blocks-runtime-switch",)
+
+
+def _finding_facts(finding: dict[str, Any], detail: int, spec_map: SpecMap | None = None) -> dict[str, Any]:
+    """A finding of the `eaglegate.couplings/1` report, compact unless `detail`."""
+    if detail >= 2:
+        return finding
+    facts = {k: finding.get(k) for k in ("category", "kind", "symbol", "site", "worker_path",
+                                          "severity", "reason")}
+    if spec_map is not None and isinstance(facts["symbol"], str):
+        facts["symbol"] = _short(spec_map, facts["symbol"])
+    if detail >= 1:
+        facts["evidence"] = finding.get("evidence", [])
+    return facts
+
+
+def _verdicts(data: dict[str, Any], detail: int) -> list[dict[str, Any]]:
+    raw = [v for v in data.get("verdicts", []) if isinstance(v, dict)]
+    if detail >= 1:
+        return raw
+    out = []
+    for v in raw:
+        reasons = list(v.get("reasons", []))
+        sites = [f.get("site") for f in v.get("findings", []) if isinstance(f, dict)]
+        item = {"worker_path": v.get("worker_path"), "status": v.get("status"), "route": v.get("route"),
+                "cost": v.get("cost"), "reasons": reasons[:COMPACT_ITEMS], "rests_on": sites[:COMPACT_ITEMS]}
+        if len(reasons) > COMPACT_ITEMS or len(sites) > COMPACT_ITEMS:
+            item["more"] = (f"{len(reasons)} reasons and {len(sites)} findings in all: "
+                            "find_couplings with detail=1 lists them")
+        out.append(item)
+    return out
+
+
+def _affects(finding: dict[str, Any], worker: str) -> bool:
+    return str(finding.get("worker_path", "both")).lower() in (worker.lower(), "both")
+
+
+def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 15,
+                   category: str | None = None, worker: str | None = None,
+                   session: Session = SESSION) -> CouplingsOut:
+    """What ties the runtime to speculation being on, and the verdict per worker path."""
+    check_detail(detail)
+    category = _text("category", category, 40)
+    worker = _text("worker", worker, 40)
+    if worker is not None and worker.lower() not in ("v1", "v2"):
+        raise AgentError(f"worker must be v1 or v2, not {worker!r}")
+    tree = session.locate(args)
+    with session.lock:
+        analysis = session.analysis(tree)
+        data = _coupling_report(analysis)
+        spec_map = analysis.spec_map
+    findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
+    known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
+    if category:
+        if category not in known:
+            raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
+        findings = [f for f in findings if f.get("category") == category]
+    if worker:
+        findings = [f for f in findings if _affects(f, worker)]
+    # What the verdicts rest on first, then other blocking findings: the first page holds
+    # what stands in the way on the paths the scheduler takes.
+    cited = {f.get("site") for v in data.get("verdicts", []) if isinstance(v, dict)
+             for f in v.get("findings", []) if isinstance(f, dict)}
+    findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
+                                 str(f.get("category")), str(f.get("site"))))
+    counts: dict[str, int] = {}
+    for f in findings:
+        key = str(f.get("category", "other"))
+        counts[key] = counts.get(key, 0) + 1
+    chunk, meta = paginate(findings, page, page_size)
+    verdicts = _verdicts(data, detail)
+    if worker:
+        verdicts = [v for v in verdicts if str(v.get("worker_path")).lower() == worker.lower()]
+    said = "; ".join(_verdict_line(v) for v in verdicts)
+    summary = (f"SGLang {tree.version}: {len(findings)} coupling(s) "
+               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'}). Verdicts: {said}.")
+    return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
+            "verdicts": verdicts, "counts": counts,
+            "findings": [_finding_facts(f, detail, spec_map) for f in chunk], "findings_page": meta,
+            "source_schema": data.get("schema")}
+
+
+def _verdict_line(verdict: dict[str, Any]) -> str:
+    who = verdict.get("worker_path") or "?"
+    status = verdict.get("status") or "?"
+    route = verdict.get("route")
+    return f"{who} {status}" + (f" ({route})" if route else "")
+
+
+# ---------------------------------------------------------------- explain_symbol
+
+
+def inside_tree(tree: source.SourceTree, given: str) -> Path:
+    """The file `given` names (relative to the package, `sglang/...`, or absolute), resolved
+    with symlinks followed; refused unless it lies inside the located tree."""
+    text = _text("location", given)
+    if text is None:
+        raise AgentError("location is empty")
+    root = tree.root.resolve()
+    candidate = Path(text).expanduser()
+    if not candidate.is_absolute():
+        parts = candidate.parts
+        if parts and parts[0] == root.name and not (root / candidate).exists():
+            candidate = Path(*parts[1:]) if len(parts) > 1 else Path(".")
+        candidate = root / candidate
+    resolved = candidate.resolve()
+    if not resolved.is_relative_to(root):
+        raise AgentError(f"{given!r} is outside the located SGLang tree ({root}); "
+                         "give a path inside it, e.g. srt/managers/scheduler.py:1123")
+    if not resolved.is_file():
+        raise AgentError(f"{given!r} is not a file in the located SGLang tree")
+    return resolved
+
+
+def _symbol_at(analysis: Analysis, rel: str, line: int) -> str | None:
+    """The innermost function or class of file `rel` whose lines hold `line`."""
+    cb = analysis.codebase
+    best: tuple[int, str] | None = None
+    for qn, scope in cb.scopes.items():
+        if scope.kind not in ("function", "class") or cb.scope_module[qn].path != rel:
+            continue
+        end = scope.end_lineno or scope.lineno
+        if scope.lineno <= line <= end and (best is None or end - scope.lineno < best[0]):
+            best = (end - scope.lineno, qn)
+    if best is None:
+        module = next((m for m in cb.modules.values() if m.path == rel), None)
+        return module.name if module else None
+    return best[1]
+
+
+def _excerpt(tree: source.SourceTree, analysis: Analysis, qn: str, detail: int,
+             focus: int | None) -> dict[str, Any] | None:
+    cb = analysis.codebase
+    scope = cb.scopes.get(qn)
+    if scope is None:
+        return None
+    rel = cb.scope_module[qn].path
+    file = (tree.root / rel).resolve()
+    if not file.is_relative_to(tree.root.resolve()):
+        return None  # a symlink out of the tree: never read through it
+    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    first = scope.lineno if scope.kind != "module" else 1
+    last = scope.end_lineno or len(lines)
+    limit = EXCERPT_LINES[detail]
+    start = first
+    if focus is not None and focus - first >= limit:
+        start = max(first, focus - limit // 2)  # keep the asked line in view
+    end = min(last, start + limit - 1)
+    text = "\n".join(f"{n:>5} {lines[n - 1]}" for n in range(start, end + 1) if n <= len(lines))
+    out: dict[str, Any] = {"file": rel, "start": start, "end": end, "definition_lines": [first, last],
+                           "text": text, "truncated": start > first or end < last}
+    if out["truncated"]:
+        out["note"] = (f"lines {start}-{end} of {first}-{last}; detail={min(detail + 1, MAX_DETAIL)} "
+                       "shows more, or pass location=<file>:<line> to centre another part")
+    return out
+
+
+def _call_list(spec_map: SpecMap, pairs: list[tuple[str, Any]], detail: int) -> list[dict[str, Any]]:
+    out = []
+    for qn, site in pairs:
+        item: dict[str, Any] = {"symbol": _short(spec_map, qn) if detail < 2 else qn, "site": site.where}
+        if detail:
+            item["condition"] = _cond(site.cond, detail)
+        out.append(item)
+    return out
+
+
+def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | None = None,
+                   detail: int = 0, page: int = 1, page_size: int = 12,
+                   session: Session = SESSION) -> SymbolOut:
+    """A function or class: where it is defined, who calls it, what it calls, and its source."""
+    check_detail(detail)
+    symbol = _text("symbol", symbol, 300)
+    if (symbol is None) == (location is None):
+        raise AgentError("give exactly one of symbol (e.g. EAGLEWorker.forward_batch_generation) "
+                         "or location (e.g. srt/managers/scheduler.py:2368)")
+    tree = session.locate(args)
+    focus: int | None = None
+    with session.lock:
+        analysis = session.analysis(tree)
+        cb = analysis.codebase
+        sm = analysis.spec_map
+        candidates: list[str] = []
+        if location is not None:
+            text = _text("location", location) or ""
+            match = re.fullmatch(r"(.+?)(?::(\d+))?", text)
+            assert match is not None
+            file = inside_tree(tree, match.group(1))
+            rel = file.relative_to(tree.root.resolve()).as_posix()
+            focus = int(match.group(2)) if match.group(2) else None
+            qn = _symbol_at(analysis, rel, focus or 1)
+            if qn is None:
+                raise AgentError(f"{rel} is not a Python module the analysis parsed")
+        else:
+            assert symbol is not None
+            if not re.fullmatch(r"[A-Za-z_][\w.]*", symbol):
+                raise AgentError(f"symbol must be a dotted Python name, not {symbol!r}")
+            candidates = cb.find(symbol)
+            if not candidates:
+                raise AgentError(f"no function or class named {symbol!r} in SGLang {tree.version}; "
+                                 "try a qualified name such as Scheduler.run_batch")
+            qn = candidates[0] if len(candidates) == 1 else ""
+        if not qn:
+            shown, meta = paginate(candidates, page, page_size)
+            return {"schema": AGENTS_SCHEMA, "sglang": _tree_json(tree), "definition": None,
+                    "summary": f"{len(candidates)} symbols match {symbol!r}: pass one of the candidates",
+                    "candidates": shown, "callers": [], "callees": [], "calls_page": meta,
+                    "excerpt": None}
+        graph = session.full_graph(analysis)
+        callers = ([(c, s) for c in sorted(graph.graph.predecessors(qn)) for s in graph.sites(c, qn)]
+                   if qn in graph.graph else [])
+        callees = ([(c, s) for c in sorted(graph.graph.successors(qn)) for s in graph.sites(qn, c)]
+                   if qn in graph.graph else [])
+        longest = callers if len(callers) >= len(callees) else callees
+        _, meta = paginate(longest, page, page_size)
+        lo = (page - 1) * page_size
+        scope = cb.scopes[qn]
+        definition = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
+                      "end_line": scope.end_lineno, "class": cb.owner_class(qn)}
+        if scope.kind == "class":
+            definition["bases"] = cb.bases(qn)
+        roles = _roles(sm, qn)
+        if roles:
+            definition["on_spec_path"] = roles
+        summary = (f"{_short(sm, qn)} ({scope.kind}) at {_where(analysis, qn)}: "
+                   f"{len(callers)} caller(s), {len(callees)} callee(s)"
+                   + (f"; {'; '.join(roles)}" if roles else "") + ".")
+        return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
+                "definition": definition, "candidates": [],
+                "callers": _call_list(sm, callers[lo : lo + page_size], detail),
+                "callees": _call_list(sm, callees[lo : lo + page_size], detail),
+                "calls_page": meta, "excerpt": _excerpt(tree, analysis, qn, detail, focus)}
+
+
+def _roles(sm: SpecMap, qn: str) -> list[str]:
+    """What the map says this symbol is, so the agent can place it."""
+    roles = []
+    if qn == sm.scheduler:
+        roles.append("the Scheduler")
+    for w in sm.workers:
+        if qn == w.cls:
+            roles.append(f"the {w.label} worker class")
+        if qn == w.entry:
+            roles.append(f"the {w.label} worker's batch entry (called by the scheduler)")
+        roles.extend(f"{w.label} {s.kind} step" for s in w.steps if s.function == qn)
+        roles.extend(f"selects the {w.label} worker ({s.kind})" for s in w.selection if s.function == qn)
+    if any(e.function == qn for e in sm.event_loops):
+        roles.append("a scheduler event loop")
+    return roles
+
+
+# ---------------------------------------------------------------- patches
+
+
+def _patch_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    try:
+        generate = importlib.import_module("eaglegate.patches.generate")
+        diff = importlib.import_module("eaglegate.patches.diff")
+    except ImportError as exc:
+        raise AgentError(f"generate_patch is {NOT_AVAILABLE} ({exc})") from None
+    if not hasattr(generate, "generate_patch") or not hasattr(diff, "render_file"):
+        raise AgentError(f"generate_patch is {NOT_AVAILABLE}")
+    return generate.generate_patch, diff.render_file
+
+
+def _check_patch_inputs(tree: source.SourceTree) -> None:
+    """The files the generator reads and writes must not lead out of the tree through links."""
+    gen = importlib.import_module("eaglegate.patches.generate")
+    rels = [getattr(gen, name) for name in ("WORKER", "SERVER_ARGS", "GATE") if hasattr(gen, name)]
+    _check_inside(tree, [f"{tree.root.name}/{rel}" for rel in rels])
+
+
+def _threshold(threshold: int) -> int:
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= 1_000_000:
+        raise AgentError(f"threshold must be a positive integer batch size, not {threshold!r}")
+    return threshold
+
+
+def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
+    """Where the gate's call-site edit lands in the original worker file (first changed line)."""
+    worker = next((c for c in patch.changes if c.path.endswith("speculative/eagle_worker.py")
+                   and c.before is not None), None)
+    if worker is None:
+        return None
+    before = worker.before.decode("utf-8").splitlines()
+    after = worker.after.decode("utf-8").splitlines()
+    rel = worker.path.split("/", 1)[1]
+    edits = []
+    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            edits.append({"at": f"{rel}:{i1 + 1}", "op": tag, "new": [s.strip() for s in after[j1:j2]][:3]})
+    module = importlib.import_module("eaglegate.patches.codemod_v1")
+    entry = module.entry_method_name(worker.before.decode("utf-8"), worker.path)
+    # The call-site edit is the one inside the entry method (the first is the import).
+    call_site = next((e for e in edits if any("_eaglegate_gated" in s for s in e["new"])), edits[0])
+    return {"file": rel, "where": call_site["at"], "symbol": f"EAGLEWorker.{entry}",
+            "what": "before the entry's extend branch: ask the gate, and run a gated decode "
+                    "through the existing forward_target_extend/forward_draft_extend pair",
+            "edits": edits}
+
+
+def _hunks(render_file: Callable[..., str], patch: Any) -> list[dict[str, Any]]:
+    hunks: list[dict[str, Any]] = []
+    for change in sorted(patch.changes, key=lambda c: c.path):
+        text = render_file(change)
+        pieces = re.split(r"(?m)^(?=@@ )", text)
+        for piece in pieces[1:]:
+            hunks.append({"file": change.path, "text": piece})
+    return hunks
+
+
+def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 1,
+                   page_size: int = 4, session: Session = SESSION) -> PatchOut:
+    """The gate patch for this tree (nothing is written): files, insertion point, flags, diff."""
+    check_detail(detail)
+    _threshold(threshold)
+    generate, render_file = _patch_api()
+    tree = session.locate(args)
+    _check_patch_inputs(tree)
+    patch = generate(tree, threshold)
+    files = []
+    for c in patch.changes:
+        before = c.before.decode("utf-8", "replace").splitlines() if c.before is not None else []
+        after = c.after.decode("utf-8", "replace").splitlines()
+        diff = list(difflib.unified_diff(before, after, lineterm="", n=0))
+        files.append({"path": c.path, "action": "create" if c.before is None else "modify",
+                      "added": sum(1 for d in diff if d.startswith("+") and not d.startswith("+++")),
+                      "removed": sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))})
+    hunks = _hunks(render_file, patch)
+    chunk, meta = paginate(hunks, page, page_size)
+    point = _insertion(tree, patch)
+    summary = (f"SGLang {tree.version} ({patch.family}), threshold {threshold}: "
+               + (f"{len(files)} file(s) change, {len(hunks)} hunk(s)" if files else "already patched, nothing to change")
+               + (f"; the gate goes in {point['symbol']} at {point['where']}" if point else "")
+               + ("" if detail else "; detail=1 pages through the diff hunks") + ".")
+    return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
+            "family": patch.family, "threshold": threshold, "package_parent": str(tree.root.parent),
+            "files": files, "insertion_point": point, "already_applied": not patch.changes,
+            "launch_flags": list(patch.launch_flags),
+            "hunks": chunk if detail else [], "hunks_page": meta}
+
+
+def _writable_parent(tree: source.SourceTree, action: str) -> Path:
+    if tree.origin == "release":
+        raise AgentError(
+            f"{tree.label} is eaglegate's cached read-only reference, not a tree to {action}; "
+            f"copy it (cp -r {tree.root.parent} ./sglang-{tree.version}) and pass path= the copy")
+    if tree.origin == "git" and tree.detail.get("rev"):
+        raise AgentError(f"rev= reads an exported snapshot; {action} the checkout itself (git= alone)")
+    return tree.root.parent
+
+
+def _check_inside(tree: source.SourceTree, rels: list[str]) -> None:
+    root = tree.root.resolve()
+    for rel in rels:
+        target = (tree.root.parent / rel).resolve()
+        if not target.is_relative_to(root):
+            raise AgentError(f"refusing: {rel} resolves to {target}, outside the located tree {root}")
+
+
+def apply_patch(args: TreeArgs, threshold: int, confirm: bool = False,
+                session: Session = SESSION) -> ChangeOut:
+    """Install the gate patch, atomically with a manifest; writes only with confirm=True."""
+    _threshold(threshold)
+    if confirm is not True:
+        raise AgentError("apply_patch changes SGLang's files: call it again with confirm: true "
+                         "(generate_patch shows the diff first); nothing was written")
+    generate, _ = _patch_api()
+    from eaglegate.patches import transaction
+
+    tree = session.locate(args)
+    parent = _writable_parent(tree, "apply")
+    with session.lock:
+        current = transaction.status(parent)
+        manifest = current.manifest
+        flags: list[str] = []
+        if manifest is not None and current.state != "interrupted":
+            if manifest.threshold != threshold:
+                raise AgentError(f"already patched with threshold {manifest.threshold}; call revert_patch first")
+            if current.state != "patched":
+                raise AgentError("patched, but files changed since; see locate's patch_state")
+            outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
+        else:
+            if current.state == "interrupted":
+                transaction.recover(parent)
+            _check_patch_inputs(tree)
+            patch = generate(tree, threshold)
+            _check_inside(tree, [c.path for c in patch.changes])
+            flags = list(patch.launch_flags)
+            try:
+                outcome = transaction.apply(parent, patch, tree_version=tree.version,
+                                            git_mode=tree.origin == "git")
+            finally:
+                session.forget(tree)
+        status = transaction.status(parent).to_json()
+    return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
+            "action": "apply", "changed": outcome.changed, "message": outcome.message,
+            "launch_flags": flags, "status": status}
+
+
+def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
+                 session: Session = SESSION) -> ChangeOut:
+    """Restore every byte the gate patch changed; writes only with confirm=True."""
+    if confirm is not True:
+        raise AgentError("revert_patch changes SGLang's files: call it again with confirm: true; "
+                         "nothing was written")
+    from eaglegate.patches import transaction
+
+    tree = session.locate(args)
+    parent = _writable_parent(tree, "revert")
+    with session.lock:
+        recorded = transaction.status(parent).manifest
+        if recorded is not None:
+            _check_inside(tree, [r.path for r in recorded.files])
+        try:
+            outcome = transaction.revert(parent, force=bool(force))
+        finally:
+            session.forget(tree)
+        status = transaction.status(parent).to_json()
+    return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
+            "action": "revert", "changed": outcome.changed, "message": outcome.message,
+            "launch_flags": [], "status": status}
+
+
+# ---------------------------------------------------------------- plan_gate
+
+
+def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
+              env: list[str] | None = None, session: Session = SESSION) -> PlanOut:
+    """One call: which worker runs, what blocks switching speculation off, and where the gate goes."""
+    if threshold is not None:
+        _threshold(threshold)
+    flags = _text("flags", flags, 2000) or ""
+    env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
+    tree = session.locate(args)
+    with session.lock:
+        analysis = session.analysis(tree)
+        sm = analysis.spec_map
+        workers = [_worker_facts(analysis, w, 0) for w in sm.workers]
+        for facts in workers:
+            facts.pop("steps", None)  # map_paths and explain_symbol give the steps
+        try:
+            data = _coupling_report(analysis)
+            findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
+            blocking = [f for f in findings if f.get("severity") in _BLOCKING]
+            # The blocking findings the verdicts rest on, in the verdicts' order.
+            cited = [(f.get("site"), f.get("symbol")) for v in data.get("verdicts", [])
+                     if isinstance(v, dict) for f in v.get("findings", []) if isinstance(f, dict)]
+            by_key = {(f.get("site"), f.get("symbol")): f for f in blocking}
+            shown = [by_key[key] for key in dict.fromkeys(cited) if key in by_key]
+            verdicts: dict[str, Any] = {
+                "available": True, "paths": _verdicts(data, 0),
+                "blocking_cited": [{k: _short(sm, f[k]) if k == "symbol" else f.get(k)
+                                    for k in ("category", "kind", "symbol", "site", "worker_path")}
+                                   for f in shown[:COMPACT_ITEMS * 2]],
+                "findings_total": len(findings), "blocking_total": len(blocking),
+                "more": "find_couplings pages through every finding (worker=v1|v2, category=...)"}
+        except AgentError as exc:
+            verdicts = {"available": False, "note": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - one failing part must not sink the one-call answer
+            log.exception("couplings failed on %s", tree.root)
+            verdicts = {"available": False, "note": f"the couplings analysis failed: {type(exc).__name__}: {exc}"}
+        try:
+            plan = _plan_facts(analysis, threshold, flags, env)
+        except UserError as exc:
+            plan = {"available": False, "note": str(exc)}
+        except Exception as exc:  # noqa: BLE001
+            log.exception("plan failed on %s", tree.root)
+            plan = {"available": False, "note": f"the gate plan failed: {type(exc).__name__}: {exc}"}
+    gate = _gate_facts(tree, threshold)
+    parts = [f"SGLang {tree.version}"]
+    parts += [_path_summary(analysis, w) for w in sm.workers]
+    if verdicts.get("available"):
+        parts.append("verdicts: " + "; ".join(_verdict_line(v) for v in verdicts["paths"]))
+    else:
+        parts.append(f"couplings: {verdicts['note']}")
+    if plan.get("available"):
+        route = plan.get("route") or {}
+        parts.append(f"plan under the given flags: {plan.get('family')} (worker {plan.get('worker')})"
+                     + (f", route: {route.get('change')} then {route.get('then')}" if route else ""))
+    else:
+        parts.append(f"plan: {plan['note']}")
+    point = gate.get("insertion_point")
+    parts.append(f"gate: {gate['route']}" + (f" in {point['symbol']} at {point['where']}" if point else ""))
+    next_steps = ["explain_symbol location=<file:line> reads any site above with its callers",
+                  "find_couplings detail=1 lists every finding with its evidence chain",
+                  "generate_patch threshold=N shows the diff; apply_patch confirm=true installs it "
+                  "in a writable tree (path=)"]
+    return {"schema": AGENTS_SCHEMA, "summary": ". ".join(parts) + ".", "sglang": _tree_json(tree),
+            "workers": workers, "verdicts": verdicts, "gate": gate, "plan": plan,
+            "next_steps": next_steps}
+
+
+def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any]:
+    """The patch generator's own answer: where the v1 gate goes, or why there is no code patch."""
+    try:
+        gen = importlib.import_module("eaglegate.patches.generate")
+    except ImportError:
+        return {"route": f"gate patch {NOT_AVAILABLE}"}
+    try:
+        _check_patch_inputs(tree)
+        family = gen.check_family(tree)
+        patch = gen.generate_patch(tree, threshold or 32)
+    except UserError as exc:
+        return {"route": "no code patch", "reason": str(exc)}
+    facts: dict[str, Any] = {"route": "code patch in the v1 EAGLEWorker", "family": family}
+    point = _insertion(tree, patch)
+    if point:
+        facts["insertion_point"] = {k: point[k] for k in ("file", "where", "symbol", "what")}
+    elif not patch.changes:
+        facts["note"] = "this tree already holds the gate patch"
+    return facts
+
+
+def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list[str]) -> dict[str, Any]:
+    """The per-version gate plan (`patches.plan`), compact; or say it has not landed."""
+    try:
+        module = importlib.import_module("eaglegate.patches.plan")
+    except ImportError:
+        module = None
+    build = getattr(module, "build_plan", None)
+    if build is None:
+        return {"available": False, "note": f"the per-version gate plan is {NOT_AVAILABLE}"}
+    data = build(analysis, threshold, flags, env).to_json()
+    keep = ("family", "worker", "threshold", "launch_flags", "env", "adaptive_config", "caps",
+            "blocked_by", "route", "patch", "caveats")
+    out: dict[str, Any] = {"available": True, **{k: data.get(k) for k in keep}}
+    out["decided_by"] = [f"{d.get('setting')}={d.get('value')} ({d.get('source')})"
+                         for d in data.get("why", [])]
+    out["caps"] = [{k: c.get(k) for k in ("flag", "value", "reason")} for c in data.get("caps") or []]
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(args: TreeArgs, detail: int = 0, session: Session = SESSION) -> ReportOut:
+    """Build the report of this tree and keep it as the latest-report resources (Markdown, JSON)."""
+    import json
+
+    check_detail(detail)
+    tree = session.locate(args)
+    try:
+        model = importlib.import_module("eaglegate.reports.model")
+        md = importlib.import_module("eaglegate.reports.markdown")
+        build, render = model.build_report, md.render_markdown
+    except (ImportError, AttributeError):
+        raise AgentError(f"report is {NOT_AVAILABLE} (the reports package has no Markdown renderer)") from None
+    with session.lock:
+        built = build(session.analysis(tree))
+    try:
+        text = importlib.import_module("eaglegate.reports.json_report").render_json(built)
+    except (ImportError, AttributeError):
+        text = json.dumps(built.to_json(), indent=1)
+    markdown = render(built)
+    session.latest_report = {"markdown": markdown, "json": text, "version": tree.version}
+    sections = [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]
+    out: ReportOut = {"schema": AGENTS_SCHEMA,
+                      "summary": f"report of SGLang {tree.version} ({len(markdown)} characters of Markdown) "
+                                 f"stored as {REPORT_URIS[0]} and {REPORT_URIS[1]}",
+                      "sglang": _tree_json(tree), "renderer": "eaglegate.reports",
+                      "resources": list(REPORT_URIS), "sections": sections}
+    if detail:
+        out["markdown"] = markdown
+    return out
+
+
+# ---------------------------------------------------------------- by name
+
+TOOLS: dict[str, Callable[..., Any]] = {
+    "locate": locate, "map_paths": map_paths, "find_couplings": find_couplings,
+    "explain_symbol": explain_symbol, "plan_gate": plan_gate, "generate_patch": generate_patch,
+    "apply_patch": apply_patch, "revert_patch": revert_patch, "report": report,
+}
+_TREE_KEYS = ("version", "path", "git", "rev", "python")
+
+
+def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:
+    """Call a tool by its MCP name with its MCP arguments (what `eaglegate tool` does)."""
+    import inspect
+
+    fn = TOOLS.get(name)
+    if fn is None:
+        raise AgentError(f"no tool {name!r}; the tools are {', '.join(TOOLS)}")
+    if not isinstance(arguments, dict):
+        raise AgentError("arguments must be a JSON object")
+    accepted = set(inspect.signature(fn).parameters) - {"args", "session"}
+    unknown = sorted(set(arguments) - accepted - set(_TREE_KEYS))
+    if unknown:
+        raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
+                         f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+    tree = TreeArgs(**{k: arguments[k] for k in _TREE_KEYS if k in arguments})
+    rest = {k: v for k, v in arguments.items() if k not in _TREE_KEYS}
+    result: dict[str, Any] = fn(tree, session=session, **rest)
+    return result
