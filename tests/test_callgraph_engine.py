@@ -254,3 +254,12 @@ def test_export_is_sorted_and_stable(tmp_path):
     codebase, _, _ = load_codebase(pkg)
     first = export(CallGraph(codebase).build_all())
     assert [(e["caller"], e["callee"]) for e in first["edges"]] == [("pkg.m.a", "pkg.m.b"), ("pkg.m.a", "pkg.m.c")]
+
+
+def test_symlink_leading_out_of_the_tree_is_not_read(tmp_path):
+    outside = tmp_path / "outside.py"
+    outside.write_text("def secret():\n    pass\n")
+    pkg = write_package(tmp_path, {"m.py": "x = 1\n"})
+    (pkg / "link.py").symlink_to(outside)
+    assert "pkg.link" not in parse_tree(pkg).modules
+    assert "pkg.m" in parse_tree(pkg).modules
