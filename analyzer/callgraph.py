@@ -79,18 +79,20 @@ class CallGraph:
             else:
                 self.graph.add_edge(caller, target, sites=[site])
 
-    def reach(self, roots: Iterable[str], limit: int | None = None) -> set[str]:
-        """Expand everything reachable from `roots`; returns the reached nodes."""
+    def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None) -> set[str]:
+        """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep); returns those nodes."""
         seen: set[str] = set()
-        queue = deque(roots)
+        queue = deque((root, 0) for root in roots)
         while queue:
-            current = queue.popleft()
+            current, level = queue.popleft()
             if current in seen:
                 continue
             seen.add(current)
+            if depth is not None and level >= depth:
+                continue
             self.expand(current)
             if current in self.graph:
-                queue.extend(self.graph.successors(current))
+                queue.extend((callee, level + 1) for callee in self.graph.successors(current))
             if limit and len(seen) >= limit:
                 break
         return seen
@@ -112,7 +114,6 @@ def load_codebase(
     parsed = parse_tree(root, progress=progress)
     # Summaries live as long as the analysis: move them out of the cyclic GC's view, or
     # every later allocation burst re-scans millions of objects that are never garbage.
-    gc.collect()
     gc.freeze()
     return Codebase(parsed), parsed, time.perf_counter() - start
 

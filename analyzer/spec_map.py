@@ -284,13 +284,15 @@ def build_map(
     reached = cg.reach(loop_names)
 
     # Who starts each loop, and under which condition (e.g. `scheduler.enable_overlap`).
-    module_level = [qn for qn, s in cb.scopes.items() if s.kind == "function" and cb.owner_class(qn) is None
-                    and cb.scope_module[qn].name == cb.scope_module[scheduler].name]
-    # Worker classes are chosen while the scheduler is built, not in its loops: reach
-    # every scheduler method (mixins included) and the module's own functions.
+    home = cb.scope_module[scheduler]
+    module_level = [cb.qn(home, qual) for qual, s in home.scopes.items() if s.kind == "function"
+                    and (s.parent == "" or s.parent is None)]
+    # Worker classes are chosen while the scheduler is built, not in its loops: every
+    # scheduler method (mixins included), the module's own functions, and what they call
+    # directly (a factory such as `create_worker`).
     scheduler_methods = [f"{cb.scope_module[cls].name}.{child}" for cls in cb.mro(scheduler)
                          for child in cb.scopes[cls].children]
-    setup = cg.reach(module_level + scheduler_methods, limit=6000)
+    setup = cg.reach(module_level + scheduler_methods, depth=2)
     loops = []
     for loop in loop_names:
         dispatch = [(caller, site) for caller in sorted(cg.graph.predecessors(loop))
