@@ -1,0 +1,81 @@
+"""Couplings: every place that ties an SGLang runtime to speculation being on.
+
+`find_couplings(tree)` maps the tree (or takes a map), follows the speculative
+settings by data flow (`dataflow.py`), runs the registered detectors (`registry.py`:
+buffer, cuda_graph, draft_state, mode_check, config_cap) and gives a verdict per worker
+path (`verdict.py`). The JSON schema is `eaglegate.couplings/1` (docs/schema-couplings.md).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from eaglegate.analyzer.couplings.model import (
+    CATEGORIES,
+    COUPLINGS_SCHEMA_VERSION,
+    SEVERITIES,
+    CouplingReport,
+    Finding,
+    Step,
+    Verdict,
+)
+from eaglegate.analyzer.index import Codebase
+from eaglegate.analyzer.source import SourceTree
+from eaglegate.analyzer.spec_map import SpecMap
+
+__all__ = [
+    "CATEGORIES", "COUPLINGS_SCHEMA_VERSION", "SEVERITIES", "CouplingReport", "Finding", "Step",
+    "Verdict", "find_couplings",
+]
+
+
+def find_couplings(
+    tree: SourceTree, spec_map: SpecMap | None = None, codebase: Codebase | None = None
+) -> CouplingReport:
+    """The couplings of one SGLang tree and a verdict per worker path."""
+    from eaglegate.analyzer.spec_map import build_map
+
+    timing: dict[str, float] = {}
+    if spec_map is None:
+        start = time.perf_counter()
+        spec_map = build_map(tree, codebase=codebase)
+        timing["map"] = time.perf_counter() - start
+    # Every object built below stays alive until the report is made: pause the cyclic GC
+    # (it would rescan them all again and again).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _report(tree, spec_map, timing)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> CouplingReport:
+    from eaglegate.analyzer.couplings.registry import build_context, detectors
+    from eaglegate.analyzer.couplings.verdict import build_verdicts
+
+    start = time.perf_counter()
+    ctx = build_context(spec_map)
+    timing["dataflow"] = time.perf_counter() - start
+    start = time.perf_counter()
+    findings: list[Finding] = []
+    seen: set[tuple] = set()
+    for detector in detectors():
+        for finding in detector.find(ctx):
+            if finding.key not in seen:
+                seen.add(finding.key)
+                findings.append(finding)
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    findings.sort(key=lambda f: (order[f.category], f.worker_path, f.path, f.line, f.kind))
+    verdicts = build_verdicts(ctx, findings)
+    timing["detectors"] = time.perf_counter() - start
+    flow = ctx.flow
+    scope = {
+        "modules_candidate": len(flow.candidates),
+        "modules_read": sorted(flow.cb.modules[m].path for m in flow.loaded),
+        "functions_analysed": sum(1 for f in flow.functions.values() if f.analysed),
+        "tainted_attributes": len(flow.attr_taint),
+    }
+    return CouplingReport(tree.version, str(tree.root), findings, verdicts, scope, timing)

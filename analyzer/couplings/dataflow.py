@@ -26,6 +26,7 @@ each with its enclosing conditions) are what the detectors read.
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -40,10 +41,19 @@ _MAX_CHAIN = 14
 # Facts that cross a function boundary (attributes, parameters, returns) carry chains of
 # at most this many steps: a setting reaches the shapes it defines within a few copies,
 # and longer chains wander into per-step values (seq_lens, logits) that every step touches.
-_MAX_SHARED = 7
+_MAX_SHARED = 9
+_MAX_HOPS = 4  # of those, parameter bindings and returns
+
+
 _TEXT_LIMIT = 110
 _ATTR_RE = re.compile(r"\.([A-Za-z_]\w*)")
 _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "appendleft", "setdefault"})
+
+
+def _too_long(chain: Chain) -> bool:
+    if len(chain) > _MAX_SHARED:
+        return True
+    return sum(1 for s in chain if "←" in s.text or s.text.startswith("return ")) > _MAX_HOPS
 
 
 def text_of(node: ast.AST) -> str:
@@ -53,7 +63,7 @@ def text_of(node: ast.AST) -> str:
 
 # Speculative settings that name the draft model's files (weights, revision, token map)
 # rather than a width, a step count or the algorithm: they do not shape the runtime.
-_IDENTITY_SUFFIXES = ("_path", "_revision", "_file", "_token_map")
+_IDENTITY_SUFFIXES = ("_path", "_revision", "_file", "_token_map", "_load_format")
 
 
 def is_source_attr(name: str) -> bool:
@@ -121,10 +131,18 @@ class BranchFact:
     def test(self) -> str:
         return text_of(self.node.test)
 
+    rest: list[ast.stmt] = field(default_factory=list)  # what runs when `if c: …; continue` does not
+
     @property
-    def arms(self) -> tuple[set[str], set[str]]:
-        """Attributes whose containers grow (`x.attr.append(…)`) in the body / the else."""
-        return _mutated(self.node.body), _mutated(self.node.orelse)
+    def partial(self) -> set[str]:
+        """Containers (`x.attr` in `x.attr.append(…)`) grown on some but not all of the
+        branch's paths: the work one side leaves to someone else."""
+        if self.rest and isinstance(self.node, ast.If):
+            body_every, body_some = _grown(self.node.body)
+            rest_every, rest_some = _grown(self.rest)
+            return (body_some | rest_some) - (body_every & rest_every)
+        every, some = _grown([self.node])
+        return some - every
 
 
 @dataclass
@@ -194,18 +212,21 @@ class FunctionFacts:
 class SpecFlow:
     """The taint state of one tree, computed over the modules the spec path reaches."""
 
-    def __init__(self, codebase: Codebase, candidates: set[str], also_record: set[str] | None = None):
+    def __init__(self, codebase: Codebase, candidates: set[str], also_record: set[str] | None = None,
+                 reached: set[str] | None = None):
         self.cb = codebase
         self.root = Path(codebase.root)
         self.candidates = candidates  # module names the analysis may read
         self.also_record = also_record or set()  # functions whose facts detectors need anyway
+        self.reached = reached  # functions the call graph reaches from the spec path (None: all)
         self.loaded: set[str] = set()
         self.functions: dict[str, FunctionFacts] = {}
         self.attr_taint: dict[tuple[str, str], Chain] = {}
         self.param_taint: dict[str, dict[str, Chain]] = defaultdict(dict)
         self.ret_taint: dict[str, Chain] = {}
         self.attr_writes: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
-        self._readers: dict[str, set[str]] = defaultdict(set)
+        # attribute → {function: classes it reads the attribute on}: who re-runs on a taint.
+        self._readers: dict[str, dict[str, frozenset]] = defaultdict(dict)
         self._callers: dict[str, set[str]] = defaultdict(set)
         self._dirty: deque[str] = deque()
         self._dirty_set: set[str] = set()
@@ -218,6 +239,7 @@ class SpecFlow:
         self._lines: dict[str, list[str]] = {}
         self._nodes: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self._mentions: dict[str, set[str]] = defaultdict(set)
+        self._importers: dict[str, set[str]] | None = None
 
     # -- modules ---------------------------------------------------------------------------------
     def _text(self, module: str) -> str:
@@ -258,16 +280,21 @@ class SpecFlow:
         owner: list[str | None] = [None] * (len(lines) + 2)
         for start, neg_end, qn in sorted(spans):
             owner[start:-neg_end + 1] = [qn] * (-neg_end + 1 - start)
+        seeds: set[str] = set()
         for number, line in enumerate(lines, 1):
-            qn = owner[number] if number < len(owner) else None
-            if qn is None or "." not in line:
+            inner = owner[number] if number < len(owner) else None
+            if inner is None or "." not in line:
                 continue
-            for attr in _ATTR_RE.findall(line):
-                self._mentions[attr].add(qn)
-                if is_source_attr(attr):
-                    self._mark(qn)
-            if "'speculative_" in line or '"speculative_' in line:
-                self._mark(qn)
+            attrs = _ATTR_RE.findall(line)
+            if any(is_source_attr(a) for a in attrs) or "'speculative_" in line or '"speculative_' in line:
+                self._mark(inner)
+                seeds.add(inner)
+            # Only functions the spec path reaches (or that read a setting) re-run when an
+            # attribute they mention becomes tainted; others run when a tainted value is
+            # passed to them.
+            if self.reached is None or inner in self.reached or inner in seeds:
+                for attr in attrs:
+                    self._mentions[attr].add(inner)
 
     def node(self, facts: FunctionFacts) -> ast.FunctionDef | ast.AsyncFunctionDef:
         """The def, parsed alone from its lines (the whole module only if that fails)."""
@@ -278,11 +305,11 @@ class SpecFlow:
         segment = self._lines[facts.module][start - 1:end]
         first = segment[0] if segment else ""
         indent = first[: len(first) - len(first.lstrip())]
-        code = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" \t")
-                       for line in segment)
+        # Leading newlines keep the line numbers without a pass over the tree.
+        code = "\n" * (start - 1) + "".join(
+            line[len(indent):] if line.startswith(indent) else line.lstrip(" \t") for line in segment)
         try:
             parsed = ast.parse(code).body[0]
-            ast.increment_lineno(parsed, start - 1)
         except (SyntaxError, IndexError, ValueError, RecursionError):
             parsed = self._whole_module(facts)
         if not isinstance(parsed, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -307,6 +334,17 @@ class SpecFlow:
     def run(self) -> None:
         """Propagate to a fixed point. Each analysis rewrites its function's facts, so the
         last one (made after the function's last input changed) is what detectors read."""
+        # Parsing and analysing allocate many small objects that all stay alive; the
+        # cyclic GC would rescan them over and over (as in parse.py's cache loads).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._run()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self) -> None:
         for qn in sorted(self.also_record):
             if qn not in self.functions:
                 module = self.cb.scope_module.get(qn)
@@ -329,14 +367,35 @@ class SpecFlow:
         return found
 
     def taint_attr(self, cls: str, attr: str, chain: Chain) -> None:
-        if (cls, attr) in self.attr_taint or len(chain) > _MAX_SHARED:
+        if (cls, attr) in self.attr_taint or _too_long(chain):
             return
         self.attr_taint[(cls, attr)] = chain[-_MAX_CHAIN:]
-        for reader in self._readers.get(attr, set()) | self._mentions.get(attr, set()):
-            self._mark(reader)
+        for reader, classes in self._readers.get(attr, {}).items():
+            if any(cls in self.family(k) for k in classes):
+                self._mark(reader)
+        for reader in self._mentions.get(attr, ()):
+            facts = self.functions.get(reader)
+            if facts is not None and not facts.analysed:
+                self._mark(reader)
+        self._load_readers(cls, attr)
+
+    def _load_readers(self, cls: str, attr: str) -> None:
+        """Load the spec-path modules that import the class (or a relative) and read `.attr`."""
+        if self._importers is None:
+            self._importers = defaultdict(set)
+            for module in self.candidates:
+                for scope in self.cb.modules[module].scopes.values():
+                    for imp in scope.imports:
+                        if imp.name:
+                            self._importers[imp.name].add(module)
+        needle = "." + attr
+        for member in self.family(cls):
+            for module in sorted(self._importers.get(member.rsplit(".", 1)[-1], ())):
+                if module not in self.loaded and needle in self._text(module):
+                    self.load(module)
 
     def taint_param(self, func: str, param: str, chain: Chain) -> None:
-        if param in self.param_taint[func] or len(chain) > _MAX_SHARED:
+        if param in self.param_taint[func] or _too_long(chain):
             return
         self.param_taint[func][param] = chain[-_MAX_CHAIN:]
         if func not in self.functions:
@@ -347,7 +406,7 @@ class SpecFlow:
             self._mark(func)
 
     def taint_return(self, func: str, chain: Chain) -> None:
-        if func in self.ret_taint or len(chain) > _MAX_SHARED:
+        if func in self.ret_taint or _too_long(chain):
             return
         self.ret_taint[func] = chain[-_MAX_CHAIN:]
         for caller in self._callers.get(func, ()):
@@ -480,6 +539,7 @@ class _Walker:
         self.selfname = self.cb.self_param(self.qn) if facts.owner else None
         self.cond: list[Frame] = []
         self.missed: set[str] = set()
+        self.mappings: set[str] = set()  # locals bound to dict literals: `table[name]` is keyed
 
     def step(self, text: str, node: ast.AST) -> Step:
         return Step(text, self.path, getattr(node, "lineno", 0))
@@ -492,7 +552,7 @@ class _Walker:
         # before its assignment) was tainted later on.
         for _ in range(3):
             before = set(facts.locals)
-            self.missed: set[str] = set()
+            self.missed = set()
             facts.reset()
             self.cond = []
             self.block(self.flow.node(facts).body)
@@ -502,8 +562,13 @@ class _Walker:
     # -- statements ---------------------------------------------------------------------------------
     def block(self, body: list[ast.stmt]) -> None:
         pushed = 0
-        for stmt in body:
+        for index, stmt in enumerate(body):
             self.stmt(stmt)
+            if self.record and isinstance(stmt, ast.If) and stmt.body and not stmt.orelse \
+                    and isinstance(stmt.body[-1], _TERMINATORS):
+                fact = next((b for b in reversed(self.facts.branches) if b.node is stmt), None)
+                if fact is not None:
+                    fact.rest = body[index + 1:]
             if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], _TERMINATORS) \
                     and not stmt.orelse:
                 # After `if c: return`, the rest of the block runs under `not c`.
@@ -593,6 +658,8 @@ class _Walker:
             return (*chain, self.step(text, stmt))[-_MAX_CHAIN:]
 
         if isinstance(target, ast.Name):
+            if isinstance(value, (ast.Dict, ast.DictComp)):
+                self.mappings.add(target.id)
             if chain is not None and target.id not in self.facts.locals:
                 self.facts.locals[target.id] = extended()  # type: ignore[assignment]
             if self.record:
@@ -646,11 +713,19 @@ class _Walker:
             key = node.slice
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and is_source_attr(key.value):
                 return (self.step(text_of(node), node),)
-            # An element chosen by a tainted index is not spec-shaped; a tainted slice is.
+            # An element of a list chosen by a tainted index is not spec-shaped; a tainted
+            # slice is, and so is a member looked up by a tainted name (`Algorithm[name]`).
             key_chain = self.expr(key)
-            sliced = isinstance(key, ast.Slice) or (
+            keyed = isinstance(key, ast.Slice) or (
                 isinstance(key, ast.Tuple) and any(isinstance(e, ast.Slice) for e in key.elts))
-            return _first(self.expr(node.value), key_chain if sliced else None)
+            if key_chain is not None and not keyed:
+                base = node.value
+                keyed = isinstance(base, ast.Dict) or (
+                    isinstance(base, ast.Name) and base.id in self.mappings)
+                if not keyed:
+                    ir = expr_ir(base)
+                    keyed = ir is not None and any(v[0] == "class" for v in self.cb.values(ir, self.qn))
+            return _first(self.expr(node.value), key_chain if keyed else None)
         if isinstance(node, ast.Lambda):
             return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -669,10 +744,18 @@ class _Walker:
 
     def attribute(self, node: ast.Attribute) -> Chain | None:
         flow = self.flow
-        flow._readers[node.attr].add(self.qn)
         base_chain = self.expr(node.value)
         classes = self.classes_of(node.value)
+        if classes:
+            flow._readers[node.attr][self.qn] = classes
+        if is_source_attr(node.attr):
+            # The setting itself: the chain starts here, however it was normalised before.
+            if classes and self.record:
+                self.facts.reads.append(ReadFact(classes, node.attr, node.lineno, node))
+            return (self.step(text_of(node), node),)
         chain = flow.attr_chain(classes, node.attr) if classes else None
+        if chain is None and classes:
+            chain = self._property(classes, node.attr)
         if classes and self.record:
             self.facts.reads.append(ReadFact(classes, node.attr, node.lineno, node))
         if chain is not None:
@@ -683,21 +766,37 @@ class _Walker:
         # through its own assignments; of an unknown one (a tensor), through the object.
         return base_chain if not classes else None
 
+    def _property(self, classes: frozenset, attr: str) -> Chain | None:
+        """`obj.max_draft_tokens` where it is a property: what the property returns."""
+        flow, cb = self.flow, self.cb
+        for cls in sorted(classes):
+            for member in cb.mro(cls):
+                qn = f"{member}.{attr}"
+                scope = cb.scopes.get(qn)
+                if scope is None:
+                    continue
+                if scope.kind == "function" and any("property" in d for d in scope.decorators):
+                    if qn not in flow.functions:
+                        flow.load(cb.scope_module[qn].name)
+                    flow._callers[qn].add(self.qn)
+                    return flow.ret_taint.get(qn)
+                return None
+        return None
+
     def call(self, node: ast.Call) -> Chain | None:
         flow, cb = self.flow, self.cb
         func = node.func
         if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2 \
                 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             name = node.args[1].value
-            flow._readers[name].add(self.qn)
             classes = self.classes_of(node.args[0])
+            if classes:
+                flow._readers[name][self.qn] = classes
             chain = flow.attr_chain(classes, name) if classes else None
             if chain is None and is_source_attr(name):
                 chain = (self.step(text_of(node), node),)
             return chain or (self.expr(node.args[0]) if not classes else None)
         receiver = self.expr(func.value) if isinstance(func, ast.Attribute) else None
-        if isinstance(func, ast.Attribute):
-            flow._readers[func.attr].add(self.qn)
         args: list[tuple[str | int, Chain | None, ast.expr]] = []
         for index, arg in enumerate(node.args):
             inner = arg.value if isinstance(arg, ast.Starred) else arg
@@ -717,7 +816,7 @@ class _Walker:
                 if target in flow.functions:
                     resolved = True
                     flow._callers[target].add(self.qn)
-                    result = _first(result, flow.ret_taint.get(target))
+                    result = _first(result, self._returned(target, args, node))
                     # `algorithm.is_eagle()`: a method whose result is derived from `self`.
                     if receiver is not None and flow.returns_self(target):
                         result = _first(result, receiver)
@@ -740,6 +839,42 @@ class _Walker:
             self.facts.calls.append(CallFact(node, node.lineno, func, callees, args, receiver,
                                              result, tuple(self.cond)))
         return result
+
+    def _returned(self, target: str, args: list, node: ast.Call) -> Chain | None:
+        """The callee's returned taint; when it comes from a parameter, told from this call's
+        own argument (so a chain does not start at whichever call site was seen first)."""
+        chain = self.flow.ret_taint.get(target)
+        if chain is None:
+            return None
+        for name, param_chain in self.flow.param_taint.get(target, {}).items():
+            binding = param_chain[-1]
+            if binding in chain:
+                mine = self._param_args(target, args, node).get(name)
+                if mine is not None:
+                    rest = chain[chain.index(binding) + 1:]
+                    return (*mine, Step(f"{target.rsplit('.', 1)[-1]}({name}=…) ← {text_of(node)}",
+                                        self.path, node.lineno), *rest)[-_MAX_CHAIN:]
+        return chain
+
+    def _param_args(self, target: str, args: list, node: ast.Call) -> dict[str, Chain]:
+        scope = self.cb.scopes.get(target)
+        if scope is None:
+            return {}
+        params = [p for p, _ in scope.params]
+        parent = self.cb.parent_qn(target)
+        is_method = parent is not None and self.cb.scopes[parent].kind == "class" \
+            and "staticmethod" not in scope.decorators
+        offset = 1 if is_method and (isinstance(node.func, ast.Attribute) or target.endswith(".__init__")) else 0
+        found: dict[str, Chain] = {}
+        for key, chain, _ in args:
+            if chain is None:
+                continue
+            if isinstance(key, int):
+                if 0 <= key and key + offset < len(params):
+                    found.setdefault(params[key + offset], chain)
+            elif key in params:
+                found.setdefault(key, chain)
+        return found
 
     def _bind_params(self, target: str, args: list, node: ast.Call, bound: bool) -> None:
         scope = self.cb.scopes.get(target)
@@ -780,6 +915,35 @@ class _Walker:
             # Building an object is its set-up, wherever it happens.
             if chain is not None and (cls, name) not in self.flow.attr_taint:
                 self.flow.taint_attr(cls, name, (*chain, self.step(f"{label}({name}=…) ← {text_of(node)}", node)))
+
+
+def _grown(body: list[ast.stmt]) -> tuple[set[str], set[str]]:
+    """Containers grown on every path through `body`, and on some path."""
+    every: set[str] = set()
+    some: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            body_every, body_some = _grown(stmt.body)
+            else_every, else_some = _grown(stmt.orelse)
+            every |= body_every & else_every
+            some |= body_some | else_some
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            some |= _grown(stmt.body)[1] | _grown(stmt.orelse)[1]
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            inner_every, inner_some = _grown(stmt.body)
+            every |= inner_every
+            some |= inner_some
+        elif isinstance(stmt, ast.Try):
+            inner_every, inner_some = _grown(stmt.body)
+            every |= inner_every
+            some |= inner_some
+            for handler in stmt.handlers:
+                some |= _grown(handler.body)[1]
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found = _mutated([stmt])
+            every |= found
+            some |= found
+    return every, some
 
 
 def _mutated(body: list[ast.stmt]) -> set[str]:

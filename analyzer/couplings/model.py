@@ -69,8 +69,8 @@ class Finding:
         return self.evidence[0].text if self.evidence else ""
 
     @property
-    def key(self) -> tuple[str, str, str, int]:
-        return (self.category, self.kind, self.path, self.line)
+    def key(self) -> tuple[str, str, str, int, str]:
+        return (self.category, self.kind, self.path, self.line, self.symbol)
 
     def to_json(self) -> dict[str, Any]:
         return {

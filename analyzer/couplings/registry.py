@@ -35,6 +35,8 @@ class Context:
     worker_reach: dict[str, set[str]]  # label → functions reached from the worker's methods
     loop_reach: set[str]  # functions reached from the scheduler's event loops
     settings_classes: set[str]
+    settings_reach: set[str] = field(default_factory=set)  # server-argument post-processing
+    settings_handlers: set[str] = field(default_factory=set)
     scratch: dict[str, object] = field(default_factory=dict)  # shared between detectors
 
     def worker_path(self, qn: str) -> str:
@@ -77,6 +79,36 @@ class Context:
         return found
 
 
+def settings_handlers(ctx: Context, modules: set[str]) -> set[str]:
+    """Functions of these modules with a parameter annotated as the settings class."""
+    cb = ctx.codebase
+    names = {cls.rsplit(".", 1)[-1] for cls in ctx.settings_classes}
+    found: set[str] = set()
+    for module in modules:
+        summary = cb.modules[module]
+        for qual, scope in summary.scopes.items():
+            if scope.kind != "function":
+                continue
+            if any(annotation is not None and _names_in(annotation) & names for _, annotation in scope.params):
+                found.add(f"{module}.{qual}")
+    return found
+
+
+def _names_in(expr: object) -> set[str]:
+    """Every name and attribute name inside an IR expression (`Optional[ServerArgs]` too)."""
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            if len(item) == 2 and item[0] == "n" and isinstance(item[1], str):
+                found.add(item[1])
+            elif len(item) == 3 and item[0] == "a" and isinstance(item[2], str):
+                found.add(item[2])
+            stack.extend(i for i in item if isinstance(i, tuple))
+    return found
+
+
 class Detector(Protocol):
     CATEGORY: ClassVar[str]
     DESCRIPTION: ClassVar[str]
@@ -96,12 +128,27 @@ def build_context(spec_map: SpecMap) -> Context:
     for worker in workers:
         assert worker.cls is not None
         ctx.worker_reach[worker.label] = cg.reach(ctx.class_methods(worker.cls), limit=_REACH_LIMIT)
-    settings_reach = cg.reach([m for cls in sorted(settings) for m in ctx.class_methods(cls)],
+    ctx.settings_reach = settings_reach = cg.reach([m for cls in sorted(settings) for m in ctx.class_methods(cls)],
                               limit=_REACH_LIMIT)
     # The spec path: modules of everything the scheduler, the workers and the settings reach.
     reached = set(cg.expanded) | settings_reach
     candidates = {cb.scope_module[qn].name for qn in reached if qn in cb.scope_module}
-    ctx.flow = SpecFlow(cb, candidates)
+    # Post-processing handlers dispatched through a registry have no resolved caller; they
+    # take the settings object as a parameter.
+    packages = {cls.split(".", 2)[0] + "." + cls.split(".", 2)[1] for cls in settings if cls.count(".") >= 2}
+    ctx.settings_handlers = settings_handlers(
+        ctx, {m for m in cb.modules if any(m.startswith(p + ".") for p in packages)})
+    ctx.settings_reach |= ctx.settings_handlers
+    reached |= ctx.settings_handlers
+    candidates |= {cb.scope_module[qn].name for qn in ctx.settings_handlers}
+    # The workers' steps are read for what they do even where no taint reaches them (the
+    # verify step appending output tokens, the draft step reading its state).
+    steps: set[str] = set()
+    for worker in workers:
+        roots = ([worker.entry] if worker.entry else []) + [s.function for s in worker.steps]
+        steps |= ctx.near(roots, 2)
+    ctx.flow = SpecFlow(cb, candidates, also_record={qn for qn in steps if qn in cb.scopes},
+                        reached=reached | steps)
     ctx.flow.seed()
     ctx.flow.run()
     return ctx
