@@ -239,13 +239,12 @@ def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
 def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
                   user_flags: dict[str, Any], user_env: dict[str, Any], wanted: set[str]) -> None:
     plan.family, plan.worker = "v2-blocked", worker.name
-    try:
-        verdict = next(v for v in analysis.couplings.to_json().get("verdicts", [])
-                       if v.get("path") in ("v2", worker.label))
-        plan.blocked_by = [verdict.get("summary") or verdict.get("reason") or str(verdict)]
-        plan.blocked_by += [str(f) for f in verdict.get("findings", [])][:8]
-    except (StopIteration, ImportError, AttributeError):
-        plan.blocked_by = ["no runtime switch exists in the v2 worker (see `eaglegate couplings`)"]
+    verdict = next((v for v in analysis.couplings.to_json()["verdicts"]
+                    if v["worker_path"] == worker.label), None)
+    if verdict is not None:
+        plan.blocked_by = [verdict["cost"], *verdict["reasons"]]
+    else:
+        plan.blocked_by = ["the couplings analysis gave no verdict for this worker path"]
     # Find the flag or variable that makes this version select v1 instead.
     candidates: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for name, default in sorted(settings.env_defaults.items()):

@@ -52,6 +52,8 @@ def test_family_per_version_and_flags(version, env, family, worker):
 def test_spec_v2_route_is_found_from_the_source():
     plan = build_plan(analysis("0.5.9"), 64, EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"])
     assert plan.route and plan.route["change"] == "SGLANG_ENABLE_SPEC_V2=0"
+    # Blocked for reasons the couplings analysis found, with file:line.
+    assert any("cuda_graph_runner.py:" in reason for reason in plan.blocked_by)
     decided = {d.setting: d for d in plan.why}
     assert decided["disable_overlap_schedule"].value is False
     path, lineno = decided["disable_overlap_schedule"].source.rsplit(":", 1)
