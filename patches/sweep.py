@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from eaglegate import __version__
+from eaglegate.errors import UserError
 from eaglegate.patches.live_client import (
     Endpoint,
     Generation,
@@ -28,9 +30,6 @@ from eaglegate.patches.live_client import (
     first_model,
     generate,
 )
-
-from eaglegate import __version__
-from eaglegate.errors import UserError
 
 SOURCE_TAG = "eaglegate-sweep"
 

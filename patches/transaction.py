@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from eaglegate.errors import UserError
 from eaglegate.patches.manifest import (
     APPLIED,
     APPLYING,
@@ -45,8 +46,6 @@ from eaglegate.patches.manifest import (
     sha256,
 )
 from eaglegate.patches.model import PatchSet
-
-from eaglegate.errors import UserError
 
 if TYPE_CHECKING:
     import git

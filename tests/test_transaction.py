@@ -11,8 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from eaglegate.errors import UserError
 from eaglegate.patches import transaction as tx
 from eaglegate.patches.model import FileChange, PatchSet
+
 from txhelpers import (
     CREATED,
     EDITED,
@@ -23,8 +26,6 @@ from txhelpers import (
     make_patch,
     tree_hash,
 )
-
-from eaglegate.errors import UserError
 
 
 @pytest.fixture

@@ -18,8 +18,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from eaglegate.patches import transaction as tx
 from eaglegate.patches.model import PatchSet
+
 from txhelpers import VERSION, copy_subset, expected_patched, make_patch, tree_hash
 
 _CHILD = textwrap.dedent("""
