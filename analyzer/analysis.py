@@ -13,7 +13,7 @@ from typing import Any
 from eaglegate.analyzer.callgraph import load_codebase
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.source import SourceTree
-from eaglegate.analyzer.spec_map import SpecMap, build_map
+from eaglegate.analyzer.spec_map import Question, SpecMap, build_map
 
 
 @dataclass
@@ -44,7 +44,8 @@ class Analysis:
 
 
 def analyze(tree: SourceTree, progress: Callable[[int, int], None] | None = None) -> Analysis:
-    codebase, _, parse_s = load_codebase(tree.root, progress)
-    spec_map = build_map(tree, codebase=codebase)
+    question = Question()
+    codebase, _, parse_s = load_codebase(tree.root, progress, question.classes)
+    spec_map = build_map(tree, question, codebase=codebase)
     spec_map.timing = {"parse": parse_s, **spec_map.timing}
     return Analysis(tree, codebase, spec_map)

@@ -18,7 +18,7 @@ from pathlib import Path
 import networkx as nx
 
 from eaglegate.analyzer.index import Codebase, Site
-from eaglegate.analyzer.parse import ParsedTree, parse_tree
+from eaglegate.analyzer.parse import ParsedTree, parse_tree, reachable_files
 
 
 @dataclass
@@ -108,10 +108,14 @@ class CallGraph:
 
 
 def load_codebase(
-    root: Path, progress: Callable[[int, int], None] | None = None
+    root: Path,
+    progress: Callable[[int, int], None] | None = None,
+    reach_from: tuple[str, ...] | None = None,
 ) -> tuple[Codebase, ParsedTree, float]:
+    """Parse the tree (only the modules that define `reach_from` classes and what they import)."""
     start = time.perf_counter()
-    parsed = parse_tree(root, progress=progress)
+    files = reachable_files(root, reach_from) if reach_from else None
+    parsed = parse_tree(root, files=files, progress=progress)
     # Summaries live as long as the analysis: move them out of the cyclic GC's view, or
     # every later allocation burst re-scans millions of objects that are never garbage.
     gc.freeze()

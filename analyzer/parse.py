@@ -11,6 +11,7 @@ import gc
 import hashlib
 import os
 import pickle
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -59,6 +60,67 @@ def python_files(root: Path) -> list[Path]:
             if name.endswith(".py") and (not path.is_symlink() or path.resolve().is_relative_to(resolved_root)):
                 files.append(path)
     return files
+
+
+# Import statements anywhere in a file (module level, inside functions, under
+# TYPE_CHECKING), found without parsing: enough to know which modules a question reaches.
+_IMPORT = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([^\n#]*)|import[ \t]+([^\n#]+))", re.M
+)
+
+
+def _imports(data: bytes, name: str, is_package: bool) -> set[str]:
+    found: set[str] = set()
+    package = name if is_package else name.rpartition(".")[0]
+    for match in _IMPORT.finditer(data):
+        if match.group(3):
+            for part in match.group(3).decode(errors="replace").split(","):
+                words = part.split()
+                if words:
+                    found.add(words[0])
+            continue
+        module = match.group(1).decode(errors="replace")
+        level = len(module) - len(module.lstrip("."))
+        base = module.lstrip(".")
+        if level:
+            anchor = package
+            for _ in range(level - 1):
+                anchor = anchor.rpartition(".")[0]
+            base = f"{anchor}.{base}" if base else anchor
+        found.add(base)
+        for item in match.group(2).decode(errors="replace").replace("(", "").split(","):
+            words = item.split()
+            if words:
+                found.add(f"{base}.{words[0]}")
+    return found
+
+
+def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
+    """Files of the modules that define `class_names` and every module they import, transitively.
+
+    A question about the scheduler and the EAGLE workers never needs the rest of the
+    package (e.g. SGLang's separate multimodal generation runtime): parse only this.
+    """
+    root = root.resolve()
+    modules: dict[str, tuple[Path, bool]] = {}
+    for file in python_files(root):
+        name, is_package = module_name(root, file)
+        modules[name] = (file, is_package)
+    defines = re.compile(rb"^[ \t]*class[ \t]+(?:" + b"|".join(re.escape(n.encode()) for n in class_names) + rb")\b",
+                         re.M)
+    contents = {name: path.read_bytes() for name, (path, _) in modules.items()}
+    stack = [name for name, data in contents.items() if defines.search(data)]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        stack.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
+        for imported in _imports(contents[name], name, modules[name][1]):
+            stack.append(imported if imported in modules else imported.rpartition(".")[0])
+    return sorted(modules[name][0] for name in seen)
 
 
 def _cache_path(digest: str) -> Path:
@@ -128,7 +190,7 @@ def parse_tree(
         keys.append(key)
         jobs.append((str(file), name, rel, is_package, key))
     result.digest = hashlib.blake2b("\n".join(hashes).encode(), digest_size=20).hexdigest()
-    packed = _load(f"tree-{result.digest}") if files is None else None
+    packed = _load(f"tree-{result.digest}")
     if isinstance(packed, tuple):  # the whole tree, unchanged since the last run: one read
         result.modules, result.failures = packed
         return result
@@ -155,8 +217,7 @@ def parse_tree(
             if progress:
                 progress(done, total)
     result.failures.sort(key=lambda f: f.path)
-    if files is None:
-        _store(f"tree-{result.digest}", (result.modules, result.failures))  # type: ignore[arg-type]
+    _store(f"tree-{result.digest}", (result.modules, result.failures))  # type: ignore[arg-type]
     return result
 
 

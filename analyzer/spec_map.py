@@ -39,6 +39,11 @@ class Question:
     )
     max_path_len: int = 8
 
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The classes the question names: parsing starts from the modules that define them."""
+        return (self.scheduler, *(name for name, _ in self.workers))
+
 
 @dataclass
 class Hop:
@@ -275,7 +280,7 @@ def build_map(
 
     timing: dict[str, float] = {}
     if codebase is None:
-        codebase, _, timing["parse"] = load_codebase(tree.root, progress)
+        codebase, _, timing["parse"] = load_codebase(tree.root, progress, question.classes)
     cb = codebase
     start = time.perf_counter()
     cg = CallGraph(cb)
