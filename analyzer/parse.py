@@ -24,7 +24,7 @@ from eaglegate.analyzer.source import cache_dir
 from eaglegate.analyzer.summary import ModuleSummary, ParseFailure, summarize
 
 # Bump when the summary format changes, so old cache entries are never read.
-SUMMARY_FORMAT = f"{__version__}-s3-py{sys.version_info[0]}.{sys.version_info[1]}"
+SUMMARY_FORMAT = f"{__version__}-s4-py{sys.version_info[0]}.{sys.version_info[1]}"
 _SKIP_DIRS = {"__pycache__", ".git", ".tox", ".venv", "venv", "node_modules", "build", "dist"}
 
 

@@ -96,6 +96,7 @@ class ParseFailure:
 
 
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_LEAVES = (ast.Constant, ast.Name, ast.expr_context, ast.operator, ast.cmpop, ast.unaryop, ast.boolop, ast.alias)
 
 
 def negate(text: str) -> str:
@@ -294,15 +295,18 @@ class _Summarizer(ast.NodeVisitor):
         self._block(node.orelse)
 
     def generic_visit(self, node: ast.AST) -> None:
-        # Statement lists inside compound statements keep the early-exit rule.
-        for _field, value in ast.iter_fields(node):
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-                self._block(value)
-            elif isinstance(value, list):
+        # Statement lists inside compound statements keep the early-exit rule. Leaves
+        # (names, constants, operators) hold no calls: skipping them halves the walk.
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                if value and isinstance(value[0], ast.stmt):
+                    self._block(value)
+                    continue
                 for item in value:
-                    if isinstance(item, ast.AST):
+                    if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
                         self.visit(item)
-            elif isinstance(value, ast.AST):
+            elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
                 self.visit(value)
 
     # -- facts -------------------------------------------------------------------------------
