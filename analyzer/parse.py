@@ -37,16 +37,27 @@ class ParsedTree:
     parsed: int = 0  # files parsed this run (the rest came from the cache)
 
 
-def module_name(root: Path, file: Path) -> tuple[str, bool]:
-    """Dotted module name of `file`; a root that is a package contributes its own name."""
+def package_prefix(root: Path) -> list[str]:
+    """The import path of `root` itself: it and each enclosing directory that is a package.
+
+    So `sglang/srt` analysed alone still names its modules `sglang.srt.…`, and the
+    package's absolute imports resolve."""
+    names: list[str] = []
+    current = root
+    while (current / "__init__.py").is_file() and current.name:
+        names.insert(0, current.name)
+        current = current.parent
+    return names
+
+
+def module_name(root: Path, file: Path, prefix: list[str] | None = None) -> tuple[str, bool]:
+    """Dotted module name of `file` under `root` (see `package_prefix`)."""
     rel = file.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     is_package = parts[-1] == "__init__"
     if is_package:
         parts.pop()
-    if (root / "__init__.py").is_file():
-        parts.insert(0, root.name)
-    return ".".join(parts), is_package
+    return ".".join([*(package_prefix(root) if prefix is None else prefix), *parts]), is_package
 
 
 def python_files(root: Path) -> list[Path]:
@@ -103,8 +114,9 @@ def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
     """
     root = root.resolve()
     modules: dict[str, tuple[Path, bool]] = {}
+    prefix = package_prefix(root)
     for file in python_files(root):
-        name, is_package = module_name(root, file)
+        name, is_package = module_name(root, file, prefix)
         modules[name] = (file, is_package)
     defines = re.compile(rb"^[ \t]*class[ \t]+(?:" + b"|".join(re.escape(n.encode()) for n in class_names) + rb")\b",
                          re.M)
@@ -180,9 +192,10 @@ def parse_tree(
     keys: list[str] = []
     jobs: list[tuple[str, str, str, bool, str]] = []
     file_list = list(files) if files is not None else python_files(root)
+    prefix = package_prefix(root)
     for file in file_list:
         rel = file.relative_to(root).as_posix()
-        name, is_package = module_name(root, file)
+        name, is_package = module_name(root, file, prefix)
         digest = hashlib.blake2b(file.read_bytes(), digest_size=20, person=b"eaglegate-s1").hexdigest()
         hashes.append(f"{rel}:{digest}")
         # The module name and path are part of the summary, so they are part of the key.

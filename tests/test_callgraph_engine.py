@@ -263,3 +263,12 @@ def test_symlink_leading_out_of_the_tree_is_not_read(tmp_path):
     (pkg / "link.py").symlink_to(outside)
     assert "pkg.link" not in parse_tree(pkg).modules
     assert "pkg.m" in parse_tree(pkg).modules
+
+
+def test_a_subpackage_analysed_alone_keeps_its_import_path(tmp_path):
+    pkg = write_package(tmp_path, {
+        "sub/__init__.py": "",
+        "sub/a.py": "from pkg.sub.b import helper\n\ndef main():\n    helper()\n",
+        "sub/b.py": "def helper():\n    pass\n",
+    })
+    assert ("pkg.sub.a.main", "pkg.sub.b.helper") in edges_of(pkg / "sub")
