@@ -44,7 +44,8 @@ def package_prefix(root: Path) -> list[str]:
     package's absolute imports resolve."""
     names: list[str] = []
     current = root
-    while (current / "__init__.py").is_file() and current.name:
+    # A directory without __init__.py inside a package is a namespace subpackage (PEP 420).
+    while current.name and ((current / "__init__.py").is_file() or (current.parent / "__init__.py").is_file()):
         names.insert(0, current.name)
         current = current.parent
     return names
@@ -197,7 +198,7 @@ def parse_tree(
         rel = file.relative_to(root).as_posix()
         name, is_package = module_name(root, file, prefix)
         digest = hashlib.blake2b(file.read_bytes(), digest_size=20, person=b"eaglegate-s1").hexdigest()
-        hashes.append(f"{rel}:{digest}")
+        hashes.append(f"{name}:{rel}:{digest}")  # names are in the summaries, so in the key
         # The module name and path are part of the summary, so they are part of the key.
         key = hashlib.blake2b(f"{digest}|{name}|{rel}".encode(), digest_size=20).hexdigest()
         keys.append(key)

@@ -272,3 +272,14 @@ def test_a_subpackage_analysed_alone_keeps_its_import_path(tmp_path):
         "sub/b.py": "def helper():\n    pass\n",
     })
     assert ("pkg.sub.a.main", "pkg.sub.b.helper") in edges_of(pkg / "sub")
+
+
+def test_a_namespace_subpackage_analysed_alone_keeps_its_import_path(tmp_path):
+    pkg = write_package(tmp_path, {
+        "ns/a.py": "from pkg.ns.b import helper\n\ndef main():\n    helper()\n",
+        "ns/b.py": "def helper():\n    pass\n",
+    })
+    assert not (pkg / "ns" / "__init__.py").exists()
+    assert ("pkg.ns.a.main", "pkg.ns.b.helper") in edges_of(pkg / "ns")
+    # The same files analysed from the package root get the same names (and cache entries).
+    assert ("pkg.ns.a.main", "pkg.ns.b.helper") in edges_of(pkg)
