@@ -673,10 +673,8 @@ def render(results: dict) -> str:
                   "the file list with the directory above `sglang/` as their root/package, so "
                   "modules keep their `sglang.srt...` names; code2flow gets the directory (it "
                   "names functions by file, not module). eaglegate's rows are `graph` (cold) on "
-                  "the whole package (1.6x the files) and on `srt/` alone; given `srt/` as its "
-                  "root, eaglegate names modules `managers.scheduler...` and cannot resolve "
-                  "SGLang's absolute `sglang.srt...` imports, so it loses the cross-module edges "
-                  "(a scope artefact, noted rather than worked around).",
+                  "the whole package (1.6x the files) and on `srt/` alone (given `srt/`, eaglegate "
+                  "still names modules `sglang.srt...`: a namespace subpackage keeps its import path).",
                   "",
                   "| tool | version | attempt | status | wall s | CPU s | max RSS MB | edges | "
                   "run_batch → EAGLEWorker.forward_batch_generation | path run_batch →* it | "
