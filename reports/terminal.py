@@ -113,6 +113,14 @@ def _direct_steps(worker) -> list:
 
 # --- the full report (eaglegate report --format term) ----------------------------------------
 
+_EFFECT = {"blocks-runtime-switch": "[red]blocks[/red]", "degrades-acceptance": "[yellow]degrades[/yellow]",
+           "needs-config-change": "[yellow]config[/yellow]", "compatible": "[green]fits[/green]",
+           "enables-runtime-switch": "[green]enables[/green]"}
+
+# The terminal shows the strongest findings of each category; the file formats show all.
+TERM_FINDINGS_PER_CATEGORY = 12
+
+
 def render_report(report: Report) -> Group:
     """The report as rich panels: summary, paths per worker, couplings, plan; fits 100 columns."""
     from rich import box
@@ -171,14 +179,18 @@ def render_report(report: Report) -> Group:
         for category in sorted({f.category for f in c.findings}):
             table = Table(title=category, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                           pad_edge=False)
-            table.add_column("site", style="cyan", overflow="fold", max_width=34)
-            table.add_column("path", max_width=4)
-            table.add_column("severity", overflow="fold", max_width=14)
-            table.add_column("reason", overflow="fold")
-            for f in c.findings:
-                if f.category == category:
-                    table.add_row(f.at.text if f.at else "", f.worker_path, f.severity, f.reason)
+            table.add_column("site", style="cyan", no_wrap=True, overflow="ellipsis", max_width=48)
+            table.add_column("path", no_wrap=True)
+            table.add_column("effect", no_wrap=True)
+            table.add_column("reason", overflow="fold", ratio=1)
+            rows = [f for f in c.findings if f.category == category]
+            for f in rows[:TERM_FINDINGS_PER_CATEGORY]:
+                table.add_row(f.at.text if f.at else "", f.worker_path,
+                              _EFFECT.get(f.severity, f.severity), f.reason)
             body.append(table)
+            if len(rows) > TERM_FINDINGS_PER_CATEGORY:
+                body.append(Text(f"+ {len(rows) - TERM_FINDINGS_PER_CATEGORY} more {category} findings "
+                                 "(--format md, html or json list them all)", style="dim"))
         if not c.findings:
             body.append(Text("no couplings found"))
         parts.append(Panel(Group(*body), title=f"couplings ({len(c.findings)})", title_align="left"))
