@@ -28,6 +28,7 @@ from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD = 32
+DEFAULT_ALGORITHM = "EAGLE3"
 # DESIGN.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
@@ -132,12 +133,17 @@ def build_plan(
     settings = analysis.settings
     user_flags = parse_flags(settings, flags)
     user_env = parse_env(settings, env or [])
+    assumed = []
+    if "speculative_algorithm" in settings.defaults and "speculative_algorithm" not in user_flags:
+        user_flags["speculative_algorithm"] = DEFAULT_ALGORITHM  # the question is about EAGLE-3
+        assumed.append(f"--speculative-algorithm {DEFAULT_ALGORITHM} assumed (not in --flags)")
     wanted = _atoms(analysis) | set(_cap_settings(settings))
     resolved = resolve(settings, user_flags, user_env, wanted)
     chosen = _selected(analysis, resolved)
     version = analysis.tree.version
     plan = GatePlan(version, "no-eagle-worker", None, threshold)
     plan.why = _decisions(settings, resolved, user_flags, user_env, _atoms(analysis))
+    plan.caveats += assumed
     if not chosen:
         plan.caveats.append("no EAGLE worker is selected under these flags")
         return plan

@@ -97,7 +97,7 @@ class ConfigCapDetector:
             for caller in flow.functions.values():
                 if caller.analysed:
                     for call in caller.calls:
-                        for value in call.callees:
+                        for value in sorted(call.callees):
                             if value[0] == "func":
                                 index.setdefault(value[1], []).append((caller, call))
             ctx.scratch["callers"] = index

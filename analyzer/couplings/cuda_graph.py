@@ -67,7 +67,7 @@ def graph_runners(ctx: Context) -> dict[str, str]:
                     capturing.add(owner)
     runners: dict[str, str] = {}
     for cls in capturing:
-        for member in {cls} | cb.subclasses(cls):
+        for member in sorted({cls} | cb.subclasses(cls)):
             runners[member] = "draft"
     ctx.scratch["graph_runners"] = runners
     return runners
@@ -121,7 +121,7 @@ class CudaGraphDetector:
                             where, "blocks-runtime-switch", {"runner": runner, "attribute": assign.attr,
                                                              "condition": test, "negated": frame.negated}))
                 for call in facts.calls:
-                    internal = [v[1] for v in call.callees if v[0] == "func"
+                    internal = [v[1] for v in sorted(call.callees) if v[0] == "func"
                                 and (cb.owner_class(v[1]) or "") not in family]
                     tainted = call.tainted_args()
                     if not internal or not tainted:

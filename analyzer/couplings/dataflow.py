@@ -373,7 +373,7 @@ class SpecFlow:
         for reader, classes in self._readers.get(attr, {}).items():
             if any(cls in self.family(k) for k in classes):
                 self._mark(reader)
-        for reader in self._mentions.get(attr, ()):
+        for reader in sorted(self._mentions.get(attr, ())):
             facts = self.functions.get(reader)
             if facts is not None and not facts.analysed:
                 self._mark(reader)
@@ -383,7 +383,7 @@ class SpecFlow:
         """Load the spec-path modules that import the class (or a relative) and read `.attr`."""
         if self._importers is None:
             self._importers = defaultdict(set)
-            for module in self.candidates:
+            for module in sorted(self.candidates):
                 for scope in self.cb.modules[module].scopes.values():
                     for imp in scope.imports:
                         if imp.name:
@@ -409,7 +409,7 @@ class SpecFlow:
         if func in self.ret_taint or _too_long(chain):
             return
         self.ret_taint[func] = chain[-_MAX_CHAIN:]
-        for caller in self._callers.get(func, ()):
+        for caller in sorted(self._callers.get(func, ())):
             self._mark(caller)
 
     # -- classes ----------------------------------------------------------------------------------
@@ -674,7 +674,7 @@ class _Walker:
             # Only set-up writes make an attribute spec-shaped for every reader; a runtime
             # write (`batch.seq_lens = …`) stays a fact of its function.
             setup = chain is not None and self.flow.is_setup(self.qn)
-            for cls in classes:
+            for cls in sorted(classes):
                 if self.record:
                     self.flow.attr_writes[(cls, target.attr)].add((self.path, line, self.qn))
                 if setup and (cls, target.attr) not in self.flow.attr_taint:
@@ -808,7 +808,7 @@ class _Walker:
         result: Chain | None = None
         resolved = False
         any_arg = any(c is not None for _, c, _ in args)
-        for value in callees:
+        for value in sorted(callees):
             if value[0] == "func":
                 target = value[1]
                 if any_arg:

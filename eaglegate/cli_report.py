@@ -1,0 +1,154 @@
+"""`eaglegate report` and `eaglegate diff`: the architecture reports over one analysis.
+
+No `from __future__ import annotations` here: typer reads the real annotations.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DIFF_FORMATS = ("term", "md", "json")
+
+
+def _write(text: str, output: Path | None) -> None:
+    import sys
+
+    from eaglegate.cli import err
+
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    err.print(f"wrote {output}")
+
+
+def _show(renderable: object, output: Path | None) -> None:
+    """Rich output on the terminal, at most 100 columns; colour as rich decides (off when
+    stdout is not a TTY or NO_COLOR is set). To a file: plain text."""
+    from rich.console import Console
+
+    from eaglegate.cli import out
+    from eaglegate.reports.formats import terminal_text
+
+    if output is not None:
+        _write(terminal_text(renderable), output)
+    elif out.is_terminal:
+        Console(width=min(out.width, 100)).print(renderable)
+    else:
+        _write(terminal_text(renderable), None)
+
+
+def register(app: typer.Typer) -> None:
+    # Imported here: eaglegate.cli calls register() at its end, after defining these.
+    from eaglegate.cli import (
+        GitOpt,
+        JsonOpt,
+        PathOpt,
+        PythonOpt,
+        RevOpt,
+        VersionOpt,
+        err,
+        locate_tree,
+        print_json,
+        progress_bar,
+    )
+    from eaglegate.errors import UserError
+
+    FormatOpt = Annotated[str, typer.Option("--format", "-f", help="term, md, html, json, dot or mermaid.")]
+    OutputOpt = Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")]
+
+    @app.command("report")
+    def report_command(
+        path: PathOpt = None,
+        python: PythonOpt = None,
+        git: GitOpt = None,
+        rev: RevOpt = None,
+        version: VersionOpt = None,
+        fmt: FormatOpt = "term",
+        output: OutputOpt = None,
+        no_couplings: Annotated[bool, typer.Option("--no-couplings", help="Skip the couplings analysis.")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """An architecture report: version, worker per flag set, call paths, couplings, verdict, plan.
+
+        Example: eaglegate report --version 0.5.9 --format html -o report-0.5.9.html
+        """
+        from rich.markup import escape
+
+        from eaglegate.reports.formats import FORMATS, render
+        from eaglegate.reports.model import report_for
+        from eaglegate.reports.terminal import render_report
+
+        fmt = "json" if as_json else fmt
+        if fmt not in FORMATS:
+            raise UserError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        tree = locate_tree(path, python, git, rev, version)
+        with progress_bar("analysing", enabled=fmt == "term" or output is not None) as progress:
+            report = report_for(tree, progress, with_couplings=not no_couplings)
+        for section in (report.couplings, report.plan):
+            if not section.available:
+                err.print(f"[yellow]note:[/yellow] {escape(section.note)}", highlight=False)
+        if fmt == "json" and output is None:
+            print_json(report.to_json())
+        elif fmt == "term":
+            _show(render_report(report), output)
+        else:
+            _write(render(report, fmt), output)
+
+    @app.command("diff")
+    def diff_command(
+        a: Annotated[str | None, typer.Argument(help="A version (e.g. 0.5.9), a directory or a saved JSON report.")] = None,
+        b: Annotated[str | None, typer.Argument(help="The version, directory or report to compare against A.")] = None,
+        path_a: Annotated[str | None, typer.Option("--path-a", help="An SGLang source directory for A.")] = None,
+        path_b: Annotated[str | None, typer.Option("--path-b", help="An SGLang source directory for B.")] = None,
+        fmt: Annotated[str, typer.Option("--format", "-f", help="term, md or json.")] = "term",
+        output: OutputOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """What changed on the spec path between two SGLang versions: workers, edges, couplings, plan.
+
+        Example: eaglegate diff 0.5.9 0.5.23
+        """
+        from eaglegate.reports.diff import diff_reports, render_diff_markdown, render_diff_terminal
+
+        fmt = "json" if as_json else fmt
+        if fmt not in DIFF_FORMATS:
+            raise UserError(f"unknown format {fmt!r}: choose one of {', '.join(DIFF_FORMATS)}")
+        if path_a and a and not b:  # `diff --path-a DIR B`: the one argument is B
+            a, b = None, a
+        reports = []
+        for name, arg, path in (("A", a, path_a), ("B", b, path_b)):
+            if not arg and not path:
+                raise UserError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")
+            reports.append(_load(arg, path))
+        d = diff_reports(*reports)
+        if fmt == "json":
+            if output is None:
+                print_json(d.to_json())
+            else:
+                import json
+
+                _write(json.dumps(d.to_json(), indent=2) + "\n", output)
+        elif fmt == "md":
+            _write(render_diff_markdown(d), output)
+        else:
+            _show(render_diff_terminal(d), output)
+
+    def _load(arg: str | None, path: str | None) -> object:
+        import json
+
+        from eaglegate.reports.model import Report, report_for
+
+        if arg and arg.endswith(".json") and Path(arg).is_file():
+            try:
+                return Report.from_json(json.loads(Path(arg).read_text(encoding="utf-8")))
+            except (ValueError, KeyError) as exc:
+                raise UserError(f"{arg} is not a saved eaglegate report: {exc}") from exc
+        if path is None and arg and Path(arg).is_dir():
+            path = arg
+        tree = locate_tree(path, None, None, None, None if path else arg)
+        with progress_bar(f"analysing {tree.version}") as progress:
+            return report_for(tree, progress)
+
