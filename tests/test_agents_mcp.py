@@ -139,7 +139,9 @@ def test_tools_map_couplings_and_playbook(release_0_5_9):
         point = plan["gate"]["insertion_point"]
         assert point["symbol"] == "EAGLEWorker.forward_batch_generation"
         assert re.fullmatch(r"srt/speculative/eagle_worker\.py:\d+", point["where"])
-        assert plan["plan"]["available"] and plan["plan"]["route"]["change"] == "--disable-overlap-schedule"
+        # EAGLE-3 with 0.5.9's defaults runs the v1 worker: the plan is the code patch.
+        assert plan["plan"]["available"] and plan["plan"]["family"] == "v1-code-patch"
+        assert plan["plan"]["worker"] == "EAGLEWorker"
 
         couplings = await s.call_tool("find_couplings", {"version": VERSION}, read_timeout_seconds=300)
         text = couplings.content[0].text
