@@ -157,7 +157,7 @@ class Codebase:
             module = self.modules.get(module_name)
             if module is None:
                 return
-            yield from self.lookup_in_scope(module_name, name, module_level=True)
+            yield from self._local(name, module_name)[0]
 
         return self._cached(("member", module_name, name), compute)
 
@@ -179,9 +179,6 @@ class Codebase:
             first = False
             current = self.parent_qn(current)
         return _EMPTY
-
-    def lookup_in_scope(self, scope_qn: str, name: str, module_level: bool = False) -> frozenset:
-        return self._local(name, scope_qn)[0]
 
     def _local(self, name: str, scope_qn: str) -> tuple[frozenset, bool]:
         """Values bound to `name` in this very scope, and whether the scope binds it at all."""

@@ -209,7 +209,9 @@ def parse_env(settings: Settings, items: list[str]) -> dict[str, Any]:
         if not sep:
             raise UserError(f"--env takes NAME=VALUE, got {item!r}")
         default = settings.env_defaults.get(name)
-        env[name] = raw.lower() in ("1", "true", "yes", "on") if isinstance(default, bool) or default is None and raw.lower() in ("0", "1", "true", "false") else _typed(raw, default)
+        # A variable this version does not declare is read as a boolean when it looks like one.
+        looks_boolean = default is None and raw.lower() in ("0", "1", "true", "false")
+        env[name] = _typed(raw, True if looks_boolean else default)
     return env
 
 

@@ -212,16 +212,19 @@ def _ensure(path: Path) -> Path:
     return path
 
 
+def download_commands(version: str, dest: Path) -> list[list[str]]:
+    """The `pip download` commands to try in turn: a wheel for this interpreter, then a
+    Linux x86-64 CPython wheel for each Python a release may have been built for."""
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--no-input", "-q", "-d", str(dest), f"{PACKAGE}=={version}", "--only-binary=:all:"]
+    return [base] + [base + ["--platform", _WHEEL_PLATFORM, "--python-version", py, "--implementation", "cp"]
+                     for py in _WHEEL_PYTHONS]
+
+
 def _pip_download(version: str, dest: Path) -> Path:
     """Fetch the sglang wheel of `version` into `dest`; returns the wheel path."""
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--no-input", "-q", "-d", str(dest), f"{PACKAGE}=={version}"]
-    attempts = [base + ["--only-binary=:all:"]]
-    for py in _WHEEL_PYTHONS:
-        attempts.append(base + ["--only-binary=:all:", "--platform", _WHEEL_PLATFORM,
-                                "--python-version", py, "--implementation", "cp"])
     last = ""
-    for cmd in attempts:
+    for cmd in download_commands(version, dest):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         wheels = sorted(dest.glob("*.whl"))
         if proc.returncode == 0 and wheels:

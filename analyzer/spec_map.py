@@ -10,6 +10,7 @@ whose conditions contradict the path's are not taken).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,6 +188,17 @@ def _cond_literals(cb: Codebase, site: Site, scope_qn: str) -> set[Literal]:
     return found
 
 
+def selection_literals(cb: Codebase, worker: WorkerMap) -> list[set[Literal]]:
+    """The ways the worker class can be selected, each as the literals that must hold.
+
+    A class chosen by a factory (or an inline choice) and then constructed: both sites'
+    conditions hold at once, so each alternative joins one choice with one constructor call.
+    """
+    choices = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind != "constructor"]
+    builds = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind == "constructor"]
+    return [c | b for c in choices or [set()] for b in builds or [set()] if not conflicts(c, b)]
+
+
 def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Literal]) -> tuple[Site, set[Literal]] | None:
     for site in sites:
         lits = _cond_literals(cb, site, caller)
@@ -276,8 +288,6 @@ def build_map(
     codebase: Codebase | None = None,
 ) -> SpecMap:
     """Map the scheduler → worker paths of one SGLang tree."""
-    import time
-
     timing: dict[str, float] = {}
     if codebase is None:
         codebase, _, timing["parse"] = load_codebase(tree.root, progress, question.classes)
@@ -335,10 +345,7 @@ def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: se
     """For each event loop, the shortest call path to the worker's entry whose conditions agree."""
     cb = cg.codebase
     assert worker.entry is not None
-    # A class chosen by a factory and then constructed: both sites' conditions hold at once.
-    factories = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind != "constructor"]
-    constructors = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind == "constructor"]
-    selection_lits = [f | c for f in factories or [set()] for c in constructors or [set()] if not conflicts(f, c)]
+    selection_lits = selection_literals(cb, worker)
     results = []
     ancestors = nx.ancestors(cg.graph, worker.entry) | {worker.entry}
     for loop in loops:

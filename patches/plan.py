@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.conditions import Literal, conflicts, literals
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
-from eaglegate.analyzer.spec_map import WorkerMap
+from eaglegate.analyzer.spec_map import WorkerMap, selection_literals
 from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
@@ -64,21 +63,9 @@ class GatePlan:
         return json.loads(json.dumps(data, default=str))
 
 
-def _selection_alternatives(analysis: Analysis, worker: WorkerMap) -> list[set[Literal]]:
-    cb = analysis.codebase
-    def lits(sel: Any) -> set[Literal]:
-        found: set[Literal] = set()
-        for text in sel.site.cond:
-            found |= literals(cb, text, sel.function)
-        return found
-    choices = [lits(s) for s in worker.selection if s.kind != "constructor"] or [set()]
-    builds = [lits(s) for s in worker.selection if s.kind == "constructor"] or [set()]
-    return [c | b for c in choices for b in builds if not conflicts(c, b)]
-
-
 def _atoms(analysis: Analysis) -> set[str]:
     return {atom for w in analysis.spec_map.workers if w.present
-            for alt in _selection_alternatives(analysis, w) for atom, _ in alt}
+            for alt in selection_literals(analysis.codebase, w) for atom, _ in alt}
 
 
 def _selected(analysis: Analysis, resolved: Resolved) -> list[WorkerMap]:
@@ -87,7 +74,7 @@ def _selected(analysis: Analysis, resolved: Resolved) -> list[WorkerMap]:
     for worker in analysis.spec_map.workers:
         if not worker.present or not worker.reachable:
             continue
-        for alternative in _selection_alternatives(analysis, worker):
+        for alternative in selection_literals(analysis.codebase, worker):
             if all(_agrees(resolved, atom, polarity) for atom, polarity in alternative):
                 chosen.append(worker)
                 break
@@ -137,12 +124,13 @@ def build_plan(
     if "speculative_algorithm" in settings.defaults and "speculative_algorithm" not in user_flags:
         user_flags["speculative_algorithm"] = DEFAULT_ALGORITHM  # the question is about EAGLE-3
         assumed.append(f"--speculative-algorithm {DEFAULT_ALGORITHM} assumed (not in --flags)")
-    wanted = _atoms(analysis) | set(_cap_settings(settings))
+    atoms = _atoms(analysis)
+    wanted = atoms | set(_cap_settings(settings))
     resolved = resolve(settings, user_flags, user_env, wanted)
     chosen = _selected(analysis, resolved)
     version = analysis.tree.version
     plan = GatePlan(version, "no-eagle-worker", None, threshold)
-    plan.why = _decisions(settings, resolved, user_flags, user_env, _atoms(analysis))
+    plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
     plan.caveats += assumed
     if not chosen:
         plan.caveats.append("no EAGLE worker is selected under these flags")

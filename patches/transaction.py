@@ -18,7 +18,6 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import ast
 import fcntl
 import os
 import shutil
@@ -31,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from eaglegate.analyzer.source import read_package_version
 from eaglegate.errors import UserError
 from eaglegate.patches.manifest import (
     APPLIED,
@@ -195,7 +195,7 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
             changed = _roll_back(layout, manifest, repo, force=force or manifest.state == REVERTING)
             return Outcome("revert", changed, f"finished an interrupted {was}: original files restored "
                            f"({len(changed)} changed)", recovered=f"interrupted {was} rolled back")
-        now = declared_version(parent / PACKAGE)
+        now = read_package_version(parent / PACKAGE)
         if now and manifest.version != "unknown" and now != manifest.version:
             # Reinstalled since the patch: the backups are another version's bytes.
             raise UserError(
@@ -277,26 +277,11 @@ def _check_paths(patch: PatchSet) -> list[str]:
     return sorted(seen)
 
 
-def declared_version(package_dir: Path) -> str | None:
-    """The version in `version.py` or, for setuptools-scm builds, `_version.py` (no import)."""
-    for name in ("version.py", "_version.py"):
-        try:
-            module = ast.parse((package_dir / name).read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        for node in module.body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-                if "__version__" in targets and isinstance(node.value.value, str):
-                    return node.value.value
-    return None
-
-
 def _check_version(parent: Path, wanted: str, tree_version: str | None) -> None:
     package = parent / PACKAGE
     if not (package / "__init__.py").is_file():
         raise UserError(f"no {PACKAGE} package in {parent}")
-    found = tree_version if tree_version not in (None, "", "unknown") else declared_version(package)
+    found = tree_version if tree_version not in (None, "", "unknown") else read_package_version(package)
     # An unknown version on either side is left to the byte checks: every file must
     # match `before` (or `after`) exactly.
     if found and wanted not in ("", "unknown") and found != wanted:
@@ -492,7 +477,7 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
             folder = folder.parent
     version = patch.version
     if version in ("", "unknown"):
-        version = declared_version(layout.parent / PACKAGE) or "unknown"
+        version = read_package_version(layout.parent / PACKAGE) or "unknown"
     manifest = Manifest(version, patch.family, patch.threshold, _now(), APPLYING, records,
                         sorted(created_dirs, key=lambda d: d.count("/")))
     branch = f"eaglegate/gate-{patch.threshold}"

@@ -168,3 +168,13 @@ def test_version_read_from_generated_version_file_in_newer_wheels():
     # From 0.5.9 on, version.py imports the version from the generated _version.py.
     tree = source.from_path(release("0.5.9").root)
     assert tree.version == "0.5.9"
+
+
+def test_an_explicit_linux_wheel_is_fetched_whatever_the_local_platform(tmp_path):
+    # 0.5.12 and later ship one Linux x86-64 CPython wheel; the fallback commands ask for
+    # it by platform and Python version, so the fetch does not depend on this interpreter.
+    commands = source.download_commands("0.5.12.post1", tmp_path)
+    explicit = next(c for c in commands if "--platform" in c and c[c.index("--python-version") + 1] == "3.11")
+    subprocess.run(explicit, check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("sglang-0.5.12.post1-*.whl")
+    assert "manylinux" in wheel.name and "cp311" in wheel.name

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eaglegate.analyzer.source import read_package_version
 from eaglegate.errors import UserError
 from eaglegate.patches import transaction as tx
 from eaglegate.patches.model import FileChange, PatchSet
@@ -114,7 +115,7 @@ def test_refuses_other_version_and_writes_nothing(tree):
 
 
 def test_version_is_read_from_setuptools_scm_file(tree):
-    assert tx.declared_version(tree / "sglang") == VERSION
+    assert read_package_version(tree / "sglang") == VERSION
 
 
 def test_refuses_paths_outside_the_package(tree):
