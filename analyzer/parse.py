@@ -1,30 +1,27 @@
 """Parse a tree of Python files into module summaries: in parallel, cached by content hash.
 
 A second run re-parses nothing unchanged: each file's summary is stored under the
-BLAKE2 hash of its bytes (plus the summarizer's version), so a moved or copied tree
+BLAKE2 hash of its bytes (plus the summarizer's own source), so a moved or copied tree
 hits the cache too.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
-import pickle
 import re
-import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eaglegate import __version__
-from eaglegate.analyzer.source import cache_dir
+from eaglegate.analyzer import cache
+from eaglegate.analyzer import summary as summarizer
 from eaglegate.analyzer.summary import ModuleSummary, ParseFailure, summarize
 
-# Bump when the summary format changes, so old cache entries are never read.
-SUMMARY_FORMAT = f"{__version__}-s4-py{sys.version_info[0]}.{sys.version_info[1]}"
+# Summaries are named by the code that makes them: a changed summarizer never reads old ones.
+SUMMARY_FORMAT = f"{__version__}-{cache.code_digest(summarizer.__file__, __file__)}"
 _SKIP_DIRS = {"__pycache__", ".git", ".tox", ".venv", "venv", "node_modules", "build", "dist"}
 
 
@@ -136,10 +133,6 @@ def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
     return sorted(modules[name][0] for name in seen)
 
 
-def _cache_path(digest: str) -> Path:
-    return cache_dir() / "summaries" / SUMMARY_FORMAT / digest[:2] / f"{digest}.pkl"
-
-
 def _summarize_file(job: tuple[str, str, str, bool, str]) -> ModuleSummary | ParseFailure:
     path, name, rel, is_package, digest = job
     data = Path(path).read_bytes()
@@ -152,31 +145,12 @@ def _summarize_file(job: tuple[str, str, str, bool, str]) -> ModuleSummary | Par
     return result
 
 
-def _store(digest: str, result: ModuleSummary | ParseFailure) -> None:
-    target = _cache_path(digest)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, target)
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+def _store(key: str, result: object) -> None:
+    cache.store(cache.entry(f"summaries/{SUMMARY_FORMAT}", key), result)
 
 
-def _load(digest: str) -> object:
-    # Unpickling many small objects triggers the cyclic GC over and over; pausing it
-    # makes a warm load of a whole tree several times faster.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with _cache_path(digest).open("rb") as handle:
-            return pickle.load(handle)  # our own cache, written by this code
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
-        return None
-    finally:
-        if enabled:
-            gc.enable()
+def _load(key: str) -> object:
+    return cache.load(cache.entry(f"summaries/{SUMMARY_FORMAT}", key))
 
 
 def parse_tree(

@@ -35,6 +35,10 @@ def register(app: typer.Typer) -> None:
         evidence: Annotated[
             bool, typer.Option("--evidence", help="Show each finding's evidence chain in the table.")
         ] = False,
+        show_all: Annotated[
+            bool, typer.Option("--all", help="Also list compatible findings (spec-sized, but a plain "
+                               "step still fits).")
+        ] = False,
         path: PathOpt = None,
         python: PythonOpt = None,
         git: GitOpt = None,
@@ -60,4 +64,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(report.to_json())
             return
-        render_couplings(report, out, evidence=evidence)
+        render_couplings(report, out, evidence=evidence, show_all=show_all)

@@ -1,38 +1,78 @@
-"""Terminal rendering of a coupling report (rich): one table per category, grouped by worker path."""
+"""Terminal rendering of a coupling report (rich): the verdicts first, then one table per
+category, grouped by worker path, strongest severity first.
+
+Findings of one symbol with the same kind, path and severity share a row (their sites
+listed together): a backend that allocates five spec-sized buffers is one row, not five.
+"""
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from eaglegate.analyzer.couplings import CATEGORIES, CouplingReport
+from eaglegate.analyzer.couplings import CATEGORIES, SEVERITIES, CouplingReport, Finding
 
 _STATUS_STYLE = {"feasible": "green", "feasible-natively": "green", "blocked": "red", "absent": "dim"}
+_SEVERITY_STYLE = {"blocks-runtime-switch": "red", "degrades-acceptance": "yellow",
+                   "needs-config-change": "cyan", "compatible": "dim", "enables-runtime-switch": "green"}
+_SEVERITY_LABEL = {"blocks-runtime-switch": "blocks", "degrades-acceptance": "degrades",
+                   "needs-config-change": "config", "enables-runtime-switch": "enables"}
+_HIDDEN_BY_DEFAULT = ("compatible",)
 
 
-def render_couplings(report: CouplingReport, console: Console, evidence: bool = False) -> None:
-    console.print(f"[bold]SGLang {report.version}[/bold]  couplings: "
+def _row_key(f: Finding) -> tuple:
+    return (f.worker_path, SEVERITIES.index(f.severity), f.kind, f.symbol, f.path)
+
+
+def _short(symbol: str) -> str:
+    return ".".join(symbol.rsplit(".", 2)[-2:]) if symbol.count(".") >= 2 else symbol
+
+
+def render_couplings(report: CouplingReport, console: Console, evidence: bool = False,
+                     show_all: bool = False) -> None:
+    console.print(f"[bold]SGLang {escape(report.version)}[/bold]  {len(report.findings)} couplings: "
                   + ", ".join(f"{c} {n}" for c, n in report.counts().items()))
-    for category in CATEGORIES:
-        findings = report.by_category(category)
-        if not findings:
-            continue
-        table = Table(title=category, title_justify="left", show_lines=evidence)
-        for column in ("path", "kind", "severity", "site", "symbol", "reason"):
-            table.add_column(column, overflow="fold")
-        for finding in sorted(findings, key=lambda f: (f.worker_path, f.kind, f.path, f.line)):
-            reason = finding.reason
-            if evidence:
-                reason += "\n" + "\n".join(f"  ← {s.render()}" for s in reversed(finding.evidence))
-            table.add_row(finding.worker_path, finding.kind, finding.severity, finding.where,
-                          finding.symbol.rsplit(".", 2)[-2] + "." + finding.symbol.rsplit(".", 1)[-1]
-                          if finding.symbol.count(".") >= 2 else finding.symbol, reason)
-        console.print(table)
     for verdict in report.verdicts:
         style = _STATUS_STYLE.get(verdict.status, "")
-        console.print(f"[bold]{verdict.worker}[/bold] {verdict.cls or ''}: [{style}]{verdict.status}[/{style}]"
-                      + (f" — {verdict.route}" if verdict.route != "none" else ""))
+        console.print(f"[bold]{verdict.worker}[/bold] {escape(verdict.cls or '')}: "
+                      f"[{style}]{verdict.status}[/{style}]"
+                      + (f" — {escape(verdict.route)}" if verdict.route != "none" else ""))
         if verdict.cost:
-            console.print(f"  cost: {verdict.cost}")
+            console.print(f"  cost: {escape(verdict.cost)}")
         for reason in verdict.reasons:
-            console.print(f"  · {reason}")
+            console.print(f"  · {escape(reason)}")
+    hidden = 0
+    for category in CATEGORIES:
+        findings = report.by_category(category)
+        shown = [f for f in findings if show_all or f.severity not in _HIDDEN_BY_DEFAULT]
+        hidden += len(findings) - len(shown)
+        for worker_path, of_path in groupby(sorted(shown, key=_row_key), key=lambda f: f.worker_path):
+            console.print(_table(f"{category} · {worker_path}", list(of_path), evidence))
+    if hidden:
+        console.print(f"[dim]{hidden} compatible findings not shown (spec-sized, but a plain step "
+                      "still fits): --all lists them, --json has everything.[/dim]")
+
+
+def _table(title: str, findings: list[Finding], evidence: bool) -> Table:
+    table = Table(title=f"{title} ({len(findings)})", title_justify="left", show_lines=evidence,
+                  expand=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    for column, ratio in (("symbol", 2), ("sites", 2), ("reason", 3)):
+        table.add_column(column, overflow="fold", ratio=ratio)
+    for _, rows in groupby(findings, key=_row_key):
+        group = list(rows)
+        first = group[0]
+        sites = f"{first.path}:" + ",".join(str(n) for n in sorted({f.line for f in group}))
+        reason = first.reason
+        if evidence:
+            reason += "".join(f"\n  ← {s.render()}" for s in reversed(first.evidence))
+            if len(group) > 1:
+                reason += f"\n  (evidence of line {first.line}; --json has each site's)"
+        style = _SEVERITY_STYLE.get(first.severity, "")
+        table.add_row(f"[{style}]{_SEVERITY_LABEL.get(first.severity, first.severity)}[/{style}]",
+                      first.kind, escape(_short(first.symbol)), escape(sites), escape(reason))
+    return table

@@ -6,10 +6,12 @@ One analysis per version (module-scoped), shared by every test of that version.
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
 from eaglegate.analyzer.couplings import CouplingReport, Finding, find_couplings
+from eaglegate.analyzer.source import SourceTree
 
 from conftest import NEWEST, VERSIONS, release
 
@@ -27,7 +29,7 @@ WIDENED_REQ_TO_TOKEN = [v for v in VERSIONS if v != "0.4.10.post2"]
 def report():
     def get(version: str) -> CouplingReport:
         if version not in _reports:
-            _reports[version] = find_couplings(release(version))
+            _reports[version] = find_couplings(release(version), use_cache=False)  # the analysis itself
         return _reports[version]
 
     return get
@@ -176,3 +178,35 @@ def test_json_schema(report, version):
     assert {"category", "kind", "symbol", "site", "evidence", "reason", "worker_path", "severity"} <= set(
         data["findings"][0])
     assert {v["worker_path"] for v in data["verdicts"]} == {"v1", "v2"}
+
+
+def _answer(r: CouplingReport) -> dict:
+    return {k: v for k, v in r.to_json().items() if k not in ("timing_s", "sglang")}
+
+
+def test_cached_report_is_the_analysis(report):
+    """A second run reads the report back, and it is the one the analysis makes."""
+    tree = release("0.5.9")
+    find_couplings(tree)  # computes and stores it, unless a previous run did
+    again = find_couplings(tree)
+    assert "cached" in again.timing and "dataflow" not in again.timing
+    assert _answer(again) == _answer(report("0.5.9"))
+    assert again.root == str(tree.root) and again.version == "0.5.9"
+
+
+def test_cache_never_serves_a_changed_tree(tmp_path):
+    """Edit the line that caps running requests at 48 in a copy: the copy's report says 32."""
+    tree = release("0.5.9")
+    find_couplings(tree)
+    copy = tmp_path / "sglang"
+    shutil.copytree(tree.root, copy)
+    server_args = copy / "srt" / "server_args.py"
+    text = server_args.read_text(encoding="utf-8")
+    assert re.search(r"max_running_requests = 48\b", text)
+    server_args.write_text(re.sub(r"max_running_requests = 48\b", "max_running_requests = 32", text),
+                           encoding="utf-8")
+    changed = find_couplings(SourceTree(copy, "0.5.9", "path"))
+    assert "cached" not in changed.timing
+    values = {f.detail["value"] for f in changed.kinds("setting_changed")
+              if f.detail["setting"] == "max_running_requests"}
+    assert "32" in values and "48" not in values

@@ -9,8 +9,13 @@ path (`verdict.py`). The JSON schema is `eaglegate.couplings/1` (docs/schema-cou
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import time
+from pathlib import Path
 
+from eaglegate import __version__
+from eaglegate.analyzer import cache
 from eaglegate.analyzer.couplings.model import (
     CATEGORIES,
     COUPLINGS_SCHEMA_VERSION,
@@ -31,9 +36,14 @@ __all__ = [
 
 
 def find_couplings(
-    tree: SourceTree, spec_map: SpecMap | None = None, codebase: Codebase | None = None
+    tree: SourceTree, spec_map: SpecMap | None = None, codebase: Codebase | None = None,
+    use_cache: bool = True,
 ) -> CouplingReport:
-    """The couplings of one SGLang tree and a verdict per worker path."""
+    """The couplings of one SGLang tree and a verdict per worker path.
+
+    The report is cached under the tree's content, the map it starts from and the
+    analyzer's own source: a second run on the same tree reads it back.
+    """
     from eaglegate.analyzer.spec_map import build_map
 
     timing: dict[str, float] = {}
@@ -41,15 +51,35 @@ def find_couplings(
         start = time.perf_counter()
         spec_map = build_map(tree, codebase=codebase)
         timing["map"] = time.perf_counter() - start
+    start = time.perf_counter()
+    entry = _cache_entry(spec_map)
+    cached = cache.load(entry) if use_cache else None
+    if isinstance(cached, CouplingReport):
+        cached.version, cached.root = tree.version, str(tree.root)
+        cached.timing = {**timing, "cached": time.perf_counter() - start}
+        return cached
     # Every object built below stays alive until the report is made: pause the cyclic GC
     # (it would rescan them all again and again).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _report(tree, spec_map, timing)
+        report = _report(tree, spec_map, timing)
     finally:
         if enabled:
             gc.enable()
+    if use_cache:
+        cache.store(entry, report)
+    return report
+
+
+def _cache_entry(spec_map: SpecMap) -> Path:
+    """Where this map's report is kept: named by the tree's digest, the map (its question's
+    answer, without timings or the tree's location) and the analyzer's source."""
+    answer = {k: v for k, v in spec_map.to_json().items() if k not in ("timing_s", "sglang")}
+    key = hashlib.blake2b(digest_size=20)
+    key.update(spec_map.callgraph.codebase.parsed.digest.encode())
+    key.update(json.dumps(answer, sort_keys=True).encode())
+    return cache.entry(f"couplings/{__version__}-{cache.analyzer_digest()}", key.hexdigest())
 
 
 def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> CouplingReport:
