@@ -143,6 +143,9 @@ class SpecMap:
     failures: list[dict[str, Any]]
     timing: dict[str, float]
     callgraph: CallGraph
+    # The functions the map expanded: later queries grow the shared call graph, so what
+    # the map itself looked at is kept apart.
+    mapped: frozenset[str] = frozenset()
 
     def worker(self, label_or_name: str) -> WorkerMap | None:
         return next((w for w in self.workers if label_or_name in (w.label, w.name)), None)
@@ -338,7 +341,7 @@ def build_map(
 
     timing["map"] = time.perf_counter() - start
     failures = [{"path": f.path, "line": f.lineno, "message": f.message} for f in cb.parsed.failures]
-    return SpecMap(tree, scheduler, loops, workers, failures, timing, cg)
+    return SpecMap(tree, scheduler, loops, workers, failures, timing, cg, frozenset(cg.expanded))
 
 
 def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: set[str]) -> list[WorkerPath]:

@@ -399,6 +399,40 @@ def bench_map(version: str, repeats: int, log) -> dict:
     return out
 
 
+COUPLING_PHASES = {
+    "cold": "empty cache",
+    "report-cold": "summaries cached (a `map` ran before), report not",
+    "warm": "report cached",
+}
+
+
+def bench_couplings(version: str, repeats: int, log) -> dict:
+    """`couplings --json` in three phases per fresh cache (see COUPLING_PHASES)."""
+    out: dict = {phase: [] for phase in COUPLING_PHASES}
+    for i in range(repeats):
+        cache = fresh_cache(f"couplings-{version}-{i}", [version])
+        for phase in COUPLING_PHASES:
+            if phase == "report-cold":
+                shutil.rmtree(cache / "couplings", ignore_errors=True)
+            stdout = WORK / f"couplings-{version}-{phase}-{i}.json"
+            run = measure(eaglegate_cmd() + ["couplings", "--version", version, "--json"],
+                          env=env_with(cache), stdout=stdout,
+                          stderr=WORK / f"couplings-{version}-{phase}-{i}.err")
+            if run["status"] == "ok":
+                data = json.loads(stdout.read_text())
+                run["internal_timing_s"] = data.get("timing_s")
+                run["findings"] = len(data["findings"])
+                run["verdicts"] = {v["worker_path"]: v["status"] for v in data["verdicts"]}
+            else:
+                run["stderr_tail"] = tail(WORK / f"couplings-{version}-{phase}-{i}.err")
+            out[phase].append(run)
+            log(f"couplings {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
+                f"rss {run['max_rss_mb']} MB, load {run['loadavg_before'][0]}")
+        shutil.rmtree(cache, ignore_errors=True)
+    out["summary"] = {p: summarize(out[p]) for p in COUPLING_PHASES}
+    return out
+
+
 def bench_graph(label: str, tree: Path, repeats: int, log) -> dict:
     out: dict = {"tree": tree_size(tree), "cold": [], "warm": []}
     for i in range(repeats):
@@ -554,6 +588,34 @@ def _verdict(value: float | None, limit: float) -> str:
     return "meets" if value <= limit else "MISSES"
 
 
+def _render_couplings(results: dict) -> list[str]:
+    """`couplings` beside `map` of the same run: issue 3 allows it at most 50 % more."""
+    lines: list[str] = []
+    for version, data in results.get("couplings", {}).items():
+        map_summary = results.get("map", {}).get(version, {}).get("summary", {})
+        lines += ["", f"### `couplings --version {version}` against `map` (at most +50 %)", "",
+                  "| phase | what is cached | couplings median wall s (min–max) | map median wall s | "
+                  "added | max RSS MB | findings | verdicts |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]
+        for phase, cached in COUPLING_PHASES.items():
+            s = data["summary"][phase]
+            if not s.get("n"):
+                lines.append(f"| {phase} | {cached} | failed | | | | | |")
+                continue
+            # The map's own phase with the same parse work: cold for cold, warm otherwise.
+            base = map_summary.get("cold" if phase == "cold" else "warm", {}).get("wall_s")
+            added = f"{(s['wall_s'] / base - 1) * 100:+.0f} %" if base else "–"
+            last = next(r for r in reversed(data[phase]) if r["status"] == "ok")
+            verdicts = ", ".join(f"{k}: {v}" for k, v in last["verdicts"].items())
+            lines.append(f"| {phase} | {cached} | {s['wall_s']} ({s['wall_min_s']}–{s['wall_max_s']}) | "
+                         f"{_fmt(base)} | {added} | {s['max_rss_mb']} | {last['findings']} | {verdicts} |")
+        timings = {p: next((r.get("internal_timing_s") for r in data[p] if r["status"] == "ok"), None)
+                   for p in COUPLING_PHASES}
+        lines += ["", "In-process split (`timing_s`): "
+                  + "; ".join(f"{p}: {t}" for p, t in timings.items()) + "."]
+    return lines
+
+
 def render(results: dict) -> str:
     m = results["machine"]
     lines = [
@@ -617,6 +679,7 @@ def render(results: dict) -> str:
                 f"({s['wall_min_s']}–{s['wall_max_s']}) | {s['cpu_s']} | {s['max_rss_mb']} | "
                 f"{s['tree_peak_pss_mb']} | {found if phase == 'warm' else ''} |")
 
+    lines += _render_couplings(results)
     mp = results.get("map", {})
     if mp:
         lines += ["", "### Against the targets (DESIGN.md, 2 cores)", "",
@@ -811,6 +874,8 @@ def main() -> None:
     for version in (args.base, args.newest):
         results["map"][version] = bench_map(version, args.repeats, log)
         save()
+    results["couplings"] = {args.base: bench_couplings(args.base, args.repeats, log)}
+    save()
     results["graph"] = {}
     for label, tree in ((f"{args.base} package", base_tree), (f"{args.base} srt/", base_tree / "srt")):
         results["graph"][label] = bench_graph(label.replace(" ", "-").replace("/", ""), tree,

@@ -52,8 +52,8 @@ def find_couplings(
         spec_map = build_map(tree, codebase=codebase)
         timing["map"] = time.perf_counter() - start
     start = time.perf_counter()
-    entry = _cache_entry(spec_map)
-    cached = cache.load(entry) if use_cache else None
+    entry = _cache_entry(spec_map) if use_cache else None
+    cached = cache.load(entry) if entry is not None else None
     if isinstance(cached, CouplingReport):
         cached.version, cached.root = tree.version, str(tree.root)
         cached.timing = {**timing, "cached": time.perf_counter() - start}
@@ -67,7 +67,7 @@ def find_couplings(
     finally:
         if enabled:
             gc.enable()
-    if use_cache:
+    if entry is not None:
         cache.store(entry, report)
     return report
 

@@ -240,6 +240,15 @@ class SpecFlow:
         self._nodes: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self._mentions: dict[str, set[str]] = defaultdict(set)
         self._importers: dict[str, set[str]] | None = None
+        self._node_texts: dict[int, str] = {}
+
+    def text(self, node: ast.AST) -> str:
+        """`text_of(node)`, once per node: functions are re-analysed as taint grows, and
+        their parsed nodes live as long as the flow (so their ids stay theirs)."""
+        found = self._node_texts.get(id(node))
+        if found is None:
+            found = self._node_texts[id(node)] = text_of(node)
+        return found
 
     # -- modules ---------------------------------------------------------------------------------
     def _text(self, module: str) -> str:
@@ -611,7 +620,7 @@ class _Walker:
             if self.record:
                 self.facts.returns.append((node.lineno, chain))
             if chain is not None and node.value is not None:
-                self.flow.taint_return(self.qn, (*chain, self.step(f"return {text_of(node.value)}", node)))
+                self.flow.taint_return(self.qn, (*chain, self.step(f"return {self.flow.text(node.value)}", node)))
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
             self.block(node.body)  # type: ignore[attr-defined]
             for handler in node.handlers:  # type: ignore[attr-defined]
@@ -654,7 +663,7 @@ class _Walker:
         def extended() -> Chain | None:
             if chain is None:
                 return None
-            text = f"{text_of(target)} = {text_of(value)}" if value is not None else text_of(target)
+            text = f"{self.flow.text(target)} = {self.flow.text(value)}" if value is not None else self.flow.text(target)
             return (*chain, self.step(text, stmt))[-_MAX_CHAIN:]
 
         if isinstance(target, ast.Name):
@@ -712,7 +721,7 @@ class _Walker:
         if isinstance(node, ast.Subscript):
             key = node.slice
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and is_source_attr(key.value):
-                return (self.step(text_of(node), node),)
+                return (self.step(self.flow.text(node), node),)
             # An element of a list chosen by a tainted index is not spec-shaped; a tainted
             # slice is, and so is a member looked up by a tainted name (`Algorithm[name]`).
             key_chain = self.expr(key)
@@ -752,7 +761,7 @@ class _Walker:
             # The setting itself: the chain starts here, however it was normalised before.
             if classes and self.record:
                 self.facts.reads.append(ReadFact(classes, node.attr, node.lineno, node))
-            return (self.step(text_of(node), node),)
+            return (self.step(self.flow.text(node), node),)
         chain = flow.attr_chain(classes, node.attr) if classes else None
         if chain is None and classes:
             chain = self._property(classes, node.attr)
@@ -761,7 +770,7 @@ class _Walker:
         if chain is not None:
             return chain
         if is_source_attr(node.attr):
-            return (self.step(text_of(node), node),)
+            return (self.step(self.flow.text(node), node),)
         # Field sensitive on known classes: an attribute of a known object is tainted only
         # through its own assignments; of an unknown one (a tensor), through the object.
         return base_chain if not classes else None
@@ -794,7 +803,7 @@ class _Walker:
                 flow._readers[name][self.qn] = classes
             chain = flow.attr_chain(classes, name) if classes else None
             if chain is None and is_source_attr(name):
-                chain = (self.step(text_of(node), node),)
+                chain = (self.step(self.flow.text(node), node),)
             return chain or (self.expr(node.args[0]) if not classes else None)
         receiver = self.expr(func.value) if isinstance(func, ast.Attribute) else None
         args: list[tuple[str | int, Chain | None, ast.expr]] = []
@@ -852,7 +861,7 @@ class _Walker:
                 mine = self._param_args(target, args, node).get(name)
                 if mine is not None:
                     rest = chain[chain.index(binding) + 1:]
-                    return (*mine, Step(f"{target.rsplit('.', 1)[-1]}({name}=…) ← {text_of(node)}",
+                    return (*mine, Step(f"{target.rsplit('.', 1)[-1]}({name}=…) ← {self.flow.text(node)}",
                                         self.path, node.lineno), *rest)[-_MAX_CHAIN:]
         return chain
 
@@ -900,7 +909,7 @@ class _Walker:
             else:
                 continue
             if name not in known:
-                step = self.step(f"{label}({name}=…) ← {text_of(node)}", node)
+                step = self.step(f"{label}({name}=…) ← {self.flow.text(node)}", node)
                 self.flow.taint_param(target, name, (*chain, step))
 
     def _bind_fields(self, cls: str, args: list, node: ast.Call) -> None:
@@ -914,7 +923,7 @@ class _Walker:
                 self.flow.attr_writes[(cls, name)].add((self.path, node.lineno, self.qn))
             # Building an object is its set-up, wherever it happens.
             if chain is not None and (cls, name) not in self.flow.attr_taint:
-                self.flow.taint_attr(cls, name, (*chain, self.step(f"{label}({name}=…) ← {text_of(node)}", node)))
+                self.flow.taint_attr(cls, name, (*chain, self.step(f"{label}({name}=…) ← {self.flow.text(node)}", node)))
 
 
 def _grown(body: list[ast.stmt]) -> tuple[set[str], set[str]]:

@@ -128,10 +128,14 @@ def build_context(spec_map: SpecMap) -> Context:
     for worker in workers:
         assert worker.cls is not None
         ctx.worker_reach[worker.label] = cg.reach(ctx.class_methods(worker.cls), limit=_REACH_LIMIT)
-    ctx.settings_reach = settings_reach = cg.reach([m for cls in sorted(settings) for m in ctx.class_methods(cls)],
-                              limit=_REACH_LIMIT)
-    # The spec path: modules of everything the scheduler, the workers and the settings reach.
-    reached = set(cg.expanded) | settings_reach
+    ctx.settings_reach = cg.reach([m for cls in sorted(settings) for m in ctx.class_methods(cls)],
+                                  limit=_REACH_LIMIT)
+    # The spec path: modules of everything the scheduler, the workers and the settings reach
+    # (from the map's own expansion, not the shared graph's, so a second analysis of the
+    # same map reads the same modules).
+    reached = set(spec_map.mapped) | loop_reach | ctx.settings_reach
+    for worker_reach in ctx.worker_reach.values():
+        reached |= worker_reach
     candidates = {cb.scope_module[qn].name for qn in reached if qn in cb.scope_module}
     # Post-processing handlers dispatched through a registry have no resolved caller; they
     # take the settings object as a parameter.
