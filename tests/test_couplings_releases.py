@@ -5,8 +5,11 @@ One analysis per version (module-scoped), shared by every test of that version.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -219,3 +222,28 @@ def test_same_map_analysed_twice_gives_the_same_report():
     first = find_couplings(tree, spec_map, use_cache=False)
     second = find_couplings(tree, spec_map, use_cache=False)
     assert _answer(first) == _answer(second)
+
+
+def _cli(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"COLUMNS": "250"}
+    proc = subprocess.run([sys.executable, "-m", "eaglegate", "couplings", "--version", "0.5.9", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_cli_couplings_verdicts_first_then_grouped_tables(report):
+    r = report("0.5.9")
+    text = _cli()
+    v1 = r.verdict("v1")
+    assert v1 is not None and v1.cls is not None
+    # The answer comes first: both verdicts before the first table.
+    assert text.index(f"v1 {v1.cls}: feasible") < text.index("v2 ") < text.index("cuda_graph · ")
+    # Each blocking capture-mode finding is listed with its site; compatible ones are hidden.
+    for f in r.kinds("capture_mode"):
+        assert re.search(rf"{re.escape(f.path)}:(\d+,)*{f.line}\b", text), f.where
+    compatible = [f for f in r.findings if f.severity == "compatible"]
+    assert compatible and f"{len(compatible)} compatible findings not shown" in text
+    shown_all = _cli("--all", "--category", "buffer")
+    assert "compatible findings not shown" not in shown_all and "compatible" in shown_all
+    assert "cuda_graph · " not in shown_all and "buffer · " in shown_all
