@@ -13,11 +13,12 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.cli_common import print_json
+from eaglegate.errors import UserError
+
 
 def register(app: typer.Typer) -> None:
     """Add the `mcp` and `tool` commands to the root app."""
-    from eaglegate.cli import print_json
-    from eaglegate.errors import UserError
 
     @app.command("mcp")
     def mcp_command(

@@ -1,7 +1,6 @@
 """`eaglegate apply`, `revert` and `status`: install the gate patch into a tree and take it out.
 
-No `from __future__ import annotations` here: the commands are defined inside
-`register()` with option types imported there, so typer must see evaluated annotations.
+No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
 from pathlib import Path
@@ -10,6 +9,18 @@ from typing import Annotated
 import typer
 
 from eaglegate.analyzer.source import SourceTree
+from eaglegate.cli_common import (
+    GitOpt,
+    JsonOpt,
+    PathOpt,
+    PythonOpt,
+    RevOpt,
+    VersionOpt,
+    err,
+    locate_tree,
+    out,
+    print_json,
+)
 from eaglegate.errors import UserError
 
 
@@ -31,19 +42,6 @@ def package_parent(tree: SourceTree, action: str) -> Path:
 
 def register(app: typer.Typer) -> None:
     """Add the `apply`, `revert` and `status` commands to the root app."""
-    # Imported here: eaglegate.cli calls register() at its end, after defining these.
-    from eaglegate.cli import (
-        GitOpt,
-        JsonOpt,
-        PathOpt,
-        PythonOpt,
-        RevOpt,
-        VersionOpt,
-        err,
-        locate_tree,
-        out,
-        print_json,
-    )
     from eaglegate.patches import transaction
 
     @app.command()

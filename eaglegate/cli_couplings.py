@@ -1,29 +1,28 @@
 """`eaglegate couplings`: what ties a located SGLang to speculation, and a verdict per path.
 
-No `from __future__ import annotations` here: the command is defined inside
-`register()` with option types imported there, so typer must see evaluated annotations.
+No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
 from typing import Annotated
 
 import typer
 
+from eaglegate.cli_common import (
+    GitOpt,
+    JsonOpt,
+    PathOpt,
+    PythonOpt,
+    RevOpt,
+    VersionOpt,
+    err,
+    locate_tree,
+    out,
+    print_json,
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add the `couplings` command to the root app."""
-    # Imported here: eaglegate.cli imports this module at its end to call register().
-    from eaglegate.cli import (
-        GitOpt,
-        JsonOpt,
-        PathOpt,
-        PythonOpt,
-        RevOpt,
-        VersionOpt,
-        err,
-        locate_tree,
-        out,
-        print_json,
-    )
 
     @app.command()
     def couplings(

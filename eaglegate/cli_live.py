@@ -6,12 +6,9 @@ Thin typer layers over `eaglegate.patches.sweep`, `.calibrate` and `.verify_live
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,16 +19,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from eaglegate.cli_common import JsonOpt, err, out, print_json
 from eaglegate.errors import UserError
 from eaglegate.patches import calibrate as cal
 from eaglegate.patches.live_client import Api, load_prompts, resolve_endpoint
 from eaglegate.patches.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
 from eaglegate.patches.verify_live import verify_live
 
-err = Console(stderr=True)
-out = Console()
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
 PromptsOpt = Annotated[
     str | None,
     typer.Option("--prompts", help="A file with one prompt per line (text, or JSON with 'prompt').",
@@ -44,10 +38,6 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _api(value: str) -> Api:
@@ -123,7 +113,7 @@ def sweep(
             timeout=timeout, tag=tag, progress=_RichSweepProgress(progress),
         )
     if as_json:
-        _print_json({"output": output, "levels": records})
+        print_json({"output": output, "levels": records})
         return
     table = Table(title=f"sweep of {endpoint.url}")
     for col in ("concurrency", "tok/s", "TTFT mean", "TTFT p99", "ITL mean", "ITL p50", "ITL p99"):
@@ -208,7 +198,7 @@ def calibrate(
             data["rows"] = rows
         if png:
             data["png"] = png
-        _print_json(data)
+        print_json(data)
         return
     for line in cal.render_text_chart(rows):
         out.print(line, highlight=False, markup=False)
@@ -270,7 +260,7 @@ def verify_live_cmd(
             model=model, on_phase=phase, on_request=step,
         )
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         table = Table(title="verify-live")
         for col in ("concurrency", "requests", "gated tok/s", "plain tok/s", "ratio", "mismatches"):

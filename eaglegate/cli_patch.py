@@ -1,7 +1,6 @@
 """`eaglegate patch`: render the batch-gate patch for a located SGLang tree.
 
-No `from __future__ import annotations` here: the command is defined inside
-`register()` with option types imported there, so typer must see evaluated annotations.
+No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
 import shlex
@@ -10,24 +9,22 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.cli_common import (
+    GitOpt,
+    JsonOpt,
+    PathOpt,
+    PythonOpt,
+    RevOpt,
+    VersionOpt,
+    err,
+    locate_tree,
+    out,
+    print_json,
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add the `patch` command to the root app."""
-    # Imported here: eaglegate.cli imports this module at its end to call register().
-    from eaglegate.cli import (
-        GitOpt,
-        JsonOpt,
-        PathOpt,
-        PythonOpt,
-        RevOpt,
-        VersionOpt,
-        err,
-        locate_tree,
-        out,
-        print_json,
-    )
-    from eaglegate.patches.diff import render_patch
-    from eaglegate.patches.generate import generate_patch
 
     @app.command()
     def patch(
@@ -56,6 +53,10 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate patch --version 0.5.9 --threshold 32 -o gate.patch
         """
+        # Imported here: they load LibCST, which every other command can do without.
+        from eaglegate.patches.diff import render_patch
+        from eaglegate.patches.generate import generate_patch
+
         tree = locate_tree(path, python, git, rev, version)
         patch_set = generate_patch(tree, threshold)
         diff = render_patch(patch_set)

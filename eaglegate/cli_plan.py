@@ -6,23 +6,22 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.cli_common import (
+    GitOpt,
+    JsonOpt,
+    PathOpt,
+    PythonOpt,
+    RevOpt,
+    VersionOpt,
+    err,
+    locate_tree,
+    out,
+    print_json,
+    progress_bar,
+)
+
 
 def register(app: typer.Typer) -> None:
-    # Imported here: eaglegate.cli calls register() at its end, after defining these.
-    from eaglegate.cli import (
-        GitOpt,
-        JsonOpt,
-        PathOpt,
-        PythonOpt,
-        RevOpt,
-        VersionOpt,
-        err,
-        locate_tree,
-        out,
-        print_json,
-        progress_bar,
-    )
-
     @app.command("plan")
     def plan_command(
         threshold: Annotated[int | None, typer.Option(help="Batch size at and above which not to speculate.")] = None,

@@ -8,13 +8,26 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.cli_common import (
+    GitOpt,
+    JsonOpt,
+    PathOpt,
+    PythonOpt,
+    RevOpt,
+    VersionOpt,
+    err,
+    locate_tree,
+    out,
+    print_json,
+    progress_bar,
+)
+from eaglegate.errors import UserError
+
 DIFF_FORMATS = ("term", "md", "json")
 
 
 def _write(text: str, output: Path | None) -> None:
     import sys
-
-    from eaglegate.cli import err
 
     if output is None:
         sys.stdout.write(text)
@@ -29,7 +42,6 @@ def _show(renderable: object, output: Path | None) -> None:
     stdout is not a TTY or NO_COLOR is set). To a file: plain text."""
     from rich.console import Console
 
-    from eaglegate.cli import out
     from eaglegate.reports.formats import terminal_text
 
     if output is not None:
@@ -41,21 +53,6 @@ def _show(renderable: object, output: Path | None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    # Imported here: eaglegate.cli calls register() at its end, after defining these.
-    from eaglegate.cli import (
-        GitOpt,
-        JsonOpt,
-        PathOpt,
-        PythonOpt,
-        RevOpt,
-        VersionOpt,
-        err,
-        locate_tree,
-        print_json,
-        progress_bar,
-    )
-    from eaglegate.errors import UserError
-
     FormatOpt = Annotated[str, typer.Option("--format", "-f", help="term, md, html, json, dot or mermaid.")]
     OutputOpt = Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")]
 

@@ -1,0 +1,65 @@
+"""What the `eaglegate` command modules share: the consoles, the options that locate an
+SGLang tree, and the helpers that locate it, show progress and print JSON.
+
+No `from __future__ import annotations` here, like the command modules: typer reads the
+real annotations.
+"""
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from eaglegate.analyzer import source
+
+err = Console(stderr=True)
+out = Console()
+
+# Options shared by every command that works on a located SGLang tree.
+PathOpt = Annotated[str | None, typer.Option("--path", help="An SGLang source directory.")]
+PythonOpt = Annotated[
+    str | None, typer.Option("--python", help="Another interpreter whose installed SGLang to use.")
+]
+GitOpt = Annotated[str | None, typer.Option("--git", help="An SGLang git checkout.")]
+RevOpt = Annotated[str | None, typer.Option("--rev", help="With --git: a tag or commit to read.")]
+VersionOpt = Annotated[
+    str | None, typer.Option("--version", help="A released version, fetched and cached (e.g. 0.5.9).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
+
+
+def locate_tree(
+    path: str | None, python: str | None, git: str | None, rev: str | None, version: str | None
+) -> source.SourceTree:
+    """Locate the tree and say in one line on stderr when a default was used."""
+    tree = source.locate(path=path, python=python, git_path=git, rev=rev, version=version)
+    if tree.note:
+        err.print(f"[dim]{tree.note}[/dim]")
+    return tree
+
+
+@contextmanager
+def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr for long work; nothing when stderr is not a TTY."""
+    if not enabled or not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
