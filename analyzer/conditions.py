@@ -5,11 +5,16 @@ settings, `{("disable_overlap_schedule", True)}`, after following what the name 
 attribute was assigned from (`self.enable_overlap = not server_args.disable_overlap_schedule`).
 Only conjunctions become literals; anything with `or` is left out (unknown), which
 can only make two paths look compatible, never incompatible.
+
+Where a condition must be decided under known settings (which worker a launch selects),
+`formula` keeps the whole expression, `or` and `not (a and b)` included, and
+`satisfiable` tries the unknown atoms both ways.
 """
 
 from __future__ import annotations
 
 import ast
+from itertools import product
 
 from eaglegate.analyzer.index import Codebase
 
@@ -56,6 +61,69 @@ def _atom(node: ast.expr) -> str:
     if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
         return f"{_atom(node.func)}()"
     return ast.unparse(node)
+
+
+# ("atom", name) | ("not", f) | ("and", (f, ...)) | ("or", (f, ...)); ("and", ()) is true.
+Formula = tuple
+TRUE: Formula = ("and", ())
+_MAX_UNKNOWN = 12  # atoms tried both ways; beyond that a formula counts as satisfiable
+
+
+def formula(codebase: Codebase, text: str, scope_qn: str) -> Formula:
+    """The condition as a propositional formula over the same atoms as `literals`."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return TRUE
+    return _formula(codebase, node, scope_qn, 0)
+
+
+def _formula(cb: Codebase, node: ast.expr, scope_qn: str, depth: int) -> Formula:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ("not", _formula(cb, node.operand, scope_qn, depth))
+    if isinstance(node, ast.BoolOp):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        return (op, tuple(_formula(cb, v, scope_qn, depth) for v in node.values))
+    if depth < _MAX_DEPTH:
+        alias = _alias(cb, node, scope_qn)
+        if alias is not None:
+            text, context = alias
+            try:
+                aliased = ast.parse(text, mode="eval").body
+            except SyntaxError:
+                return TRUE
+            return _formula(cb, aliased, context, depth + 1)
+    return ("atom", _atom(node))
+
+
+def atoms_of(f: Formula) -> set[str]:
+    if f[0] == "atom":
+        return {f[1]}
+    if f[0] == "not":
+        return atoms_of(f[1])
+    return set().union(*(atoms_of(g) for g in f[1])) if f[1] else set()
+
+
+def _holds(f: Formula, values: dict[str, bool]) -> bool:
+    kind = f[0]
+    if kind == "atom":
+        return values[f[1]]
+    if kind == "not":
+        return not _holds(f[1], values)
+    if kind == "and":
+        return all(_holds(g, values) for g in f[1])
+    return any(_holds(g, values) for g in f[1])
+
+
+def satisfiable(formulas: list[Formula], known: dict[str, bool]) -> bool:
+    """Whether all formulas can hold together, given the atoms whose value is known."""
+    unknown = sorted(set().union(*(atoms_of(f) for f in formulas)) - set(known)) if formulas else []
+    if len(unknown) > _MAX_UNKNOWN:
+        return True
+    for bits in product((False, True), repeat=len(unknown)):
+        if all(_holds(f, {**known, **dict(zip(unknown, bits, strict=True))}) for f in formulas):
+            return True
+    return False
 
 
 def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from eaglegate.analyzer.callgraph import CallGraph, load_codebase
-from eaglegate.analyzer.conditions import Literal, conflicts, literals
+from eaglegate.analyzer.conditions import Formula, Literal, conflicts, formula, literals
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.errors import UserError
@@ -200,6 +200,17 @@ def selection_literals(cb: Codebase, worker: WorkerMap) -> list[set[Literal]]:
     choices = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind != "constructor"]
     builds = [_cond_literals(cb, s.site, s.function) for s in worker.selection if s.kind == "constructor"]
     return [c | b for c in choices or [set()] for b in builds or [set()] if not conflicts(c, b)]
+
+
+def selection_formulas(cb: Codebase, worker: WorkerMap) -> list[tuple[list[Site], list[Formula]]]:
+    """Like `selection_literals`, with each alternative's conditions kept whole (`or` and
+    `not (a and b)` included) and the sites they come from."""
+    def of(s: Selection) -> tuple[list[Site], list[Formula]]:
+        return [s.site], [formula(cb, text, s.function) for text in s.site.cond]
+
+    choices = [of(s) for s in worker.selection if s.kind != "constructor"]
+    builds = [of(s) for s in worker.selection if s.kind == "constructor"]
+    return [(c[0] + b[0], c[1] + b[1]) for c in choices or [([], [])] for b in builds or [([], [])]]
 
 
 def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Literal]) -> tuple[Site, set[Literal]] | None:

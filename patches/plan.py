@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
+from eaglegate.analyzer.conditions import atoms_of, satisfiable
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
-from eaglegate.analyzer.spec_map import WorkerMap, selection_literals
+from eaglegate.analyzer.spec_map import WorkerMap, selection_formulas
 from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
@@ -65,27 +66,27 @@ class GatePlan:
 
 def _atoms(analysis: Analysis) -> set[str]:
     return {atom for w in analysis.spec_map.workers if w.present
-            for alt in selection_literals(analysis.codebase, w) for atom, _ in alt}
+            for _, formulas in selection_formulas(analysis.codebase, w) for f in formulas
+            for atom in atoms_of(f)}
 
 
-def _selected(analysis: Analysis, resolved: Resolved) -> list[WorkerMap]:
-    """Workers whose selection conditions the resolved settings do not contradict."""
-    chosen = []
+def _selected(analysis: Analysis, resolved: Resolved) -> tuple[list[WorkerMap], list[str]]:
+    """Workers whose selection conditions can all hold under the resolved settings, and a
+    line for each present worker they rule out."""
+    known = {atom: bool(value) for atom, value in resolved.values.items() if value is not UNKNOWN}
+    chosen, excluded = [], []
     for worker in analysis.spec_map.workers:
         if not worker.present or not worker.reachable:
             continue
-        for alternative in selection_literals(analysis.codebase, worker):
-            if all(_agrees(resolved, atom, polarity) for atom, polarity in alternative):
-                chosen.append(worker)
-                break
-    return chosen
-
-
-def _agrees(resolved: Resolved, atom: str, polarity: bool) -> bool:
-    value = resolved.values.get(atom, UNKNOWN)
-    if value is UNKNOWN:
-        return True
-    return bool(value) == polarity
+        alternatives = selection_formulas(analysis.codebase, worker)
+        if any(satisfiable(formulas, known) for _, formulas in alternatives):
+            chosen.append(worker)
+            continue
+        for sites, _ in alternatives:
+            conditions = "; ".join(f"{site.where}: " + " and ".join(site.cond) for site in sites if site.cond)
+            excluded.append(f"{worker.name} ({worker.label}) is not built under these settings: "
+                            f"{conditions} cannot all hold")
+    return chosen, excluded
 
 
 def _decisions(settings: Settings, resolved: Resolved, flags: dict[str, Any], env: dict[str, Any],
@@ -127,13 +128,14 @@ def build_plan(
     atoms = _atoms(analysis)
     wanted = atoms | set(_cap_settings(settings))
     resolved = resolve(settings, user_flags, user_env, wanted)
-    chosen = _selected(analysis, resolved)
+    chosen, excluded = _selected(analysis, resolved)
     version = analysis.tree.version
     plan = GatePlan(version, "no-eagle-worker", None, threshold)
     plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
     plan.caveats += assumed
     if not chosen:
         plan.caveats.append("no EAGLE worker is selected under these flags")
+        plan.caveats += excluded
         return plan
     v1 = next((w for w in chosen if w.label == "v1"), None)
     v2 = next((w for w in chosen if w.label == "v2"), None)
@@ -250,7 +252,7 @@ def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, setting
             candidates.append((settings.flag_for(atom), {**user_flags, atom: True}, user_env))
     for label, flags, env in candidates:
         resolved = resolve(settings, flags, env, wanted)
-        chosen = _selected(analysis, resolved)
+        chosen, excluded = _selected(analysis, resolved)
         if any(w.label == "v1" for w in chosen) and not any(w.label == "v2" for w in chosen):
             plan.route = {"change": label, "then": "v1-code-patch",
                           "note": f"with {label} this SGLang selects the v1 EAGLEWorker, which the gate patch covers"}

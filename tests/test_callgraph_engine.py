@@ -283,3 +283,33 @@ def test_a_namespace_subpackage_analysed_alone_keeps_its_import_path(tmp_path):
     assert ("pkg.ns.a.main", "pkg.ns.b.helper") in edges_of(pkg / "ns")
     # The same files analysed from the package root get the same names (and cache entries).
     assert ("pkg.ns.a.main", "pkg.ns.b.helper") in edges_of(pkg)
+
+
+def test_condition_formulas_keep_disjunctions_and_follow_aliases(tmp_path):
+    """`not (a and b)` is no literal, but with b known true it rules out a later `a`."""
+    from eaglegate.analyzer.conditions import atoms_of, formula, literals, satisfiable
+
+    pkg = write_package(tmp_path, {
+        "factory.py": """
+            def choose(args, algo):
+                overlap = not args.disable_overlap
+                if algo.is_eagle() and args.multi_layer:
+                    return "MultiLayer"
+                elif algo.is_eagle():
+                    if overlap:
+                        return "V2"
+                    return "V1"
+        """,
+    })
+    codebase, _, _ = load_codebase(pkg)
+    returns = codebase.scopes["pkg.factory.choose"].return_values
+    v1 = returns[-1]
+    assert "not (algo.is_eagle() and args.multi_layer)" in v1.cond
+    # As literals, the negated conjunction is unknown (dropped); as a formula it is kept.
+    assert literals(codebase, v1.cond[0], "pkg.factory.choose") == set()
+    formulas = [formula(codebase, text, "pkg.factory.choose") for text in v1.cond]
+    assert set().union(*(atoms_of(f) for f in formulas)) == {"is_eagle()", "multi_layer", "disable_overlap"}
+    assert satisfiable(formulas, {"disable_overlap": True})
+    assert satisfiable(formulas, {"multi_layer": False, "disable_overlap": True})
+    assert not satisfiable(formulas, {"multi_layer": True})  # then is_eagle() must be both
+    assert not satisfiable(formulas, {"disable_overlap": False})  # `overlap` is followed to its source

@@ -107,3 +107,21 @@ def test_undeclared_flag_is_a_clear_error():
 
     with pytest.raises(UserError, match="does not declare --no-such-flag"):
         build_plan(analysis("0.5.9"), 64, "--no-such-flag 3")
+
+
+def test_flags_that_make_the_factory_build_another_class_select_no_eagle_worker():
+    """0.5.9's factory builds MultiLayerEagleWorker for EAGLE with --enable-multi-layer-eagle:
+    neither EAGLEWorker nor EAGLEWorkerV2 runs, so no gate is planned for them."""
+    flags = "--speculative-algorithm EAGLE --enable-multi-layer-eagle --disable-overlap-schedule"
+    plan = build_plan(analysis("0.5.9"), 64, flags)
+    assert plan.family == "no-eagle-worker" and plan.worker is None and not plan.launch_flags
+    excluded = [c for c in plan.caveats if "is not built under these settings" in c]
+    assert {c.split(" ", 1)[0] for c in excluded} == {"EAGLEWorker", "EAGLEWorkerV2"}
+    site = excluded[0].split(": ", 2)[1]  # the factory's condition, at file:line
+    path, lineno = site.rsplit(":", 1)
+    line = (release("0.5.9").root / path).read_text().splitlines()[int(lineno) - 1]
+    assert "return" in line
+    assert any(d.setting == "enable_multi_layer_eagle" and d.value is True for d in plan.why)
+    # Without the flag the same launch is the v1 code patch.
+    plain = build_plan(analysis("0.5.9"), 64, "--speculative-algorithm EAGLE --disable-overlap-schedule")
+    assert plain.family == "v1-code-patch" and plain.worker == "EAGLEWorker"
