@@ -240,7 +240,11 @@ def _worker_entries(cg: CallGraph, cls: str, reached: set[str]) -> list[str]:
     inside = family | cb.subclasses(cls)
     entries = []
     for node in reached:
-        if node.rsplit(".", 1)[0] not in family or node.endswith(".__init__"):
+        owner, name = node.rsplit(".", 1)
+        if owner not in family or name == "__init__":
+            continue
+        # A base method the worker overrides is not the worker's: its own override is.
+        if next(f"{c}.{name}" for c in cb.mro(cls) if f"{c}.{name}" in cb.scopes) != node:
             continue
         callers = [c for c in cg.graph.predecessors(node) if c in reached]
         if any((cb.owner_class(c) or "") not in inside for c in callers):

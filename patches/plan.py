@@ -237,7 +237,13 @@ def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, setting
     plan.family, plan.worker = "v2-blocked", worker.name
     verdict = next((v for v in analysis.couplings.to_json()["verdicts"]
                     if v["worker_path"] == worker.label), None)
-    if verdict is not None:
+    if verdict is not None and verdict["status"] == "feasible":
+        # The code leaves a route open, but the gate patch is written for the v1 worker.
+        plan.blocked_by = [f"no gate patch for {worker.name}: eaglegate's patch covers the v1 EAGLEWorker only"]
+        plan.caveats.append(f"the couplings verdict for {worker.name} is feasible ({verdict['route']}): "
+                            "a patch for this worker would be possible, but eaglegate has none; "
+                            "see `eaglegate couplings` for its reasons")
+    elif verdict is not None:
         plan.blocked_by = [verdict["cost"], *verdict["reasons"]]
     else:
         plan.blocked_by = ["the couplings analysis gave no verdict for this worker path"]

@@ -110,3 +110,16 @@ def test_cli_map_prints_both_paths_with_locations():
                      "EagleDraftWorker._draft_extend_for_decode", "SpeculativeAlgorithm.create_worker",
                      "srt/managers/scheduler.py:", "srt/speculative/spec_info.py:"):
         assert expected in text, expected
+
+
+def test_a_worker_subclass_is_entered_through_its_own_override():
+    """0.5.3.post2's EAGLEWorkerV2 subclasses EAGLEWorker and overrides forward_batch_generation:
+    the overlap loop drives the override, not the inherited method."""
+    m = spec_map("0.5.3.post2")
+    v1, v2 = m.worker("v1"), m.worker("v2")
+    assert v1 is not None and v2 is not None and v2.cls is not None and v1.cls is not None
+    assert v1.cls in m.callgraph.codebase.mro(v2.cls)  # the subclass relation the case is about
+    assert v2.entry == f"{v2.cls}.forward_batch_generation"
+    assert v1.entry == f"{v1.cls}.forward_batch_generation"
+    assert "event_loop_overlap" in loop_names(v2) and "event_loop_normal" in loop_names(v1)
+    assert {s.function.rsplit(".", 2)[-2] for s in v2.steps if s.kind == "verify"} == {"EAGLEWorkerV2"}

@@ -125,3 +125,15 @@ def test_flags_that_make_the_factory_build_another_class_select_no_eagle_worker(
     # Without the flag the same launch is the v1 code patch.
     plain = build_plan(analysis("0.5.9"), 64, "--speculative-algorithm EAGLE --disable-overlap-schedule")
     assert plain.family == "v1-code-patch" and plain.worker == "EAGLEWorker"
+
+
+def test_a_v2_worker_with_an_open_route_but_no_patch_is_not_called_blocked_by_its_route():
+    """0.5.13's EAGLEWorkerV2 takes the scheduler's batch: the couplings verdict finds the
+    one-token-extend route open. The plan still has no patch for v2 and says exactly that."""
+    a = analysis("0.5.13")
+    verdict = a.couplings.verdict("v2")
+    assert verdict is not None and verdict.status == "feasible"
+    plan = build_plan(a, 64, EAGLE3)
+    assert (plan.family, plan.worker) == ("v2-blocked", "EAGLEWorkerV2")
+    assert plan.blocked_by == ["no gate patch for EAGLEWorkerV2: eaglegate's patch covers the v1 EAGLEWorker only"]
+    assert any("verdict for EAGLEWorkerV2 is feasible" in c for c in plan.caveats)
