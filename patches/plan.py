@@ -158,7 +158,12 @@ def _plan_v1(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
     from eaglegate.patches.generate import generate_patch
 
     plan.family, plan.worker = "v1-code-patch", worker.name
-    patch = generate_patch(analysis.tree, plan.threshold)
+    try:
+        patch = generate_patch(analysis.tree, plan.threshold)
+    except UserError as exc:
+        # The plan still answers (worker, caps, why); only the patch is missing.
+        plan.blocked_by = [f"the gate patch does not fit this tree: {exc}"]
+        return
     diff = render_patch(patch)
     plan.patch = {
         "files": [c.path for c in patch.changes],

@@ -137,3 +137,14 @@ def test_a_v2_worker_with_an_open_route_but_no_patch_is_not_called_blocked_by_it
     assert (plan.family, plan.worker) == ("v2-blocked", "EAGLEWorkerV2")
     assert plan.blocked_by == ["no gate patch for EAGLEWorkerV2: eaglegate's patch covers the v1 EAGLEWorker only"]
     assert any("verdict for EAGLEWorkerV2 is feasible" in c for c in plan.caveats)
+
+
+def test_a_v1_tree_the_patch_does_not_fit_still_gets_a_plan_that_says_so():
+    """0.4.7's v1 entry branches `if is_decode(): … else: extend`: the codemod's anchor (a
+    top-level `if …is_extend()`) matches nothing, so there is no patch, and the plan says why."""
+    plan = build_plan(analysis("0.4.7"), 64, EAGLE3)
+    assert (plan.family, plan.worker) == ("v1-code-patch", "EAGLEWorker")
+    assert not plan.patch
+    assert len(plan.blocked_by) == 1 and "does not fit" in plan.blocked_by[0]
+    assert "matched 0 site(s)" in plan.blocked_by[0]
+    assert any(c["flag"] == "--max-running-requests" for c in plan.caps)
