@@ -102,6 +102,7 @@ class WorkerMap:
     selection: list[Selection] = field(default_factory=list)
     paths: list[WorkerPath] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    note: str = ""  # why no paths are reported for a present worker
 
     @property
     def present(self) -> bool:
@@ -119,6 +120,7 @@ class WorkerMap:
             "selection": [s.to_json() for s in self.selection],
             "paths": [p.to_json() for p in self.paths],
             "steps": [s.to_json() for s in self.steps],
+            "note": self.note,
         }
 
 
@@ -341,6 +343,13 @@ def build_map(
         cls = min(classes, key=len)
         worker = WorkerMap(name, label, cls, cb.site(cls, cb.scopes[cls].lineno))
         worker.selection = _selections(cg, cls, setup | reached)
+        if not worker.selection:
+            # Paths to a class nobody is seen building would only be guesses (a base
+            # method reached through another object is not this worker's entry).
+            worker.note = (f"where {name} is built was not found (a factory or registry this analysis "
+                           "does not follow); no paths are reported for it")
+            workers.append(worker)
+            continue
         entries = _worker_entries(cg, cls, reached)
         best: tuple[int, str] | None = None
         for entry in entries:

@@ -76,7 +76,11 @@ def _selected(analysis: Analysis, resolved: Resolved) -> tuple[list[WorkerMap], 
     known = {atom: bool(value) for atom, value in resolved.values.items() if value is not UNKNOWN}
     chosen, excluded = [], []
     for worker in analysis.spec_map.workers:
-        if not worker.present or not worker.reachable:
+        if not worker.present:
+            continue
+        if not worker.reachable:
+            if worker.note:
+                excluded.append(f"{worker.name} ({worker.label}): {worker.note}")
             continue
         alternatives = selection_formulas(analysis.codebase, worker)
         if any(satisfiable(formulas, known) for _, formulas in alternatives):

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from eaglegate.analyzer.couplings import CATEGORIES, SEVERITIES, CouplingReport, Finding
 
-_STATUS_STYLE = {"feasible": "green", "feasible-natively": "green", "blocked": "red", "absent": "dim"}
+_STATUS_STYLE = {"feasible": "green", "feasible-natively": "green", "blocked": "red", "absent": "dim",
+                 "unknown": "yellow"}
 _SEVERITY_STYLE = {"blocks-runtime-switch": "red", "degrades-acceptance": "yellow",
                    "needs-config-change": "cyan", "compatible": "dim", "enables-runtime-switch": "green"}
 _SEVERITY_LABEL = {"blocks-runtime-switch": "blocks", "degrades-acceptance": "degrades",
@@ -36,7 +37,7 @@ def render_couplings(report: CouplingReport, console: Console, evidence: bool = 
     console.print(f"[bold]SGLang {escape(report.version)}[/bold]  {len(report.findings)} couplings: "
                   + ", ".join(f"{c} {n}" for c, n in report.counts().items()))
     for verdict in report.verdicts:
-        style = _STATUS_STYLE.get(verdict.status, "")
+        style = _STATUS_STYLE.get(verdict.status, "bold")
         console.print(f"[bold]{verdict.worker}[/bold] {escape(verdict.cls or '')}: "
                       f"[{style}]{verdict.status}[/{style}]"
                       + (f" — {escape(verdict.route)}" if verdict.route != "none" else ""))

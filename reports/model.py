@@ -163,7 +163,7 @@ class Finding:
 @dataclass
 class Verdict:
     worker_path: str
-    verdict: str  # feasible | feasible-natively | blocked | absent
+    verdict: str  # feasible | feasible-natively | blocked | absent | unknown
     route: str  # how a plain step can run (one-token extend, adaptive steps=0, none)
     cost: str
     reasons: list[str]

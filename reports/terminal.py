@@ -54,8 +54,11 @@ def render_map(spec_map: SpecMap, show_all: bool = False) -> Group:
                 + ("" if worker.reachable else "  [red]not reached from the event loops[/red]")
             )
         )
-        chosen = node.add("[bold]chosen at[/bold]")
+        if worker.note:
+            node.add(Text(worker.note, style="yellow"))
+        chosen = node.add("[bold]chosen at[/bold]") if worker.selection else None
         for sel in worker.selection:
+            assert chosen is not None
             chosen.add(
                 Text.from_markup(
                     f"{sel.kind} {short_name(spec_map, sel.function)}  [cyan]{sel.site.where}[/cyan]"

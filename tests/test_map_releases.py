@@ -123,3 +123,22 @@ def test_a_worker_subclass_is_entered_through_its_own_override():
     assert v1.entry == f"{v1.cls}.forward_batch_generation"
     assert "event_loop_overlap" in loop_names(v2) and "event_loop_normal" in loop_names(v1)
     assert {s.function.rsplit(".", 2)[-2] for s in v2.steps if s.kind == "verify"} == {"EAGLEWorkerV2"}
+
+
+def test_a_worker_built_through_an_unfollowed_registry_gets_no_guessed_paths():
+    """0.5.5 builds its workers through a registry of closures (`register_speculative_algorithm`
+    → `_wrap_worker_class` → `_create_eagle_worker`) that the resolver does not follow. The map
+    must say so rather than report paths through base-class methods of other workers."""
+    from eaglegate.analyzer.analysis import analyze
+    from eaglegate.patches.plan import build_plan
+
+    m = spec_map("0.5.5")
+    for worker in (m.worker("v1"), m.worker("v2")):
+        assert worker is not None and worker.present
+        assert not worker.selection and not worker.paths and worker.entry is None
+        assert "was not found" in worker.note
+    a = analyze(release("0.5.5"))
+    assert {v.status for v in a.couplings.verdicts} == {"unknown"}
+    plan = build_plan(a, 64, "--speculative-algorithm EAGLE3")
+    assert plan.family == "no-eagle-worker" and not plan.launch_flags
+    assert sum("was not found" in c for c in plan.caveats) == 2

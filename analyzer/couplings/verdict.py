@@ -69,6 +69,11 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                                     "", [f"no {worker.name} in this version"], []))
             continue
         label = worker.label
+        if not worker.paths:
+            verdicts.append(Verdict(label, worker.cls, "unknown", "none", "",
+                                    [worker.note or f"no path from the scheduler's event loops reaches {worker.name}"],
+                                    []))
+            continue
         zero = _on(findings, label, {"zero_steps"})
         # The mode taken when speculation is on (not the `else` arm of that test).
         verify_graph = [f for f in _on(findings, label, {"capture_mode"}) if f.detail.get("role") == "target"
