@@ -22,12 +22,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eaglegate.analyzer.parse import ParsedTree
-from eaglegate.analyzer.summary import Assign, Expr, Import, ModuleSummary, Scope
+from eaglegate.analyzer.summary import Assign, Call, Expr, Import, ModuleSummary, Scope
 
 Value = tuple
 ValueSet = frozenset
 
 _EMPTY: frozenset = frozenset()
+_MAX_CALL_SITES = 64  # call sites read to bind one parameter; beyond that it stays unknown
+# What a parameter takes from its call sites: functions and classes (factories handed to a
+# registry, classes to a wrapper). Instances come from annotations, which stay cheaper and
+# more precise than every caller's argument.
+_PASSED_KINDS = ("func", "class")
 _UNION_TYPES = {"Optional", "Union"}
 _CLASS_TYPES = {"Type", "type"}
 _CONTAINER_TYPES = {
@@ -71,6 +76,8 @@ class Codebase:
         self._bases: dict[str, list[str]] = {}
         self._subclasses: dict[str, set[str]] | None = None
         self._attr_assigns: dict[str, dict[str, list[tuple[Assign, str]]]] | None = None
+        self._other_assigns: dict[str, list[tuple[Assign, str]]] | None = None
+        self._calls_by_name: dict[str, list[tuple[str, Call]]] | None = None
 
     # -- naming ------------------------------------------------------------------------------
     def qn(self, module: ModuleSummary, qual: str) -> str:
@@ -211,8 +218,11 @@ class Codebase:
                 if index == 0 and is_method and owner and "staticmethod" not in scope.decorators:
                     kind = "class" if "classmethod" in scope.decorators else "inst"
                     values.add((kind, owner))
-                elif annotation is not None:
-                    values.update(self.type_values(annotation, scope_qn))
+                    continue
+                typed = self.type_values(annotation, scope_qn) if annotation is not None else _EMPTY
+                values.update(typed)
+                if not typed:
+                    values.update(self.argument_values(scope_qn, index, name))
         if not bound and scope.kind == "module":
             for imp in scope.imports:
                 if imp.local == "*":
@@ -373,7 +383,28 @@ class Codebase:
                 defined = True
                 values.update(self.values(assign.value, method_qn))
                 values.update(self.type_values(assign.annotation, method_qn))
+            # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
+            for assign, qn in self._assigns_on_others(name):
+                if ("inst", class_qn) in self.values(assign.target[1], qn):
+                    defined = True
+                    values.update(self.values(assign.value, qn))
         return frozenset(values), defined
+
+    def _assigns_on_others(self, name: str) -> list[tuple[Assign, str]]:
+        """`x.<name> = …` where `x` is not the enclosing method's own instance."""
+        if self._other_assigns is None:
+            table: dict[str, list[tuple[Assign, str]]] = defaultdict(list)
+            for qn, scope in self.scopes.items():
+                if scope.kind != "function":
+                    continue
+                selfname = self.self_param(qn) if self.owner_class(qn) else None
+                for assign in scope.assigns:
+                    target = assign.target
+                    if target and target[0] == "a" and target[1] != ("n", selfname) and target[1][0] == "n" \
+                            and assign.value is not None:
+                        table[target[2]].append((assign, qn))
+            self._other_assigns = table
+        return self._other_assigns.get(name, [])
 
     def attribute(self, base: Value, name: str) -> frozenset:
         return self._cached(("attr", base, name), lambda: self._attribute(base, name))
@@ -405,6 +436,50 @@ class Codebase:
                         found_sub.update(values)
             return found_sub
         return _EMPTY
+
+    # -- parameters bound at call sites --------------------------------------------------------------
+    def argument_values(self, func_qn: str, index: int, name: str) -> frozenset:
+        """The functions and classes the call sites of `func_qn` pass for its parameter `name`
+        (position `index`): a factory handed to a registry, a class handed to a wrapper."""
+        return self._cached(("args", func_qn, index), lambda: self._argument_values(func_qn, index, name))
+
+    def _argument_values(self, func_qn: str, index: int, name: str) -> Iterable[Value]:
+        scope = self.scopes[func_qn]
+        parent = self.parent_qn(func_qn)
+        owner = parent if parent is not None and self.scopes[parent].kind == "class" else None
+        short = func_qn.rsplit(".", 1)[-1]
+        names = {short}
+        if owner and short == "__init__":
+            names.add(owner.rsplit(".", 1)[-1])  # `Cls(...)` binds `__init__`'s parameters
+        sites = [site for n in sorted(names) for site in self._calls_named(n)]
+        if len(sites) > _MAX_CALL_SITES:
+            return _EMPTY  # a name called everywhere (`forward`): too costly, too imprecise
+        found: set[Value] = set()
+        for caller, call in sites:
+            callees = self.values(call.func, caller)
+            as_init = owner is not None and short == "__init__" and ("class", owner) in callees
+            if ("func", func_qn) not in callees and not as_init:
+                continue
+            for keyword, ir in call.kwargs:
+                if keyword == name:
+                    found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
+            # `obj.method(a)`, `Cls.classmethod(a)` and `Cls(a)` bind the first parameter themselves.
+            bound = owner is not None and "staticmethod" not in scope.decorators and (
+                as_init or call.func is not None and call.func[0] == "a")
+            position = index - 1 if bound else index
+            if 0 <= position < len(call.args) and call.args[position] is not None:
+                found.update(v for v in self.values(call.args[position], caller) if v[0] in _PASSED_KINDS)
+        return found
+
+    def _calls_named(self, name: str) -> list[tuple[str, Call]]:
+        if self._calls_by_name is None:
+            table: dict[str, list[tuple[str, Call]]] = defaultdict(list)
+            for qn, scope in self.scopes.items():
+                for call in scope.calls:
+                    if call.args or call.kwargs:
+                        table[_last_name(call.func)].append((qn, call))
+            self._calls_by_name = table
+        return self._calls_by_name.get(name, [])
 
     # -- calls -------------------------------------------------------------------------------------------
     def returns(self, func_qn: str) -> frozenset:

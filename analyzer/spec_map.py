@@ -324,10 +324,14 @@ def build_map(
                     and (s.parent == "" or s.parent is None)]
     # Worker classes are chosen while the scheduler is built, not in its loops: every
     # scheduler method (mixins included), the module's own functions, and what they call
-    # directly (a factory such as `create_worker`).
+    # directly (a factory such as `create_worker`); from the constructor, deeper (a factory
+    # that a registry holds, called through a closure).
     scheduler_methods = [f"{cb.scope_module[cls].name}.{child}" for cls in cb.mro(scheduler)
                          for child in cb.scopes[cls].children]
     setup = cg.reach(module_level + scheduler_methods, depth=2)
+    init = cb.constructor(scheduler)
+    if init is not None:
+        setup |= cg.reach([init], depth=5)
     loops = []
     for loop in loop_names:
         dispatch = [(caller, site) for caller in sorted(cg.graph.predecessors(loop))

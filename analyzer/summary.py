@@ -41,6 +41,10 @@ class Call:
     func: Expr
     lineno: int
     cond: Cond
+    # The arguments as IR, for binding parameters at call sites: positional ones up to the
+    # first `*args` (None where nothing can be said), and keywords by name.
+    args: tuple[Expr, ...] = ()
+    kwargs: tuple[tuple[str, Expr], ...] = ()
 
 
 @dataclass
@@ -330,7 +334,17 @@ class _Summarizer(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = expr_ir(node)
         if func is not None and func[0] == "c":
-            self.scope.calls.append(Call(func[1], node.lineno, tuple(self.cond)))
+            args: list[Expr] = []
+            for arg in node.args:
+                if isinstance(arg, ast.Starred):
+                    break
+                args.append(expr_ir(arg))
+            kwargs = tuple((kw.arg, ir) for kw in node.keywords
+                           if kw.arg is not None and (ir := expr_ir(kw.value)) is not None)
+            # Trailing arguments with nothing to say are dropped: most calls then store none.
+            while args and args[-1] is None:
+                args.pop()
+            self.scope.calls.append(Call(func[1], node.lineno, tuple(self.cond), tuple(args), kwargs))
         elif func is not None and func[0] == "a" and isinstance(node.func, ast.Name):
             pass  # getattr(x, "name"): an attribute read, not a call
         self.generic_visit(node)

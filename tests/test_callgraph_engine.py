@@ -313,3 +313,58 @@ def test_condition_formulas_keep_disjunctions_and_follow_aliases(tmp_path):
     assert satisfiable(formulas, {"multi_layer": False, "disable_overlap": True})
     assert not satisfiable(formulas, {"multi_layer": True})  # then is_eagle() must be both
     assert not satisfiable(formulas, {"disable_overlap": False})  # `overlap` is followed to its source
+
+
+def test_factory_passed_through_a_registry_closure_and_an_attribute_of_another_object(tmp_path):
+    """A function handed to `register(...)` is wrapped in a closure and stored on another
+    object (`algo.factory = f`); calling `algo.factory()` later reaches the worker class."""
+    pkg = write_package(tmp_path, {
+        "registry.py": """
+            class Algo:
+                def __init__(self, name):
+                    self.name = name
+                    self.factory = None
+                def create(self, **kw):
+                    return self.factory(**kw)
+
+            def _wrap(worker_cls):
+                def _factory(**kw):
+                    return worker_cls(**kw)
+                return _factory
+
+            def register(name, worker_cls):
+                algo = Algo(name)
+                algo.factory = _wrap(worker_cls)
+                return algo
+
+            def _create_fast(**kw):
+                from pkg.workers import Fast
+                return Fast()
+
+            FAST = register("fast", worker_cls=_create_fast)
+        """,
+        "workers.py": """
+            class Fast:
+                def go(self): pass
+            class Unrelated:
+                def go(self): pass
+        """,
+        "main.py": """
+            from pkg.registry import FAST
+            from pkg.workers import Unrelated
+            def run():
+                worker = FAST.create()
+                worker.go()
+            def use(w):
+                w.go()
+            def other():
+                use(Unrelated())
+        """,
+    })
+    edges = edges_of(pkg)
+    assert ("pkg.registry.Algo.create", "pkg.registry._wrap._factory") in edges
+    assert ("pkg.registry._wrap._factory", "pkg.registry._create_fast") in edges
+    assert ("pkg.main.run", "pkg.workers.Fast.go") in edges
+    assert ("pkg.main.run", "pkg.workers.Unrelated.go") not in edges
+    # Only functions and classes travel through call sites; instances come from annotations.
+    assert ("pkg.main.use", "pkg.workers.Unrelated.go") not in edges

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -125,20 +126,62 @@ def test_a_worker_subclass_is_entered_through_its_own_override():
     assert {s.function.rsplit(".", 2)[-2] for s in v2.steps if s.kind == "verify"} == {"EAGLEWorkerV2"}
 
 
-def test_a_worker_built_through_an_unfollowed_registry_gets_no_guessed_paths():
-    """0.5.5 builds its workers through a registry of closures (`register_speculative_algorithm`
-    → `_wrap_worker_class` → `_create_eagle_worker`) that the resolver does not follow. The map
-    must say so rather than report paths through base-class methods of other workers."""
-    from eaglegate.analyzer.analysis import analyze
-    from eaglegate.patches.plan import build_plan
-
+def test_workers_built_through_a_registry_of_closures_0_5_5():
+    """0.5.4.post2 to 0.5.7 build the worker through a registry: module-level
+    `register_speculative_algorithm("EAGLE", worker_cls=_create_eagle_worker)` →
+    `_wrap_worker_class(worker_cls)` (a closure) → `algo._draft_worker_factory = factory` →
+    `self.spec_algorithm.create_draft_worker(...)`. Parameters bound at call sites and
+    attributes set on other objects carry the factory through; the map finds both workers."""
     m = spec_map("0.5.5")
-    for worker in (m.worker("v1"), m.worker("v2")):
-        assert worker is not None and worker.present
-        assert not worker.selection and not worker.paths and worker.entry is None
-        assert "was not found" in worker.note
-    a = analyze(release("0.5.5"))
-    assert {v.status for v in a.couplings.verdicts} == {"unknown"}
-    plan = build_plan(a, 64, "--speculative-algorithm EAGLE3")
-    assert plan.family == "no-eagle-worker" and not plan.launch_flags
-    assert sum("was not found" in c for c in plan.caveats) == 2
+    root = release("0.5.5").root
+    v1, v2 = m.worker("v1"), m.worker("v2")
+    assert v1 is not None and v2 is not None and not v1.note and not v2.note
+    for worker, condition in ((v1, "not enable_overlap"), (v2, "enable_overlap")):
+        chosen = [s for s in worker.selection if s.function.endswith("._create_eagle_worker")]
+        assert chosen and chosen[0].site.cond == (condition,)
+        assert f"{worker.name}(" in line(root, chosen[0].site.where)
+        assert worker.entry == f"{worker.cls}.forward_batch_generation"
+    assert "event_loop_normal" in loop_names(v1) and "event_loop_overlap" in loop_names(v2)
+    for path in v1.paths + v2.paths:
+        for hop in path.hops:
+            assert hop.callee.rsplit(".", 1)[-1] in line(root, hop.site.where)
+
+
+def test_a_present_worker_nobody_builds_gets_a_note_and_no_guessed_paths(tmp_path):
+    """A worker class that exists but is never built (here: no code constructs it) gets no
+    paths through the methods it inherits, a note instead, and an `unknown` verdict."""
+    from eaglegate.analyzer.couplings import find_couplings
+    from eaglegate.analyzer.source import SourceTree
+
+    package = tmp_path / "sglang"
+    files = {
+        "__init__.py": "",
+        "worker.py": """
+            class TpWorker:
+                def forward_batch_generation(self, batch):
+                    return batch
+            class EAGLEWorker(TpWorker):
+                def verify(self, batch):
+                    return batch
+        """,
+        "scheduler.py": """
+            from sglang.worker import TpWorker
+            class Scheduler:
+                def __init__(self):
+                    self.tp_worker = TpWorker()
+                def event_loop_normal(self):
+                    self.run_batch(None)
+                def run_batch(self, batch):
+                    return self.tp_worker.forward_batch_generation(batch)
+        """,
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    tree = SourceTree(package, "0.0.0", "path")
+    m = build_map(tree)
+    v1 = m.worker("v1")
+    assert v1 is not None and v1.present and not v1.paths and v1.entry is None
+    assert "where EAGLEWorker is built was not found" in v1.note
+    verdict = find_couplings(tree, m, use_cache=False).verdict("v1")
+    assert verdict is not None and verdict.status == "unknown" and v1.note in verdict.reasons
