@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.index import Codebase, Site, ordered
 from eaglegate.analyzer.parse import ParsedTree, parse_tree, reachable_files
 
 
@@ -48,7 +48,7 @@ class CallGraph:
         for call in scope.calls:
             site = cb.site(caller, call.lineno, call.cond)
             targets: set[str] = set()
-            for value in cb.values(call.func, caller):
+            for value in ordered(cb.values(call.func, caller)):
                 if value[0] == "func":
                     targets.add(value[1])
                 elif value[0] == "class":
@@ -62,7 +62,7 @@ class CallGraph:
                     override = f"{sub}.{func[2]}"
                     if override in cb.scopes and cb.scopes[override].kind == "function":
                         targets.add(override)
-            for target in targets:
+            for target in sorted(targets):  # edge order decides what a limited reach visits
                 yield target, site
 
     def expand(self, caller: str) -> None:

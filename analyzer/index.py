@@ -245,7 +245,7 @@ class Codebase:
             return self.lookup(expr[1], scope_qn)
         if kind == "a":
             found: set[Value] = set()
-            for base in self.values(expr[1], scope_qn):
+            for base in ordered(self.values(expr[1], scope_qn)):
                 found.update(self.attribute(base, expr[2]))
             return found
         if kind == "c":
@@ -504,7 +504,7 @@ class Codebase:
 
     def call_result(self, callees: Iterable[Value]) -> set[Value]:
         found: set[Value] = set()
-        for value in callees:
+        for value in ordered(callees):
             if value[0] == "class":
                 found.add(("inst", value[1]))
             elif value[0] == "func":
@@ -514,6 +514,13 @@ class Codebase:
                     if call[0] == "func":
                         found.update(self.returns(call[1]))
         return found
+
+
+def ordered(values: Iterable[Value]) -> list[Value]:
+    """Values in a fixed order. Lookups are memoized with a cycle guard (a query inside a
+    cycle sees what is known so far), so the order they run in must not follow set hashing,
+    or answers would change with PYTHONHASHSEED."""
+    return sorted(values, key=lambda v: (v[0], v[1] if isinstance(v[1], str) else ""))
 
 
 def _last_name(expr: Expr) -> str:

@@ -47,10 +47,9 @@ def check_family(tree: SourceTree) -> str:
     if version is not None and version >= FIRST_NATIVE_ADAPTIVE or not worker.is_file():
         raise UserError(
             f"SGLang {tree.version} has no v1 EAGLEWorker (sglang/{WORKER} "
-            f"{'is gone' if not worker.is_file() else 'is not the serving path'}; "
-            "0.5.14 and later serve EAGLE through EAGLEWorkerV2 with native adaptive "
-            "speculation): no code patch; use the adaptive route "
-            "(--speculative-adaptive with a config that speculates below the threshold)"
+            f"{'is gone' if not worker.is_file() else 'is not the serving path'}): no code patch; "
+            "`eaglegate plan` says what this version allows (native adaptive speculation from "
+            "0.5.14 on, or why its EAGLEWorkerV2 cannot be gated)"
         )
     if version is not None and not FIRST_V1 <= version < AFTER_LAST_V1:
         raise UserError(

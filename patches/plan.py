@@ -144,8 +144,10 @@ def build_plan(
     v1 = next((w for w in chosen if w.label == "v1"), None)
     v2 = next((w for w in chosen if w.label == "v2"), None)
     if v1 and v2:
-        plan.caveats.append("both workers remain possible: the settings that decide are unknown here "
-                            f"({', '.join(d.setting for d in plan.why)}); planning for v1")
+        undecided = sorted(_atoms(analysis) - {d.setting for d in plan.why})
+        plan.caveats.append("both workers remain possible: what decides between them is unknown here "
+                            f"({', '.join(undecided) or 'a condition with no setting behind it'}); "
+                            "planning for v1")
     plan.caps = _caps(settings, resolved, user_flags, threshold)
     if v1:
         _plan_v1(analysis, plan, v1)

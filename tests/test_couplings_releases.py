@@ -247,3 +247,22 @@ def test_cli_couplings_verdicts_first_then_grouped_tables(report):
     shown_all = _cli("--all", "--category", "buffer")
     assert "compatible findings not shown" not in shown_all and "compatible" in shown_all
     assert "cuda_graph · " not in shown_all and "buffer · " in shown_all
+
+
+def test_report_does_not_depend_on_the_hash_seed():
+    """Memoized lookups with a cycle guard answer by the order they run in; that order must not
+    follow set hashing. 0.5.12.post1 gave two different sets of findings under seeds 0 and 4."""
+    script = ("import hashlib, json, sys\n"
+              "from eaglegate.analyzer.couplings import find_couplings\n"
+              "from eaglegate.analyzer.source import locate\n"
+              "r = find_couplings(locate(version='0.5.12.post1'), use_cache=False)\n"
+              "j = {k: v for k, v in r.to_json().items() if k not in ('timing_s', 'sglang')}\n"
+              "print(hashlib.sha256(json.dumps(j, sort_keys=True).encode()).hexdigest())\n")
+    release("0.5.12.post1")
+    digests = set()
+    for seed in ("0", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        digests.add(proc.stdout.strip())
+    assert len(digests) == 1
