@@ -47,6 +47,7 @@ _MAX_HOPS = 4  # of those, parameter bindings and returns
 
 _TEXT_LIMIT = 110
 _ATTR_RE = re.compile(r"\.([A-Za-z_]\w*)")
+_NAME_NORMALISERS = frozenset({"upper", "lower", "casefold", "strip"})
 _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "appendleft", "setdefault"})
 
 
@@ -726,7 +727,10 @@ class _Walker:
             # slice is, and so is a member looked up by a tainted name (`Algorithm[name]`).
             key_chain = self.expr(key)
             keyed = isinstance(key, ast.Slice) or (
-                isinstance(key, ast.Tuple) and any(isinstance(e, ast.Slice) for e in key.elts))
+                isinstance(key, ast.Tuple) and any(isinstance(e, ast.Slice) for e in key.elts)) or (
+                # `registry[name.upper()]`: a normalised string is a name, not an index.
+                isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
+                and key.func.attr in _NAME_NORMALISERS)
             if key_chain is not None and not keyed:
                 base = node.value
                 keyed = isinstance(base, ast.Dict) or (
