@@ -12,8 +12,10 @@ import gc
 import hashlib
 import os
 import pickle
+import shutil
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 
@@ -38,6 +40,25 @@ def analyzer_digest() -> str:
 
 def entry(kind: str, key: str) -> Path:
     return cache_dir() / kind / key[:2] / f"{key}.pkl"
+
+
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def keep_generation(kind: str) -> None:
+    """Mark `kind` (`summaries/<format>`) as in use, and delete its siblings written by other
+    versions of the code that no run has used for a week: each upgrade of eaglegate (or
+    edit of its analyzer) starts a new generation, and old ones would otherwise pile up."""
+    current = cache_dir() / kind
+    try:
+        current.mkdir(parents=True, exist_ok=True)
+        os.utime(current)
+        cutoff = time.time() - STALE_AFTER_S
+        for sibling in current.parent.iterdir():
+            if sibling != current and sibling.is_dir() and sibling.stat().st_mtime < cutoff:
+                shutil.rmtree(sibling, ignore_errors=True)
+    except OSError:
+        pass  # a cache that cannot be tidied only costs disk
 
 
 def store(path: Path, value: object) -> None:

@@ -178,6 +178,7 @@ def parse_tree(
         keys.append(key)
         jobs.append((str(file), name, rel, is_package, key))
     result.digest = hashlib.blake2b("\n".join(hashes).encode(), digest_size=20).hexdigest()
+    cache.keep_generation(f"summaries/{SUMMARY_FORMAT}")
     packed = _load(f"tree-{result.digest}")
     if isinstance(packed, tuple):  # the whole tree, unchanged since the last run: one read
         result.modules, result.failures = packed

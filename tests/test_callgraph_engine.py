@@ -368,3 +368,24 @@ def test_factory_passed_through_a_registry_closure_and_an_attribute_of_another_o
     assert ("pkg.main.run", "pkg.workers.Unrelated.go") not in edges
     # Only functions and classes travel through call sites; instances come from annotations.
     assert ("pkg.main.use", "pkg.workers.Unrelated.go") not in edges
+
+
+def test_cache_generations_of_other_code_are_deleted_once_unused_for_a_week(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from eaglegate.analyzer.parse import SUMMARY_FORMAT
+
+    monkeypatch.setenv("EAGLEGATE_CACHE", str(tmp_path / "cache"))
+    summaries = tmp_path / "cache" / "summaries"
+    old, recent = summaries / "0.0.1-oldcode", summaries / "0.0.1-othercode"
+    for folder in (old, recent):
+        (folder / "ab").mkdir(parents=True)
+        (folder / "ab" / "x.pkl").write_bytes(b"stale")
+    week_ago = time.time() - 8 * 24 * 3600
+    os.utime(old, (week_ago, week_ago))
+    pkg = write_package(tmp_path, {"a.py": "def f():\n    pass\n"})
+    parse_tree(pkg)
+    assert not old.exists()  # another generation, unused for over a week
+    assert (recent / "ab" / "x.pkl").exists()  # another generation, used recently: kept
+    assert (summaries / SUMMARY_FORMAT).is_dir()

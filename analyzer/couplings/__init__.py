@@ -79,7 +79,9 @@ def _cache_entry(spec_map: SpecMap) -> Path:
     key = hashlib.blake2b(digest_size=20)
     key.update(spec_map.callgraph.codebase.parsed.digest.encode())
     key.update(json.dumps(answer, sort_keys=True).encode())
-    return cache.entry(f"couplings/{__version__}-{cache.analyzer_digest()}", key.hexdigest())
+    generation = f"couplings/{__version__}-{cache.analyzer_digest()}"
+    cache.keep_generation(generation)
+    return cache.entry(generation, key.hexdigest())
 
 
 def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> CouplingReport:
