@@ -3,12 +3,11 @@
 A condition text such as `not self.enable_overlap` becomes a set of literals over
 settings, `{("disable_overlap_schedule", True)}`, after following what the name or
 attribute was assigned from (`self.enable_overlap = not server_args.disable_overlap_schedule`).
-Only conjunctions become literals; anything with `or` is left out (unknown), which
-can only make two paths look compatible, never incompatible.
-
-Where a condition must be decided under known settings (which worker a launch selects),
-`formula` keeps the whole expression, `or` and `not (a and b)` included, and
-`satisfiable` tries the unknown atoms both ways.
+`formula` keeps the whole expression, `or` and `not (a and b)` included, so a condition
+can be decided under known settings (which worker a launch selects): `satisfiable` tries
+the unknown atoms both ways. `literals` keeps only its conjuncts, enough to tell two call
+sites incompatible (anything under `or` is left out, which can only make two paths look
+compatible, never incompatible).
 """
 
 from __future__ import annotations
@@ -19,38 +18,28 @@ from itertools import product
 from eaglegate.analyzer.index import Codebase
 
 Literal = tuple[str, bool]
-_MAX_DEPTH = 4
+# ("atom", name) | ("not", f) | ("and", (f, ...)) | ("or", (f, ...)); ("and", ()) is true.
+Formula = tuple
+TRUE: Formula = ("and", ())
+_MAX_DEPTH = 4  # aliases followed (`overlap = not args.disable_overlap`)
+_MAX_UNKNOWN = 12  # atoms tried both ways; beyond that a formula counts as satisfiable
 
 
-def literals(codebase: Codebase, text: str, scope_qn: str, depth: int = 0) -> set[Literal]:
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return set()
-    return _literals(codebase, node, scope_qn, True, depth)
+def literals(codebase: Codebase, text: str, scope_qn: str) -> set[Literal]:
+    """The literals every way of making the condition true shares: its conjuncts
+    (`a and not b` gives both, `not (a or b)` too; whatever sits under an `or` is left out)."""
+    return _conjuncts(formula(codebase, text, scope_qn), True)
 
 
-def _literals(cb: Codebase, node: ast.expr, scope_qn: str, positive: bool, depth: int) -> set[Literal]:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _literals(cb, node.operand, scope_qn, not positive, depth)
-    if isinstance(node, ast.BoolOp):
-        # `a and b` is a conjunction; `not (a or b)` is one too (De Morgan).
-        if isinstance(node.op, ast.And) == positive:
-            found: set[Literal] = set()
-            for value in node.values:
-                found |= _literals(cb, value, scope_qn, positive, depth)
-            return found
-        return set()
-    if depth < _MAX_DEPTH:
-        alias = _alias(cb, node, scope_qn)
-        if alias is not None:
-            text, context = alias
-            try:
-                aliased = ast.parse(text, mode="eval").body
-            except SyntaxError:
-                return set()
-            return _literals(cb, aliased, context, positive, depth + 1)
-    return {(_atom(node), positive)}
+def _conjuncts(f: Formula, positive: bool) -> set[Literal]:
+    kind = f[0]
+    if kind == "atom":
+        return {(f[1], positive)}
+    if kind == "not":
+        return _conjuncts(f[1], not positive)
+    if (kind == "and") == positive:  # De Morgan: a negated `or` is a conjunction too
+        return set().union(*(_conjuncts(g, positive) for g in f[1]))
+    return set()
 
 
 def _atom(node: ast.expr) -> str:
@@ -63,14 +52,9 @@ def _atom(node: ast.expr) -> str:
     return ast.unparse(node)
 
 
-# ("atom", name) | ("not", f) | ("and", (f, ...)) | ("or", (f, ...)); ("and", ()) is true.
-Formula = tuple
-TRUE: Formula = ("and", ())
-_MAX_UNKNOWN = 12  # atoms tried both ways; beyond that a formula counts as satisfiable
-
-
 def formula(codebase: Codebase, text: str, scope_qn: str) -> Formula:
-    """The condition as a propositional formula over the same atoms as `literals`."""
+    """The condition as a propositional formula; names and attributes assigned from one
+    boolean expression are followed to it."""
     try:
         node = ast.parse(text, mode="eval").body
     except SyntaxError:
@@ -101,7 +85,7 @@ def atoms_of(f: Formula) -> set[str]:
         return {f[1]}
     if f[0] == "not":
         return atoms_of(f[1])
-    return set().union(*(atoms_of(g) for g in f[1])) if f[1] else set()
+    return set().union(*(atoms_of(g) for g in f[1]))
 
 
 def _holds(f: Formula, values: dict[str, bool]) -> bool:

@@ -222,7 +222,7 @@ class Codebase:
                 typed = self.type_values(annotation, scope_qn) if annotation is not None else _EMPTY
                 values.update(typed)
                 if not typed:
-                    values.update(self.argument_values(scope_qn, index, name))
+                    values.update(self.argument_values(scope_qn, name))
         if not bound and scope.kind == "module":
             for imp in scope.imports:
                 if imp.local == "*":
@@ -438,13 +438,28 @@ class Codebase:
         return _EMPTY
 
     # -- parameters bound at call sites --------------------------------------------------------------
-    def argument_values(self, func_qn: str, index: int, name: str) -> frozenset:
-        """The functions and classes the call sites of `func_qn` pass for its parameter `name`
-        (position `index`): a factory handed to a registry, a class handed to a wrapper."""
-        return self._cached(("args", func_qn, index), lambda: self._argument_values(func_qn, index, name))
+    def parameter_for(self, func_qn: str, key: int | str, bound: bool) -> str | None:
+        """The parameter of `func_qn` that a call's argument `key` (a position or a keyword)
+        binds. `bound`: the call supplies the first parameter itself (`obj.method(a)`,
+        `Cls.classmethod(a)`, `Cls(a)` for `__init__`); static methods take none."""
+        scope = self.scopes.get(func_qn)
+        if scope is None:
+            return None
+        params = [p for p, _ in scope.params]
+        if isinstance(key, str):
+            return key if key in params else None
+        parent = self.parent_qn(func_qn)
+        is_method = parent is not None and self.scopes[parent].kind == "class" \
+            and "staticmethod" not in scope.decorators
+        position = key + 1 if is_method and bound else key
+        return params[position] if 0 <= key and position < len(params) else None
 
-    def _argument_values(self, func_qn: str, index: int, name: str) -> Iterable[Value]:
-        scope = self.scopes[func_qn]
+    def argument_values(self, func_qn: str, name: str) -> frozenset:
+        """The functions and classes the call sites of `func_qn` pass for its parameter
+        `name`: a factory handed to a registry, a class handed to a wrapper."""
+        return self._cached(("args", func_qn, name), lambda: self._argument_values(func_qn, name))
+
+    def _argument_values(self, func_qn: str, name: str) -> Iterable[Value]:
         parent = self.parent_qn(func_qn)
         owner = parent if parent is not None and self.scopes[parent].kind == "class" else None
         short = func_qn.rsplit(".", 1)[-1]
@@ -460,15 +475,12 @@ class Codebase:
             as_init = owner is not None and short == "__init__" and ("class", owner) in callees
             if ("func", func_qn) not in callees and not as_init:
                 continue
-            for keyword, ir in call.kwargs:
-                if keyword == name:
-                    found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
-            # `obj.method(a)`, `Cls.classmethod(a)` and `Cls(a)` bind the first parameter themselves.
-            bound = owner is not None and "staticmethod" not in scope.decorators and (
-                as_init or call.func is not None and call.func[0] == "a")
-            position = index - 1 if bound else index
-            if 0 <= position < len(call.args) and call.args[position] is not None:
-                found.update(v for v in self.values(call.args[position], caller) if v[0] in _PASSED_KINDS)
+            bound = as_init or (call.func is not None and call.func[0] == "a")
+            passed = [ir for keyword, ir in call.kwargs if keyword == name]
+            passed += [ir for position, ir in enumerate(call.args)
+                       if ir is not None and self.parameter_for(func_qn, position, bound) == name]
+            for ir in passed:
+                found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
         return found
 
     def _calls_named(self, name: str) -> list[tuple[str, Call]]:

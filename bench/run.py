@@ -69,6 +69,18 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
+def _proc_kb(path: str, key: str) -> int | None:
+    """The kB figure on the line of a /proc file that starts with `key`."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def _tree_pss_kb(root: int) -> int:
     """Sum of PSS (RSS when PSS is unreadable) over a process and all its descendants."""
     kids = _children_map()
@@ -77,24 +89,9 @@ def _tree_pss_kb(root: int) -> int:
     while todo:
         pid = todo.popleft()
         todo.extend(kids.get(pid, ()))
-        value = None
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as handle:
-                for line in handle:
-                    if line.startswith("Pss:"):
-                        value = int(line.split()[1])
-                        break
-        except OSError:
-            pass
-        if value is None:
-            try:
-                with open(f"/proc/{pid}/status") as handle:
-                    for line in handle:
-                        if line.startswith("VmRSS:"):
-                            value = int(line.split()[1])
-                            break
-            except OSError:
-                value = 0
+        value = _proc_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
+        if value is None:  # no smaps_rollup (older kernels, gVisor): resident size instead
+            value = _proc_kb(f"/proc/{pid}/status", "VmRSS:")
         total += value or 0
     return total
 

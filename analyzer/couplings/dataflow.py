@@ -870,49 +870,23 @@ class _Walker:
         return chain
 
     def _param_args(self, target: str, args: list, node: ast.Call) -> dict[str, Chain]:
-        scope = self.cb.scopes.get(target)
-        if scope is None:
-            return {}
-        params = [p for p, _ in scope.params]
-        parent = self.cb.parent_qn(target)
-        is_method = parent is not None and self.cb.scopes[parent].kind == "class" \
-            and "staticmethod" not in scope.decorators
-        offset = 1 if is_method and (isinstance(node.func, ast.Attribute) or target.endswith(".__init__")) else 0
+        bound = isinstance(node.func, ast.Attribute) or target.endswith(".__init__")
         found: dict[str, Chain] = {}
         for key, chain, _ in args:
-            if chain is None:
-                continue
-            if isinstance(key, int):
-                if 0 <= key and key + offset < len(params):
-                    found.setdefault(params[key + offset], chain)
-            elif key in params:
-                found.setdefault(key, chain)
+            name = self.cb.parameter_for(target, key, bound) if chain is not None else None
+            if name is not None:
+                found.setdefault(name, chain)
         return found
 
     def _bind_params(self, target: str, args: list, node: ast.Call, bound: bool) -> None:
-        scope = self.cb.scopes.get(target)
-        if scope is None:
-            return
-        params = [p for p, _ in scope.params]
         parent = self.cb.parent_qn(target)
-        is_method = parent is not None and self.cb.scopes[parent].kind == "class" \
-            and "staticmethod" not in scope.decorators
-        offset = 1 if is_method and (bound or target.endswith(".__init__")) else 0
         short = target.rsplit(".", 2)
-        label = ".".join(short[-2:]) if is_method else short[-1]
+        label = ".".join(short[-2:]) if parent and self.cb.scopes[parent].kind == "class" else short[-1]
         known = self.flow.param_taint.get(target, {})
+        bound = bound or target.endswith(".__init__")
         for key, chain, _ in args:
-            if chain is None:
-                continue
-            if isinstance(key, int):
-                if key < 0 or key + offset >= len(params):
-                    continue
-                name = params[key + offset]
-            elif key in params:
-                name = key
-            else:
-                continue
-            if name not in known:
+            name = self.cb.parameter_for(target, key, bound) if chain is not None else None
+            if name is not None and name not in known:
                 step = self.step(f"{label}({name}=…) ← {self.flow.text(node)}", node)
                 self.flow.taint_param(target, name, (*chain, step))
 
