@@ -1,6 +1,6 @@
 """Measurement commands that run against a live server: sweep, calibrate, verify-live.
 
-Thin typer layers over `eaglegate.patches.sweep`, `.calibrate` and `.verify_live`.
+Thin typer layers over `eaglegate.patches.live.sweep`, `.calibrate` and `.verify_live`.
 `--json` prints only JSON on stdout; progress and messages go to stderr.
 """
 
@@ -21,10 +21,10 @@ from rich.table import Table
 
 from eaglegate.cli_common import JsonOpt, err, out, print_json
 from eaglegate.errors import UserError
-from eaglegate.patches import calibrate as cal
-from eaglegate.patches.live_client import Api, load_prompts, resolve_endpoint
-from eaglegate.patches.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
-from eaglegate.patches.verify_live import verify_live
+from eaglegate.patches.live import calibrate as cal
+from eaglegate.patches.live.client import Api, load_prompts, resolve_endpoint
+from eaglegate.patches.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
+from eaglegate.patches.live.verify_live import verify_live
 
 PromptsOpt = Annotated[
     str | None,

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from eaglegate.cli import app
 from eaglegate.errors import UserError
-from eaglegate.patches import calibrate as cal
-from eaglegate.patches.live_client import Generation, resolve_endpoint
-from eaglegate.patches.sweep import parse_levels, percentile, read_results, run_sweep
-from eaglegate.patches.verify_live import first_difference
+from eaglegate.patches.live import calibrate as cal
+from eaglegate.patches.live.client import Generation, resolve_endpoint
+from eaglegate.patches.live.sweep import parse_levels, percentile, read_results, run_sweep
+from eaglegate.patches.live.verify_live import first_difference
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_server import FakeServer, linear_step, tokens_for  # noqa: E402

@@ -1,0 +1,1 @@
+"""Measuring a running SGLang server: load sweeps, threshold calibration, live equivalence."""
