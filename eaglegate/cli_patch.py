@@ -21,6 +21,7 @@ from eaglegate.cli_common import (
     out,
     print_json,
 )
+from eaglegate.patches.model import THRESHOLD_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
         threshold: Annotated[
             int,
             typer.Option(
-                "--threshold", min=1, help="Speculate while the running batch is at most this."
+                "--threshold", min=1, help=THRESHOLD_HELP
             ),
         ],
         output: Annotated[

@@ -19,12 +19,13 @@ from eaglegate.cli_common import (
     print_json,
     progress_bar,
 )
+from eaglegate.patches.model import THRESHOLD_HELP
 
 
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_command(
-        threshold: Annotated[int | None, typer.Option(help="Batch size at and above which not to speculate.")] = None,
+        threshold: Annotated[int | None, typer.Option(help=THRESHOLD_HELP)] = None,
         flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
         env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
         config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans).")] = None,

@@ -10,12 +10,14 @@ functions are the real ones, loaded from the patched `batch_gate.py`. Every othe
 global the method uses (result classes, context managers, tracing) is a permissive
 stand-in.
 
-What it establishes: below the threshold the draft/verify path runs and the batch is
-left to it; above it the target-extend / draft-extend pair runs, in that order, on a
-one-token-per-request EXTEND, followed by verify's bookkeeping; hysteresis holds at
-the call site; prefill batches are untouched. What it cannot establish: that the
-real SGLang tensors, attention backends and CUDA graphs accept that EXTEND (that
-takes a GPU: the live check).
+What it establishes: `EAGLEWorker.__init__` ends by building the gate, whose target
+DECODE graphs are captured in DECODE mode, with full hidden states and their own
+attention backend; below the threshold the draft/verify path runs and the batch is
+left to it; above it the target alone runs a plain one-token DECODE through those
+graphs (no draft model), followed by verify's bookkeeping, and the model runner gets
+its verify graphs back; hysteresis holds at the call site; prefill batches are
+untouched. What it cannot establish: that the real SGLang tensors, attention backends
+and CUDA graphs accept that DECODE (that takes a GPU: bench/gpu).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglegate.patches.codemod_v1 import ENTRY_NAMES, FINISH, PREPARE
+from eaglegate.patches.codemod_v1 import ENTRY_NAMES, FINISH, INIT, PREPARE
 from eaglegate.patches.model import PatchSet
 
 WORKER_PATH = "srt/speculative/eagle_worker.py"
@@ -180,6 +182,33 @@ class _Eagle:
     def is_eagle(self) -> bool:
         return True
 
+    def is_speculative(self) -> bool:
+        return True
+
+
+class _GraphRunner:
+    """A CudaGraphRunner double: records what its constructor saw, as the real one
+    picks its capture mode from the runner's speculative algorithm."""
+
+    def __init__(self, runner: Any) -> None:
+        self.mode = "DECODE" if runner.spec_algorithm.is_none() else "TARGET_VERIFY"
+        self.full_hidden = bool(runner.server_args.enable_return_hidden_states)
+        self.backend = runner.attn_backend
+
+
+class _ModelRunner:
+    def __init__(self) -> None:
+        self.server_args = types.SimpleNamespace(enable_return_hidden_states=False)
+        self.spec_algorithm: Any = _Eagle()
+        self.attn_backend: Any = "verify backend"
+        self.graph_runner: Any = _GraphRunner(self)
+        self.init_new_workspace = False
+        self.new_backends = 0
+
+    def _get_attention_backend(self, init_new_workspace: bool = False) -> Any:
+        self.new_backends += 1
+        return f"new backend {self.new_backends} (new workspace: {init_new_workspace})"
+
 
 class _Grammar:
     def __init__(self) -> None:
@@ -314,7 +343,7 @@ class _Worker:
             speculative_batch_gate_threshold=threshold, enable_dp_attention=False
         )
         # A plain (not hybrid mamba) target model.
-        self.target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace())
+        self.target_worker = types.SimpleNamespace(model_runner=_ModelRunner())
         self.target_arity = target_arity
         self.verify_arity = verify_arity
         self.token_field = token_field
@@ -324,7 +353,11 @@ class _Worker:
 
     def forward_target_extend(self, batch: _Batch) -> tuple[Any, ...]:
         self.calls.append("forward_target_extend")
+        runner = self.target_worker.model_runner
         self.at_target = {
+            "graphs": runner.graph_runner,
+            "backend": runner.attn_backend,
+            "plain_algorithm": batch.spec_algorithm.is_none(),
             "mode": batch.forward_mode,
             "extend_lens": getattr(batch, "extend_lens", None),
             "prefix_lens": getattr(batch, "prefix_lens", None),
@@ -370,6 +403,22 @@ def _load_gate(source: str) -> types.ModuleType:
     module = types.ModuleType("eaglegate_batch_gate_under_test")
     exec(compile(source, GATE_PATH, "exec"), module.__dict__)
     return module
+
+
+def _init_builds_gate(tree: ast.Module) -> bool:
+    """Whether `EAGLEWorker.__init__` ends with `init_batch_gate(self)`."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EAGLEWorker":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    last = item.body[-1]
+                    return (
+                        isinstance(last, ast.Expr)
+                        and isinstance(last.value, ast.Call)
+                        and isinstance(last.value.func, ast.Name)
+                        and last.value.func.id == INIT
+                    )
+    return False
 
 
 def _entry(tree: ast.Module) -> ast.FunctionDef:
@@ -519,6 +568,40 @@ def check_sources(
         token_field,
     )
 
+    check(
+        "EAGLEWorker.__init__ ends by building the gate",
+        _init_builds_gate(ast.parse(worker_source)),
+        f"no `{INIT}(self)` at the end of EAGLEWorker.__init__",
+    )
+    runner = worker.target_worker.model_runner
+    verify_graphs = runner.graph_runner
+    try:
+        getattr(gate, INIT)(worker)
+    except Exception:
+        check("gate built at start-up", False, traceback.format_exc(limit=3))
+        return report
+    plain = getattr(worker, "_eaglegate_plain_decode", None)
+    decode_graphs = getattr(plain, "graphs", None)
+    decode_backend = getattr(plain, "attn_backend", None)
+    check(
+        "start-up: target DECODE graphs with full hidden states and their own backend",
+        isinstance(decode_graphs, _GraphRunner)
+        and decode_graphs.mode == "DECODE"
+        and decode_graphs.full_hidden
+        and decode_graphs.backend == decode_backend != "verify backend"
+        and verify_graphs.mode == "TARGET_VERIFY",
+        f"decode graphs {vars(decode_graphs) if decode_graphs is not None else None}",
+    )
+    check(
+        "start-up: the model runner left as it was (verify graphs, backend, algorithm, args)",
+        runner.graph_runner is verify_graphs
+        and runner.attn_backend == "verify backend"
+        and isinstance(runner.spec_algorithm, _Eagle)
+        and runner.server_args.enable_return_hidden_states is False
+        and runner.init_new_workspace is False,
+        f"runner {vars(runner)}",
+    )
+
     def decode_batch(
         bs: int, grammar_rows: tuple[int, ...] = (), finishing: tuple[int, ...] = ()
     ) -> _Batch:
@@ -563,26 +646,35 @@ def check_sources(
         f"allocated {small.allocated}, seq_lens {small.seq_lens.tolist()}",
     )
 
-    # 2. Above the threshold: the extend pair and verify's bookkeeping.
+    # 2. Above the threshold: the target's plain decode alone, and verify's bookkeeping.
     bs = threshold + 2
     big = decode_batch(bs, grammar_rows=(0, 1), finishing=(0,))
     before_seq = big.seq_lens.tolist()
+    stale = {name: getattr(big.spec_info, name).tolist() for name in ("topk_p", "hidden_states")}
     result = run("above threshold", big)
     check(
-        "above threshold: target extend then draft extend, no draft/verify",
-        worker.calls == ["forward_target_extend", "forward_draft_extend"],
+        "above threshold: the target step alone, no draft model, no draft/verify",
+        worker.calls == ["forward_target_extend"],
         f"calls {worker.calls}",
     )
     seen = worker.at_target
     check(
-        "above threshold: target runs a one-token-per-request EXTEND",
-        seen.get("mode") == _Mode.EXTEND
-        and seen.get("extend_lens") == [1] * bs
-        and seen.get("extend_num_tokens") == bs
-        and seen.get("prefix_lens") == before_seq
+        "above threshold: target runs a plain one-token DECODE (no draft tree, no spec algorithm)",
+        seen.get("mode") == _Mode.DECODE
+        and seen.get("plain_algorithm") is True
         and seen.get("input_ids") == [100 + i for i in range(bs)]
         and seen.get("spec_info") is None,
-        f"seen at target extend: {seen}",
+        f"seen at the target step: {seen}",
+    )
+    check(
+        "above threshold: the DECODE graphs and their own attention backend serve the step",
+        seen.get("graphs") is decode_graphs and seen.get("backend") == decode_backend,
+        f"graphs {seen.get('graphs')!r}, backend {seen.get('backend')!r}",
+    )
+    check(
+        "above threshold: the model runner has its verify graphs and backend back",
+        runner.graph_runner is verify_graphs and runner.attn_backend == "verify backend",
+        f"graphs {runner.graph_runner!r}, backend {runner.attn_backend!r}",
     )
     check(
         "above threshold: one KV slot per request",
@@ -621,16 +713,20 @@ def check_sources(
     )
     rows = getattr(big.spec_info, token_field, None)
     check(
-        "above threshold: draft-state rows kept for unfinished requests only",
+        "above threshold: draft state keeps unfinished rows, the sampled token as verify root",
         isinstance(rows, _Tensor)
         and rows.tolist() == tokens[1:]
-        and big.spec_info.topk_p.tolist() == [f"p{t}" for t in tokens[1:]]
-        and big.spec_info.hidden_states.tolist() == [f"h{t}" for t in tokens[1:]],
+        and big.spec_info.topk_p.tolist() == stale["topk_p"][1:]
+        and big.spec_info.hidden_states.tolist() == stale["hidden_states"][1:],
         f"rows {rows.tolist() if isinstance(rows, _Tensor) else rows}",
     )
     check(
-        "above threshold: batch back in DECODE mode, result carries the sampled tokens",
-        big.forward_mode == _Mode.DECODE and _returned_tokens(result) is worker.tokens,
+        "above threshold: batch back in DECODE mode with its speculative algorithm, "
+        "marked as a gated step, result carries the sampled tokens",
+        big.forward_mode == _Mode.DECODE
+        and isinstance(big.spec_algorithm, _Eagle)
+        and getattr(big, "eaglegate_gated_step", False) is True
+        and _returned_tokens(result) is worker.tokens,
         f"mode {big.forward_mode!r}, result {result!r}",
     )
 
@@ -639,13 +735,15 @@ def check_sources(
     run("at threshold", at)
     check(
         "hysteresis: still gated at the threshold after gating",
-        worker.calls == ["forward_target_extend", "forward_draft_extend"],
+        worker.calls == ["forward_target_extend"],
         f"calls {worker.calls}",
     )
-    run("after shrinking", decode_batch(1))
+    resumed = decode_batch(1)
+    run("after shrinking", resumed)
     check(
-        "hysteresis: speculation resumes below the lower mark",
-        worker.calls[:2] == ["draft", "verify"],
+        "hysteresis: speculation resumes below the lower mark, counted as speculative",
+        worker.calls[:2] == ["draft", "verify"]
+        and getattr(resumed, "eaglegate_gated_step", None) is False,
         f"calls {worker.calls}",
     )
 
@@ -655,7 +753,7 @@ def check_sources(
     outputs = [list(r.output_ids) for r in prefill.reqs]
     run("prefill", prefill)
     check(
-        "prefill: extend pair only, no gate bookkeeping",
+        "prefill: target and draft extend, no gate bookkeeping",
         worker.calls == ["forward_target_extend", "forward_draft_extend"]
         and prefill.prepare_calls == 0
         and [r.output_ids for r in prefill.reqs] == outputs

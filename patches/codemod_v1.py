@@ -5,14 +5,19 @@ Two transforms, each a function from source text to source text:
 - `patch_worker` (`srt/speculative/eagle_worker.py`): in `EAGLEWorker`'s batch entry
   (`forward_batch_speculative_generation` in 0.4.x, `forward_batch_generation` in 0.5.x)
   it adds one line before the extend branch that asks the gate (and, when gated,
-  turns the decode batch into a one-token extend), lets a gated step into that
-  existing extend branch (the worker's own `forward_target_extend` /
-  `forward_draft_extend` pair and its own result type), and calls the gate's
-  bookkeeping just before that branch returns. The logic lives in the added
-  `batch_gate.py`; the edit at the call site stays three lines.
+  turns the decode batch into a plain one-token DECODE for the target), lets a gated
+  step into that existing branch (the worker's own `forward_target_extend` and its own
+  result type) with the draft extend skipped, and calls the gate's bookkeeping just
+  before that branch returns. `EAGLEWorker.__init__` ends by building the gate and the
+  target's DECODE graphs. The logic lives in the added `batch_gate.py`.
 - `patch_server_args` (`srt/server_args.py`): the `speculative_batch_gate_threshold`
   dataclass field and its `--speculative-batch-gate-threshold` argument, next to
-  `speculative_num_draft_tokens`.
+  `speculative_num_draft_tokens`; and the EAGLE branch's "reset the running-request
+  cap to 48" skipped while the gate is on, so the gate leaves the caps SGLang would
+  choose without speculation.
+- `patch_scheduler_metrics` (the module whose `process_batch_result_decode` calls
+  `update_spec_metrics`, 0.5.3 on): gated steps are not counted as speculative steps,
+  so `accept len` and `spec_accept_length` describe speculation only.
 
 Every edit is found through an `Anchor` (qualified symbol plus what must be found
 there) that states how many sites it must match; any other count refuses with a
@@ -36,6 +41,8 @@ GATE_MODULE = "sglang.srt.speculative.batch_gate"
 GATED = "_eaglegate_gated"
 PREPARE = "prepare_gated_decode"
 FINISH = "finish_gated_decode"
+INIT = "init_batch_gate"
+IS_GATED_STEP = "is_gated_step"
 FIELD = "speculative_batch_gate_threshold"
 FLAG = "--speculative-batch-gate-threshold"
 FIELD_HELP = (
@@ -235,6 +242,15 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
     )
     Anchor(file, qual, "extend branch: final `return` statement").check(int(ends_in_return))
 
+    draft_stmts = branch_body[target_at[0] + 1 : -1]
+    Anchor(file, qual, "extend branch: statements between the target extend and the return").check(
+        min(len(draft_stmts), 1)
+    )
+    # A gated step is the target's plain decode alone: the draft model does not run.
+    skip_draft = cst.If(
+        test=cst.UnaryOperation(operator=cst.Not(), expression=cst.Name(GATED)),
+        body=cst.IndentedBlock(body=[s for s in draft_stmts if isinstance(s, cst.BaseStatement)]),
+    )
     finish = cst.parse_statement(
         f"if {GATED}:\n    {FINISH}({self_name}, {batch_name}, {next_tokens})\n"
     )
@@ -243,15 +259,33 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
     )
     new_branch = branch.with_changes(
         test=cst.BooleanOperation(left=cst.Name(GATED), operator=cst.Or(), right=branch.test),
-        body=branch.body.with_changes(body=[*branch_body[:-1], finish, last]),
+        body=branch.body.with_changes(
+            body=[*branch_body[: target_at[0] + 1], skip_draft, finish, last]
+        ),
     )
     # The branch's leading comments stay above the new first line of the edit.
     prepare = prepare.with_changes(leading_lines=branch.leading_lines)
     new_branch = new_branch.with_changes(leading_lines=[])
     body[branch_at[0] : branch_at[0] + 1] = [prepare, new_branch]
     new_func = func.with_changes(body=func.body.with_changes(body=body))
+
+    init = _methods(cls, ("__init__",))
+    Anchor(file, "EAGLEWorker.__init__", "method definition").check(len(init))
+    init_params = init[0].params.params
+    Anchor(file, "EAGLEWorker.__init__", "a `self` parameter").check(min(len(init_params), 1))
+    Anchor(
+        file, "EAGLEWorker.__init__", "return statements (none: the gate is built last)", 0
+    ).check(_count_returns(init[0].body))
+    init_self = init_params[0].name.value
+    build = cst.parse_statement(
+        f"{INIT}({init_self})  # eaglegate: the gate and the target's DECODE graphs\n"
+    )
+    new_init = init[0].with_changes(
+        body=init[0].body.with_changes(body=[*init[0].body.body, build])
+    )
+    replaced = {id(func): new_func, id(init[0]): new_init}
     new_cls = cls.with_changes(
-        body=cls.body.with_changes(body=[new_func if s is func else s for s in cls.body.body])
+        body=cls.body.with_changes(body=[replaced.get(id(s), s) for s in cls.body.body])
     )
 
     module_body = list(module.body)
@@ -265,7 +299,7 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
     Anchor(file, "<module>", "top-level import statements before EAGLEWorker", 1).check(
         min(len(import_at), 1)
     )
-    gate_import = cst.parse_statement(f"from {GATE_MODULE} import {FINISH}, {PREPARE}\n")
+    gate_import = cst.parse_statement(f"from {GATE_MODULE} import {FINISH}, {INIT}, {PREPARE}\n")
     module_body[cls_at] = new_cls
     module_body.insert(import_at[-1] + 1, gate_import)
     return module.with_changes(body=module_body).code
@@ -349,12 +383,13 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> s
 
     has_field = len(field_at(FIELD)) == 1
     has_flag = f'"{FLAG}"' in source
-    if has_field and has_flag:
+    has_guard = f"not self.{FIELD}" in source
+    if has_field and has_flag and has_guard:
         return source
-    if has_field != has_flag:
+    if has_field or has_flag or has_guard:
         raise UserError(
-            f"{file} is partially patched (ServerArgs.{FIELD} and {FLAG} must come together); "
-            "restore the original file first"
+            f"{file} is partially patched (ServerArgs.{FIELD}, {FLAG} and the cap guard must "
+            "come together); restore the original file first"
         )
 
     anchor_at = field_at("speculative_num_draft_tokens")
@@ -383,5 +418,136 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> s
         body.append(new_cli if stmt is cli[0] else stmt)  # type: ignore[arg-type]
         if i == anchor_at[0]:
             body.append(field)
-    new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
+    guard = _GateKeepsRunningCap()
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=body)).visit(guard)
+    Anchor(
+        file,
+        "ServerArgs",
+        "`if self.max_running_requests is None: self.max_running_requests = <n>` "
+        "inside the EAGLE branch",
+    ).check(guard.found)
     return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code
+
+
+def _is_unset_cap_test(test: cst.BaseExpression) -> bool:
+    return (
+        isinstance(test, cst.Comparison)
+        and _code(test.left) == "self.max_running_requests"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Is)
+        and _code(test.comparisons[0].comparator) == "None"
+    )
+
+
+def _sets_cap_to_constant(block: cst.BaseSuite) -> bool:
+    for stmt in getattr(block, "body", []):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and _code(small.targets[0].target) == "self.max_running_requests"
+                    and isinstance(small.value, cst.Integer)
+                ):
+                    return True
+    return False
+
+
+def _names_eagle(test: cst.BaseExpression) -> bool:
+    # `self.speculative_algorithm in ("EAGLE", "EAGLE3", ...)` or `== "EAGLE"`: the branch
+    # that EAGLE launches take, whatever else it lists.
+    if "speculative_algorithm" not in _code(test):
+        return False
+    strings = [n for n in _walk(test) if isinstance(n, cst.SimpleString)]
+    return any(ast.literal_eval(n.value) == "EAGLE" for n in strings)
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = [node]
+    for child in node.children:
+        found += _walk(child)
+    return found
+
+
+class _GateKeepsRunningCap(cst.CSTTransformer):
+    """In the EAGLE branch of ServerArgs' post-processing, the reset of an unset
+    running-request cap to a constant (48) also requires the gate to be off."""
+
+    def __init__(self) -> None:
+        self.eagle_depth = 0
+        self.found = 0
+
+    def visit_If(self, node: cst.If) -> None:
+        if _names_eagle(node.test):
+            self.eagle_depth += 1
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if _names_eagle(original_node.test):
+            self.eagle_depth -= 1
+        if (
+            self.eagle_depth > 0
+            and _is_unset_cap_test(original_node.test)
+            and _sets_cap_to_constant(original_node.body)
+        ):
+            self.found += 1
+            return updated_node.with_changes(
+                test=cst.parse_expression(f"self.max_running_requests is None and not self.{FIELD}")
+            )
+        return updated_node
+
+
+GATED_STEP_ATTR = "eaglegate_gated_step"  # set on the batch by finish_gated_decode
+
+
+def counts_spec_metrics(source: str) -> bool:
+    """Whether this scheduler module updates the speculative metrics per decode batch
+    through `update_spec_metrics` (0.5.3 on), the call `patch_scheduler_metrics` guards."""
+    return "update_spec_metrics(" in source
+
+
+class _SkipGatedInSpecMetrics(cst.CSTTransformer):
+    """`if <spec>: self.update_spec_metrics(...)` → `if <spec> and not <gated step>:`."""
+
+    def __init__(self) -> None:
+        self.in_decode = 0
+        self.found = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == "process_batch_result_decode":
+            self.in_decode += 1
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        if original_node.name.value == "process_batch_result_decode":
+            self.in_decode -= 1
+        return updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        body = getattr(original_node.body, "body", [])
+        calls = sum(
+            _count_calls(stmt, lambda c: _is_call_to(c, "self", "update_spec_metrics"))
+            for stmt in body
+            if isinstance(stmt, cst.SimpleStatementLine)
+        )
+        if not (self.in_decode and calls):
+            return updated_node
+        self.found += 1
+        test = cst.parse_expression(
+            f"({_code(original_node.test)}) and not getattr(batch, {GATED_STEP_ATTR!r}, False)"
+        )
+        return updated_node.with_changes(test=test)
+
+
+def patch_scheduler_metrics(source: str, file: str) -> str:
+    """Leave gated (plain) steps out of the speculative metrics; unchanged if done."""
+    if GATED_STEP_ATTR in source:
+        return source
+    module = _parse(source, file)
+    guard = _SkipGatedInSpecMetrics()
+    new = module.visit(guard)
+    Anchor(
+        file,
+        "process_batch_result_decode",
+        "`if ...: self.update_spec_metrics(...)`",
+    ).check(guard.found)
+    return new.code

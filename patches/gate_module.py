@@ -2,28 +2,38 @@
 
 This file is copied verbatim into SGLang as `sglang/srt/speculative/batch_gate.py` by
 `eaglegate patch`; eaglegate's tests import it directly. It must stay pure Python and
-import nothing beyond the standard library: it runs inside SGLang's scheduler process
-and is unit-tested without torch.
+import nothing beyond the standard library at module level: it runs inside SGLang's
+scheduler process and is unit-tested without torch.
 
 What it holds:
 - `BatchGate`: the threshold, hysteresis and counters. Speculation is switched off
   (the step is "gated") when the batch size rises above `threshold`, and back on only
   once it falls below `resume_below` (< threshold), so a batch hovering at the
   threshold does not flap between the two paths every step.
-- `gate_for(worker)`: the worker's gate, built once from the server argument
-  `speculative_batch_gate_threshold` or, when that is unset, the environment variable
-  `SGLANG_SPEC_BATCH_GATE_THRESHOLD`. Off (None) unless one of them is a positive int.
-- `prepare_gated_decode` / `finish_gated_decode`: the two calls the patched
-  `EAGLEWorker` batch entry makes. The first decides and, when gated, turns the decode
-  batch into a one-token-per-request EXTEND (the version's own `prepare_for_decode`
-  does the KV slot, seq_lens and kv_committed/kv_allocated bookkeeping); the second,
-  after the worker's own target-extend / draft-extend pair has run, does what verify
-  would have done: append the sampled tokens, check finish and grammar, keep only the
-  draft-state rows of unfinished requests, and put the batch back in DECODE mode.
-  Both only use the objects they are handed (duck typing), never import torch.
+- `init_batch_gate(worker)`: called at the end of `EAGLEWorker.__init__`. Builds the
+  gate from the server argument `speculative_batch_gate_threshold` (or, when unset,
+  `SGLANG_SPEC_BATCH_GATE_THRESHOLD`; off unless one is a positive int), and, when it
+  is on, a plain-decode path for the target model: its own attention backend and its
+  own CUDA graphs captured in DECODE mode (one token per request), beside the
+  TARGET_VERIFY graphs speculation uses. It also puts the gate in SGLang's decode log
+  line and, with `--enable-metrics`, in its Prometheus metrics.
+- `prepare_gated_decode` / `finish_gated_decode`: the two calls the patched batch entry
+  makes. A gated step is a plain decode step of the target model alone: the version's
+  own `prepare_for_decode` (plain path) allocates one KV slot per request and advances
+  seq_lens; the target forward replays the DECODE graph; afterwards the sampled token
+  is appended, finish and grammar are checked and the draft state keeps the rows of
+  unfinished requests, as verify would have done. The draft model does not run.
+
+Resuming speculation needs no catch-up step for correctness: the draft input keeps the
+last sampled token per request (the verify root), and its top-k and hidden-state rows
+are those of the last speculative step. The first speculative step after a gated
+stretch therefore proposes poor drafts, verify rejects them and emits the correct
+token, and the draft extend after it refreshes the draft state. What stays stale is the
+draft model's KV for the positions decoded while gated; docs/gate-patch.md gives the
+measured cost in acceptance.
 
 Attention data parallelism: every DP rank must take the same decision, or one rank
-runs an extend while another runs draft/verify and their collectives diverge. The
+runs a plain step while another runs draft/verify and their collectives diverge. The
 decision is therefore made from a *global* batch size: by default the maximum of
 `batch.global_num_tokens`, which SGLang's MLP sync already gathered from all DP ranks
 (one token per request for a decode batch), so every rank sees the same input; since
@@ -33,11 +43,9 @@ in lock step. Where that list is missing, inject `BatchGate.global_view`, a func
 / min all-reduce over the DP group) and it is used instead.
 
 Not gated, by design: batches with a logprob request (verify produces spec-v1 output
-logprobs; an extend would drop them; under DP this local veto can split the ranks
-unless `global_view` reduces it too), and hybrid mamba / linear-attention targets
-(their state update after a one-token extend is untested; the gate stays off).
-Gated steps run the target and draft as eager extends (no decode CUDA graph), so the
-threshold is worth calibrating against a sweep.
+logprobs; under DP this local veto can split the ranks unless `global_view` reduces
+it too), and hybrid mamba / linear-attention targets (their state update after a plain
+step is untested; the gate stays off).
 """
 
 from __future__ import annotations
@@ -98,6 +106,8 @@ class BatchGate:
         self.gated_steps = 0
         self.speculative_steps = 0
         self.switches = 0
+        self.metrics: _GateMetrics | None = None  # set when SGLang's metrics are on
+        self._switches_recorded = 0
 
     @classmethod
     def from_settings(
@@ -139,13 +149,17 @@ class BatchGate:
         return self.gated
 
     def record(self, gated: bool) -> None:
+        """Count one decode step of this rank (gated = run as a plain decode step)."""
         if gated:
             self.gated_steps += 1
         else:
             self.speculative_steps += 1
+        if self.metrics is not None:
+            self.metrics.step(gated, switched=self.switches != self._switches_recorded)
+        self._switches_recorded = self.switches
 
     def describe(self) -> str:
-        """A short string for SGLang's decode log line, e.g. `gate: spec, 90 spec / 10 gated`."""
+        """For SGLang's decode log line, e.g. `gate(>32, <28): spec, 90 spec / 10 gated`."""
         state = "off" if self.gated else "spec"
         return (
             f"gate(>{self.threshold}, <{self.resume_below}): {state}, "
@@ -174,7 +188,7 @@ def gate_for(worker: Any) -> BatchGate | None:
         server_args = getattr(worker, "server_args", None)
         gate = BatchGate.from_settings(getattr(server_args, SERVER_ARG, None))
         if gate is not None and _hybrid_target(worker):
-            # Mamba/linear-attention state after a one-token extend is untested: stay off.
+            # Mamba/linear-attention state after a plain gated step is untested: stay off.
             logger.warning("batch gate: off for hybrid (mamba / linear attention) models")
             gate = None
         worker._eaglegate_batch_gate = gate
@@ -198,6 +212,183 @@ def describe(worker: Any) -> str:
     return gate.describe() if gate is not None else ""
 
 
+# ---- the target's plain-decode path ----------------------------------------------------
+
+
+class PlainDecode:
+    """What the target model runner swaps in for a gated step: an attention backend of
+    its own (the verify graphs keep theirs) and CUDA graphs captured in DECODE mode.
+
+    `graphs` is None when CUDA graphs are off or could not be captured; the step then
+    runs the target's decode eagerly, still without the draft model."""
+
+    def __init__(self, attn_backend: Any, graphs: Any) -> None:
+        self.attn_backend = attn_backend
+        self.graphs = graphs
+        self._saved: tuple[Any, Any, Any] | None = None
+
+    def enter(self, runner: Any) -> None:
+        if self._saved is None:
+            self._saved = (runner, runner.attn_backend, runner.graph_runner)
+        runner.attn_backend = self.attn_backend
+        runner.graph_runner = self.graphs
+
+    def leave(self) -> None:
+        if self._saved is not None:
+            runner, backend, graphs = self._saved
+            runner.attn_backend, runner.graph_runner = backend, graphs
+            self._saved = None
+
+
+def _plain_algorithm(real: Any) -> Any:
+    """The `NONE` member of the version's speculative-algorithm enum, else a stand-in
+    whose `is_*` checks all say "not speculative"."""
+    none = getattr(type(real), "NONE", None)
+    return none if none is not None else _PlainDecodeAlgorithm(real)
+
+
+def _swap(obj: Any, **values: Any) -> dict[str, Any]:
+    saved = {name: getattr(obj, name) for name in values if hasattr(obj, name)}
+    for name, value in values.items():
+        if hasattr(obj, name):
+            setattr(obj, name, value)
+    return saved
+
+
+def _new_attention_backend(runner: Any) -> Any:
+    make = runner._get_attention_backend
+    saved = _swap(runner, init_new_workspace=getattr(runner, "init_new_workspace", False))
+    try:
+        try:
+            return make(init_new_workspace=True)
+        except TypeError:  # versions whose factory takes no workspace flag
+            return make()
+    finally:
+        _swap(runner, **saved)
+
+
+def build_plain_decode(worker: Any) -> PlainDecode | None:
+    """The target's plain-decode path, or None when this version cannot build one."""
+    runner = worker.target_worker.model_runner
+    try:
+        backend = _new_attention_backend(runner)
+    except Exception:  # noqa: BLE001 - any failure leaves the gate on its extend-free eager path
+        logger.exception("batch gate: no separate attention backend; gated steps stay off")
+        return None
+    graphs = None
+    verify_graphs = getattr(runner, "graph_runner", None)
+    if verify_graphs is not None:
+        # Capture in DECODE mode (the runner reads `spec_algorithm` to pick its mode) and
+        # with full hidden states, which the worker's target step asks for.
+        saved_runner = _swap(
+            runner, spec_algorithm=_plain_algorithm(runner.spec_algorithm), attn_backend=backend
+        )
+        saved_args = _swap(runner.server_args, enable_return_hidden_states=True)
+        try:
+            graphs = type(verify_graphs)(runner)
+        except Exception:  # noqa: BLE001
+            logger.exception("batch gate: DECODE graphs not captured; gated steps run eagerly")
+        finally:
+            _swap(runner.server_args, **saved_args)
+            _swap(runner, **saved_runner)
+        if graphs is not None:
+            logger.info(
+                "batch gate: captured target DECODE graphs for batch sizes up to %s",
+                getattr(graphs, "max_bs", "?"),
+            )
+    return PlainDecode(backend, graphs)
+
+
+def init_batch_gate(worker: Any) -> None:
+    """At the end of `EAGLEWorker.__init__`: the gate, its plain-decode path, its log
+    line and metrics. Does nothing when the gate is off."""
+    gate = gate_for(worker)
+    if gate is None:
+        return
+    worker._eaglegate_plain_decode = build_plain_decode(worker)
+    if worker._eaglegate_plain_decode is None:
+        worker._eaglegate_batch_gate = None  # no plain path: speculate always, as unpatched
+        return
+    _add_to_decode_log(gate)
+    if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
+        gate.metrics = _GateMetrics.create(gate)
+    logger.info("batch gate: on, %s", gate.describe())
+
+
+# ---- SGLang's decode log line and Prometheus metrics -------------------------------------
+
+
+class _DecodeLogLine(logging.Filter):
+    """Appends the gate's state to SGLang's own "Decode batch ..." log record."""
+
+    def __init__(self, gate: BatchGate) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith("Decode batch")
+            and not getattr(record, "_eaglegate", False)
+        ):
+            record.msg = f"{record.msg}, {self.gate.describe()}"
+            record._eaglegate = True  # a record passes every handler: append once
+        return True
+
+
+def _add_to_decode_log(gate: BatchGate) -> None:
+    # Handler filters see records of every logger that propagates to them, so the line
+    # is found whichever module of this version logs it.
+    line = _DecodeLogLine(gate)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(line)
+
+
+class _GateMetrics:
+    """`sglang:spec_batch_gate_*` metrics beside SGLang's own (prometheus_client, which
+    SGLang installs; imported only when metrics are enabled)."""
+
+    def __init__(self, state: Any, threshold: Any, steps: Any, switches: Any) -> None:
+        self.state, self.threshold, self.steps, self.switches = state, threshold, steps, switches
+
+    @classmethod
+    def create(cls, gate: BatchGate) -> _GateMetrics | None:
+        try:
+            from prometheus_client import Counter, Gauge
+        except ImportError:
+            return None
+        metrics = cls(
+            Gauge(
+                "sglang:spec_batch_gate_gated",
+                "1 while the batch gate has speculation off, else 0.",
+                multiprocess_mode="mostrecent",
+            ),
+            Gauge(
+                "sglang:spec_batch_gate_threshold",
+                "Speculation stops above this running batch size.",
+                multiprocess_mode="mostrecent",
+            ),
+            Counter(
+                "sglang:spec_batch_gate_steps",
+                "Decode steps by kind: speculative or gated (plain decode).",
+                ["kind"],
+            ),
+            Counter("sglang:spec_batch_gate_switches", "Times the gate changed state."),
+        )
+        metrics.threshold.set(gate.threshold)
+        metrics.state.set(0)
+        return metrics
+
+    def step(self, gated: bool, switched: bool) -> None:
+        self.steps.labels(kind="gated" if gated else "speculative").inc()
+        if switched:
+            self.switches.inc()
+            self.state.set(int(gated))
+
+
+# ---- the gated step ----------------------------------------------------------------------
+
+
 class _PlainDecodeAlgorithm:
     """Wraps the batch's speculative algorithm so `prepare_for_decode` takes its plain
     (non-speculative) path: the one that allocates a KV slot per request."""
@@ -214,26 +405,41 @@ class _PlainDecodeAlgorithm:
         return getattr(self._real, name)
 
 
-def _last_tokens(draft_input: Any) -> Any:
-    # The token each request sampled last and whose KV is not written yet.
-    tokens = getattr(draft_input, "verified_id", None)
-    if tokens is None:
-        tokens = getattr(draft_input, "bonus_tokens", None)  # renamed in 0.5.11
-    return tokens
+_TOKEN_FIELDS = ("verified_id", "bonus_tokens")  # renamed in 0.5.11
+_DRAFT_ROWS = ("topk_p", "topk_index", "hidden_states", *_TOKEN_FIELDS)
 
 
-_DRAFT_ROWS = ("topk_p", "topk_index", "hidden_states", "verified_id", "bonus_tokens")
+def _token_field(draft_input: Any) -> str:
+    # The draft input's field for the token each request sampled last, whose KV is not
+    # written yet (the root of the next verify).
+    for name in _TOKEN_FIELDS:
+        if getattr(draft_input, name, None) is not None:
+            return name
+    return _TOKEN_FIELDS[0]
+
+
+class _GatedStep:
+    """What `prepare_gated_decode` changed on the batch, for `finish_gated_decode`."""
+
+    def __init__(self, draft_input: Any, spec_algorithm: Any, plain: PlainDecode | None) -> None:
+        self.draft_input = draft_input
+        self.spec_algorithm = spec_algorithm
+        self.plain = plain
 
 
 def prepare_gated_decode(worker: Any, batch: Any) -> bool:
-    """Decide this step; when gated, make `batch` a one-token-per-request EXTEND.
+    """Decide this step; when gated, make `batch` a plain one-token DECODE for the target.
 
-    Returns True when the caller must run its target-extend / draft-extend pair and
+    Returns True when the caller must run its target step (without the draft model) and
     then `finish_gated_decode`. Extend batches and mixed DP steps are left alone.
     """
+    plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
+    if plain is not None:
+        plain.leave()  # a step that raised between prepare and finish left it entered
     gate = gate_for(worker)
     if gate is None:
         return False
+    batch.eaglegate_gated_step = False  # read by the patched scheduler's spec metrics
     mode = batch.forward_mode
     if mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
         return False
@@ -241,23 +447,24 @@ def prepare_gated_decode(worker: Any, batch: Any) -> bool:
     if not (idle or mode.is_decode()):
         return False
     local_size = 0 if idle else len(batch.reqs)
-    # Output logprobs of a spec-v1 batch are produced by verify; an extend would drop them.
+    # Output logprobs of a spec-v1 batch are produced by verify; keep them on that path.
     eligible = not getattr(batch, "return_logprob", False)
     size, eligible = gate.global_size(local_size, eligible, batch)
     gated = gate.decide(size) and eligible
-    if idle:
-        # An idle DP rank joins the extend pair so collectives match the other ranks.
-        return gated
-    gate.record(gated)
+    if not idle:
+        gate.record(gated)
     if not gated:
         return False
+    runner = worker.target_worker.model_runner
+    if idle:
+        # An idle DP rank runs the target's idle step too, so collectives match.
+        batch._eaglegate_step = _GatedStep(batch.spec_info, batch.spec_algorithm, plain)
+        if plain is not None:
+            plain.enter(runner)
+        return True
 
     draft_input = batch.spec_info
-    seq_lens_cpu = getattr(batch, "seq_lens_cpu", None)
-    prefix_lens = [
-        int(n) for n in (seq_lens_cpu if seq_lens_cpu is not None else batch.seq_lens).tolist()
-    ]
-    batch.output_ids = _last_tokens(draft_input)
+    batch.output_ids = getattr(draft_input, _token_field(draft_input))
     real_algorithm = batch.spec_algorithm
     batch.spec_algorithm = _PlainDecodeAlgorithm(real_algorithm)
     try:
@@ -267,26 +474,31 @@ def prepare_gated_decode(worker: Any, batch: Any) -> bool:
         batch.prepare_for_decode()
     finally:
         batch.spec_algorithm = real_algorithm
-    batch.input_ids = batch.input_ids.long()
-    bs = len(batch.reqs)
-    # The same one-token extend layout SGLang uses to mix running requests into a prefill.
-    batch.forward_mode = type(mode).EXTEND
-    batch.prefix_lens = prefix_lens
-    batch.extend_lens = [1] * bs
-    batch.extend_num_tokens = bs
-    batch.extend_logprob_start_lens = [0] * bs
-    if hasattr(batch, "is_prefill_only"):
-        batch.is_prefill_only = False
-    # The target extend must not see the draft tree of the last step.
+    # The target sees exactly a plain decode batch: no draft tree, no speculative
+    # algorithm, so its DECODE graph (not the TARGET_VERIFY one) serves it.
+    batch._eaglegate_step = _GatedStep(draft_input, real_algorithm, plain)
+    batch.forward_mode = type(mode).DECODE
     batch.spec_info = None
+    batch.spec_algorithm = _plain_algorithm(real_algorithm)
+    if plain is not None:
+        plain.enter(runner)
     return True
 
 
 def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
-    """After the extend pair: verify's bookkeeping, and the batch back in DECODE mode."""
+    """After the target step: verify's bookkeeping, and the batch back to speculation."""
+    step: _GatedStep | None = getattr(batch, "_eaglegate_step", None)
+    batch._eaglegate_step = None
+    if step is None:
+        return
+    if step.plain is not None:
+        step.plain.leave()
+    batch.spec_algorithm = step.spec_algorithm
+    batch.spec_info = step.draft_input
     if batch.forward_mode.is_idle() or not batch.reqs:
-        return  # an idle DP rank that joined the extend pair: nothing was prepared
-    batch.forward_mode = type(batch.forward_mode).DECODE
+        return  # an idle DP rank: nothing was prepared
+    # The patched scheduler leaves this step out of accept len / spec_accept_length.
+    batch.eaglegate_gated_step = True
     tokens: Sequence[int] = next_token_ids.tolist()
     keep: list[int] = []
     # One sampled token per request; no zip(strict=) (Python 3.10+) in SGLang 0.4's range.
@@ -298,10 +510,14 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
         keep.append(i)
         if req.grammar is not None:
             req.grammar.accept_token(int(token))
+    draft_input = step.draft_input
+    if draft_input is None:
+        return
+    # The sampled token is the next verify's root; the other rows stay as they were.
+    setattr(draft_input, _token_field(draft_input), next_token_ids)
     if len(keep) < len(batch.reqs):
         # The scheduler's v1 filter keeps the first rows of the draft state, as after verify.
-        spec_info = batch.spec_info
         for name in _DRAFT_ROWS:
-            rows = getattr(spec_info, name, None)
+            rows = getattr(draft_input, name, None)
             if rows is not None and hasattr(rows, "__getitem__"):
-                setattr(spec_info, name, rows[keep])
+                setattr(draft_input, name, rows[keep])

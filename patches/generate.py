@@ -21,6 +21,8 @@ FAMILY_V1 = "eagle-v1"
 WORKER = "srt/speculative/eagle_worker.py"
 SERVER_ARGS = "srt/server_args.py"
 GATE = "srt/speculative/batch_gate.py"
+# Where process_batch_result_decode counts the speculative metrics (0.5.3 on).
+SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
 
 # DESIGN.md "Gate strategies": the v1 code patch covers 0.4.x to 0.5.12.post1.
 FIRST_V1 = Version("0.4.0")
@@ -63,30 +65,18 @@ def _flag_exists(tree: SourceTree, flag: str) -> bool:
     return f'"{flag}"' in (tree.root / SERVER_ARGS).read_text(encoding="utf-8")
 
 
-def running_cap(threshold: int) -> int:
-    """A running-request / CUDA-graph batch cap high enough for the gate to fire.
-
-    Speculation resets the cap to 48 when unset, and a batch that never grows past the
-    threshold never gates: twice the threshold leaves room above it."""
-    return 2 * threshold
-
-
 def launch_flags(tree: SourceTree, threshold: int) -> list[str]:
-    """Server flags to launch the patched SGLang with, checked against its server_args."""
-    cap = running_cap(threshold)
-    flags = [
-        (codemod_v1.FLAG, str(threshold)),
-        ("--max-running-requests", str(cap)),
-        ("--cuda-graph-max-bs", str(cap)),
-    ]
-    for flag, _ in flags[1:]:
-        if not _flag_exists(tree, flag):
-            raise UserError(f"SGLang {tree.version} has no {flag} flag in sglang/{SERVER_ARGS}")
-    out = [part for pair in flags for part in pair]
+    """The flags to launch the patched SGLang with: the one place `plan`, `patch` and
+    `apply` take them from.
+
+    No cap flags: the patch skips speculation's reset of the running-request cap while
+    the gate is on, so SGLang chooses the running cap and the CUDA-graph batch sizes as
+    it does without speculation (a smaller cap throttles plain decoding itself)."""
+    flags = [codemod_v1.FLAG, str(threshold)]
     # The gate lives in the v1 worker; 0.5.11+ default to spec v2 unless overlap is off.
     if _flag_exists(tree, "--disable-overlap-schedule"):
-        out.append("--disable-overlap-schedule")
-    return out
+        flags.append("--disable-overlap-schedule")
+    return flags
 
 
 def _read(tree: SourceTree, rel: str) -> bytes:
@@ -103,10 +93,13 @@ def generate_patch(tree: SourceTree, threshold: int) -> PatchSet:
     family = check_family(tree)
     package = tree.root.name
     changes: list[FileChange] = []
-    for rel, transform in (
-        (WORKER, codemod_v1.patch_worker),
-        (SERVER_ARGS, codemod_v1.patch_server_args),
+    edits = [(WORKER, codemod_v1.patch_worker), (SERVER_ARGS, codemod_v1.patch_server_args)]
+    scheduler_output = tree.root / SCHEDULER_OUTPUT
+    if scheduler_output.is_file() and codemod_v1.counts_spec_metrics(
+        scheduler_output.read_text(encoding="utf-8")
     ):
+        edits.append((SCHEDULER_OUTPUT, codemod_v1.patch_scheduler_metrics))
+    for rel, transform in edits:
         before = _read(tree, rel)
         path = f"{package}/{rel}"
         after = transform(before.decode("utf-8"), path).encode("utf-8")

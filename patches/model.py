@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# How every command words the threshold (the gate's hysteresis, patches/gate_module.py).
+THRESHOLD_HELP = (
+    "Speculation stops when the running batch is larger than this and resumes once it "
+    "falls below a lower mark (an eighth lower by default)."
+)
+
 
 @dataclass(frozen=True)
 class FileChange:

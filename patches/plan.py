@@ -148,15 +148,42 @@ def build_plan(
         plan.caveats.append("both workers remain possible: what decides between them is unknown here "
                             f"({', '.join(undecided) or 'a condition with no setting behind it'}); "
                             "planning for v1")
-    plan.caps = _caps(settings, resolved, user_flags, threshold)
     if v1:
         _plan_v1(analysis, plan, v1)
-    elif v2 and all(settings.declares(f) for f in ADAPTIVE_FLAGS) and _gate_config_accepted(analysis):
+        plan.caveats += _v1_caps(settings, resolved, user_flags)
+        return plan
+    # Without a patch, speculation's caps stay: they must leave room above the threshold.
+    plan.caps = _caps(settings, resolved, user_flags, threshold)
+    if v2 and all(settings.declares(f) for f in ADAPTIVE_FLAGS) and _gate_config_accepted(analysis):
         _plan_adaptive(analysis, plan, v2, settings, resolved)
     elif v2:
         _plan_blocked(analysis, plan, v2, settings, user_flags, user_env, wanted)
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
     return plan
+
+
+def _v1_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[str]:
+    """What the v1 patch does to speculation's caps, and a user cap that would throttle."""
+    notes = []
+    running = "max_running_requests"
+    if running in resolved.applied and running not in flags:
+        last = resolved.applied[running][-1]
+        notes.append(
+            f"speculation sets --max-running-requests to {resolved.values.get(running)} at "
+            f"{last.site.where}; the patch skips that while the gate is on, so SGLang sizes "
+            "the running cap and the CUDA graphs as it does without speculation"
+        )
+    graph_caps = [name for name in _cap_settings(settings) if name != running]
+    cap = flags.get(running)
+    for name in graph_caps:
+        graph = flags.get(name)
+        if isinstance(cap, int) and isinstance(graph, int) and graph < cap:
+            notes.append(
+                f"your {settings.flag_for(name)} {graph} is below your --max-running-requests "
+                f"{cap}: gated batches above {graph} run without CUDA graphs; "
+                f"use {settings.flag_for(name)} {cap}"
+            )
+    return notes
 
 
 def _plan_v1(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
@@ -177,16 +204,7 @@ def _plan_v1(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
         "apply": f"eaglegate apply --threshold {plan.threshold}",
         "entry": worker.entry,
     }
-    # The gate's own flag comes from the patch; the caps are listed once, below.
-    cap_flags = {cap["flag"] for cap in plan.caps}
-    flags = patch.launch_flags
-    i = 0
-    while i < len(flags):
-        if flags[i] in cap_flags:
-            i += 2
-            continue
-        plan.launch_flags.append(flags[i])
-        i += 1
+    plan.launch_flags = list(patch.launch_flags)  # generate.launch_flags, as patch and apply
 
 
 def _plan_adaptive(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,

@@ -1,0 +1,237 @@
+"""The GPU benchmark of the gate: SGLang servers on one H200, loaded, compared, stopped.
+
+Run on the GPU machine after `source .gpu/kit/setup.sh` (the kit of ../shared/gpu-sglang,
+which installs SGLang and patches a fresh copy with this checkout's eaglegate):
+
+    python3 bench/gpu/run.py --servers gated:accept,eagle:accept,plain:accept --threshold T --out $OUT
+    python3 bench/gpu/run.py --servers plain:context,gated:context --out $OUT   # equivalence
+
+Servers (each started, loaded and killed in turn, on 127.0.0.1):
+  plain-default  no speculation, SGLang's defaults (overlap scheduler on)
+  plain          no speculation, the scheduler the v1 worker needs (--disable-overlap-schedule)
+  eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the gate
+  gated          EAGLE-3 on the patched tree, with exactly what `eaglegate plan` prints
+Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
+pair for greedy equivalence. Writes rows_<tag>.json, log_<server>.txt and, when plain and
+eagle both ran, their sweep files and `eaglegate calibrate`'s answer (the threshold).
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen  # noqa: E402
+
+S = os.environ["STAGE"]
+W = os.path.join(S, "w")
+T0 = time.time()
+LEVELS = [1, 8, 32, 64, 128, 256]
+COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+          "--grammar-backend", "none", "--host", "127.0.0.1", "--mem-fraction-static", "0.8",
+          "--random-seed", "0", "--dtype", "bfloat16"]
+V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
+EQUIV_THRESHOLD = 16
+
+
+def spec_flags(pair):
+    return ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", f"{W}/{pair}-draft",
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "4"]
+
+
+def eg(*args):
+    cmd = shlex.split(os.environ["EG"]) + list(args)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"eaglegate {' '.join(args[:1])} failed: {proc.stderr.strip()[-500:]}")
+    return json.loads(proc.stdout)
+
+
+def plan(threshold, pair):
+    """The product's own answer for the gated server: flags and environment."""
+    out = eg("plan", "--path", f"{S}/patched", "--threshold", str(threshold), "--json",
+             "--flags", " ".join(spec_flags(pair)), "--env", "SGLANG_ENABLE_SPEC_V2=0")
+    env = dict(e.split("=", 1) for e in out.get("env") or []) if isinstance(out.get("env"), list) else (out.get("env") or {})
+    return list(out["launch_flags"]), {**V1_ENV, **{k: str(v) for k, v in env.items()}}
+
+
+def config(server, pair, threshold):
+    if server == "plain-default":
+        return "pristine", COMMON, {}
+    if server == "plain":
+        return "pristine", COMMON + ["--disable-overlap-schedule"], {}
+    flags, env = plan(threshold, pair)
+    if server == "eagle":
+        rest, skip = [], False
+        for f in flags:  # the gated server's flags without the gate's own
+            if skip:
+                skip = False
+            elif f == "--speculative-batch-gate-threshold":
+                skip = True
+            else:
+                rest.append(f)
+        return "pristine", COMMON + spec_flags(pair) + rest, V1_ENV
+    if server == "gated":
+        return "patched", COMMON + spec_flags(pair) + flags + ["--enable-metrics"], env
+    raise SystemExit(f"unknown server {server}")
+
+
+def get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except Exception:  # noqa: BLE001
+        return None, ""
+
+
+def gpu_used_mib():
+    try:
+        q = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        return int(subprocess.check_output(q, text=True).split()[0])
+    except Exception:  # noqa: BLE001
+        return -1
+
+
+def digest(logp, name, outdir):
+    lines = open(logp, errors="replace").read().splitlines() if os.path.exists(logp) else []
+    bad = re.compile(r"Traceback|Error|Exception|assert", re.I)
+    hits = [ln for ln in lines if bad.search(ln) and "Ignore import error" not in ln]
+    gate = [ln for ln in lines if "batch gate" in ln]
+    decode = [ln for ln in lines if "Decode batch" in ln]
+    with open(os.path.join(outdir, f"log_{name}.txt"), "w") as f:
+        f.write(f"# {len(lines)} lines\n## errors (first 40)\n" + "\n".join(hits[:40]))
+        f.write("\n## gate lines (first 10, last 20)\n" + "\n".join(gate[:10] + ["..."] + gate[-20:]))
+        f.write("\n## decode lines (last 30)\n" + "\n".join(decode[-30:]))
+        f.write("\n## graph capture\n" + "\n".join(ln for ln in lines if "Capture" in ln or "capture" in ln))
+        f.write("\n## tail 40\n" + "\n".join(lines[-40:]) + "\n")
+    return {"log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
+            "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode)}
+
+
+def serve(name, pair, threshold, a, work):
+    tree, args, extra_env = config(name, pair, threshold)
+    env = {**os.environ, **extra_env, "PYTHONPATH": f"{S}/{tree}:{S}/site", "PYTHONUNBUFFERED": "1"}
+    port = 30000 + hash(name + pair) % 1000
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
+           "--port", str(port)] + args
+    logp = f"{S}/logs/{name}-{pair}.log"
+    res = {"server": name, "pair": pair, "args": args[len(COMMON):], "env": extra_env}
+    print(f"== {name} ({pair}): starting at t={time.time() - T0:.0f}s", flush=True)
+    with open(logp, "w") as lf:
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t = time.time()
+        while time.time() - T0 < a.deadline_s - 30 and proc.poll() is None and get(url + "/health")[0] != 200:
+            time.sleep(2)
+        res["healthy"] = get(url + "/health")[0] == 200
+        res["startup_s"] = round(time.time() - t, 1)
+        print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
+        if res["healthy"]:
+            loadgen.warm(url)
+            work(url, res)
+            if name == "gated":
+                res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
+                                  if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        for _ in range(30):
+            if gpu_used_mib() < 2000:
+                break
+            time.sleep(1)
+        res.update(digest(logp, f"{name}-{pair}", a.out))
+    return res
+
+
+def throughput(a, rows):
+    def work(url, res):
+        for c in a.levels:
+            for rep in range(a.repeats):
+                if time.time() - T0 > a.deadline_s - 45:
+                    res["cut_short"] = True
+                    return
+                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c)
+                row.update(server=res["server"], repeat=rep)
+                rows.append(row)
+                print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
+                      f"accept={row['mean_accept_len']}", flush=True)
+    return work
+
+
+def sweep_file(rows, server, path):
+    """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads."""
+    with open(path, "w") as f:
+        for c in LEVELS:
+            vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c and not r["errors"]]
+            if vals:
+                f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", required=True,
+                    help="server:pair list, e.g. plain:accept,eagle:accept,gated:context "
+                         "(accept: throughput rows; context: equivalence outputs)")
+    ap.add_argument("--threshold", type=int, default=32, help="the gated server's (accept pair)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    ap.add_argument("--deadline-s", type=float, default=560)
+    ap.add_argument("--tag", default="run")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    a.levels = [int(c) for c in a.levels.split(",")]
+    if not os.path.exists(f"{W}/weights.json"):
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W], check=True)
+        print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
+    version_file = f"{S}/pristine/sglang/version.py"
+    out = {"sglang": open(version_file).read().split('"')[1] if os.path.exists(version_file) else None,
+           "weights": json.load(open(f"{W}/weights.json")), "threshold": a.threshold,
+           "rows": [], "servers": [], "equivalence": {}}
+    rows, outputs = out["rows"], {}
+    for item in a.servers.split(","):
+        name, pair = item.split(":")
+        if time.time() - T0 > a.deadline_s - 110:
+            print(f"== {item}: skipped, too little time left", flush=True)
+            continue
+        if pair == "accept":
+            out["servers"].append(serve(name, pair, a.threshold, a, throughput(a, rows)))
+        else:
+            def work(url, res, name=name):
+                outputs[name] = loadgen.equivalence_set(url)
+            out["servers"].append(serve(name, pair, EQUIV_THRESHOLD, a, work))
+    servers = {r["server"] for r in rows}
+    if {"plain", "eagle"} <= servers:
+        sweep_file(rows, "plain", f"{a.out}/sweep_plain.jsonl")
+        sweep_file(rows, "eagle", f"{a.out}/sweep_eagle.jsonl")
+        try:
+            out["calibrate"] = eg("calibrate", f"{a.out}/sweep_plain.jsonl", f"{a.out}/sweep_eagle.jsonl", "--json")
+        except SystemExit as exc:
+            out["calibrate"] = {"error": str(exc)}
+        print("== calibrate:", json.dumps(out["calibrate"])[:600], flush=True)
+    for name in outputs:
+        if name != "plain" and "plain" in outputs:
+            out["equivalence"][f"{name} vs plain"] = loadgen.compare(outputs["plain"], outputs[name])
+    out["outputs"] = outputs
+    for k, v in out["equivalence"].items():
+        print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
+    json.dump(out, open(f"{a.out}/rows_{a.tag}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
