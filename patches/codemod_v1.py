@@ -551,3 +551,48 @@ def patch_scheduler_metrics(source: str, file: str) -> str:
         "`if ...: self.update_spec_metrics(...)`",
     ).check(guard.found)
     return new.code
+
+
+class _NoSpecStepsNoAcceptLength(cst.CSTTransformer):
+    """`if self.spec_algorithm.is_none(): ... else: x = a / forward_ct` → also take the
+    first branch when `forward_ct` is 0: an interval of gated steps only has no
+    speculative step to divide by."""
+
+    def __init__(self) -> None:
+        self.found = 0
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if _code(original_node.test) != "self.spec_algorithm.is_none()":
+            return updated_node
+        orelse = original_node.orelse
+        if not isinstance(orelse, cst.Else):
+            return updated_node
+        divisors = [
+            _code(node.right)
+            for node in _walk(orelse)
+            if isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.Divide)
+            and "forward_ct" in _code(node.right)
+            and "accept" in _code(node.left)
+        ]
+        if len(divisors) != 1:
+            return updated_node
+        self.found += 1
+        test = cst.parse_expression(f"self.spec_algorithm.is_none() or not {divisors[0]}")
+        return updated_node.with_changes(test=test)
+
+
+def patch_spec_metrics_log(source: str, file: str) -> str:
+    """Guard the decode log's accept-length division against intervals of gated steps
+    only; unchanged if done."""
+    module = _parse(source, file)
+    guard = _NoSpecStepsNoAcceptLength()
+    new = module.visit(guard)
+    if guard.found == 0 and "self.spec_algorithm.is_none() or not self.spec_" in source:
+        return source
+    Anchor(
+        file,
+        "the decode stats",
+        "`if self.spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct`",
+    ).check(guard.found)
+    return new.code

@@ -357,24 +357,28 @@ class _GateMetrics:
             from prometheus_client import Counter, Gauge
         except ImportError:
             return None
-        metrics = cls(
-            Gauge(
-                "sglang:spec_batch_gate_gated",
-                "1 while the batch gate has speculation off, else 0.",
-                multiprocess_mode="mostrecent",
-            ),
-            Gauge(
-                "sglang:spec_batch_gate_threshold",
-                "Speculation stops above this running batch size.",
-                multiprocess_mode="mostrecent",
-            ),
-            Counter(
-                "sglang:spec_batch_gate_steps",
-                "Decode steps by kind: speculative or gated (plain decode).",
-                ["kind"],
-            ),
-            Counter("sglang:spec_batch_gate_switches", "Times the gate changed state."),
-        )
+        try:
+            metrics = cls(
+                Gauge(
+                    "sglang:spec_batch_gate_gated",
+                    "1 while the batch gate has speculation off, else 0.",
+                    multiprocess_mode="mostrecent",
+                ),
+                Gauge(
+                    "sglang:spec_batch_gate_threshold",
+                    "Speculation stops above this running batch size.",
+                    multiprocess_mode="mostrecent",
+                ),
+                Counter(
+                    "sglang:spec_batch_gate_steps",
+                    "Decode steps by kind: speculative or gated (plain decode).",
+                    ["kind"],
+                ),
+                Counter("sglang:spec_batch_gate_switches", "Times the gate changed state."),
+            )
+        except (ValueError, TypeError):  # e.g. a registry that already has these names
+            logger.exception("batch gate: no Prometheus metrics")
+            return None
         metrics.threshold.set(gate.threshold)
         metrics.state.set(0)
         return metrics

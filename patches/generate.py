@@ -79,6 +79,21 @@ def launch_flags(tree: SourceTree, threshold: int) -> list[str]:
     return flags
 
 
+def _spec_metrics_module(tree: SourceTree) -> str:
+    """The module that defines `update_spec_metrics` (it moved between releases)."""
+    found = sorted(
+        str(path.relative_to(tree.root))
+        for path in (tree.root / "srt").rglob("scheduler_metrics_mixin.py")
+        if "def update_spec_metrics" in path.read_text(encoding="utf-8")
+    )
+    if len(found) != 1:
+        raise UserError(
+            f"sglang/srt: {len(found)} modules define update_spec_metrics, expected 1; "
+            "this SGLang tree differs from the versions the patch knows, refusing to guess"
+        )
+    return found[0]
+
+
 def _read(tree: SourceTree, rel: str) -> bytes:
     path = tree.root / rel
     if not path.is_file():
@@ -98,7 +113,10 @@ def generate_patch(tree: SourceTree, threshold: int) -> PatchSet:
     if scheduler_output.is_file() and codemod_v1.counts_spec_metrics(
         scheduler_output.read_text(encoding="utf-8")
     ):
+        # Gated steps leave the speculative metrics; the decode log then has intervals
+        # with no speculative step, whose accept length must not divide by zero.
         edits.append((SCHEDULER_OUTPUT, codemod_v1.patch_scheduler_metrics))
+        edits.append((_spec_metrics_module(tree), codemod_v1.patch_spec_metrics_log))
     for rel, transform in edits:
         before = _read(tree, rel)
         path = f"{package}/{rel}"

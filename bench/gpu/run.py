@@ -16,6 +16,7 @@ pair for greedy equivalence. Writes rows_<tag>.json, log_<server>.txt and, when 
 eagle both ran, their sweep files and `eaglegate calibrate`'s answer (the threshold).
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -31,7 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
 
 S = os.environ["STAGE"]
-W = os.path.join(S, "w")
+# Weights are written once per machine and version of the generator.
+W = os.path.join(S, "w-" + hashlib.sha256(open(os.path.join(os.path.dirname(
+    os.path.abspath(__file__)), "weights.py"), "rb").read()).hexdigest()[:8])
 T0 = time.time()
 LEVELS = [1, 8, 32, 64, 128, 256]
 COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
@@ -63,7 +66,17 @@ def plan(threshold, pair):
     return list(out["launch_flags"]), {**V1_ENV, **{k: str(v) for k, v in env.items()}}
 
 
+def common(pair):
+    # The context pair's 1-layer draft needs a quarter of its 4-layer target's KV pool:
+    # leave room for it.
+    fraction = "0.8" if pair == "accept" else "0.5"
+    flags = list(COMMON)
+    flags[flags.index("--mem-fraction-static") + 1] = fraction
+    return flags
+
+
 def config(server, pair, threshold):
+    COMMON = common(pair)  # noqa: N806
     if server == "plain-default":
         return "pristine", COMMON, {}
     if server == "plain":

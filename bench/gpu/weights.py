@@ -128,9 +128,12 @@ def final_hidden(w, cfg, ids):
 
 def calibrate_token0(w, cfg, p0, gen):
     """The strength s for lm_head[0, 0] += s at which token 0 is the argmax about p0 of the time."""
-    ids = torch.randint(100, cfg["vocab_size"], (8, 256), generator=gen, device="cuda")
-    ids[:, ::2] = 0  # contexts as generated: token 0 is frequent
-    h = final_hidden(w, cfg, ids).reshape(-1, cfg["hidden_size"])
+    # Contexts as the server sees them: a random prompt, then generated tokens of which
+    # about p0 are token 0; the rate is measured on the generated part only.
+    ids = torch.randint(100, cfg["vocab_size"], (16, 384), generator=gen, device="cuda")
+    zero = torch.rand((16, 256), generator=gen, device="cuda") < p0
+    ids[:, 128:][zero] = 0
+    h = final_hidden(w, cfg, ids)[:, 128:].reshape(-1, cfg["hidden_size"])
     logits = h @ w["lm_head.weight"].T
     rest = logits[:, 1:].max(-1).values
     need = (rest - logits[:, 0]) / h[:, 0].clamp(min=1e-3)  # s above which token 0 wins
