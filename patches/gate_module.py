@@ -376,7 +376,7 @@ class _GateMetrics:
                 ),
                 Counter("sglang:spec_batch_gate_switches", "Times the gate changed state."),
             )
-        except (ValueError, TypeError):  # e.g. a registry that already has these names
+        except Exception:  # noqa: BLE001 - e.g. a registry that already has these names; never fail start-up
             logger.exception("batch gate: no Prometheus metrics")
             return None
         metrics.threshold.set(gate.threshold)

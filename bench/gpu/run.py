@@ -211,8 +211,10 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     a.levels = [int(c) for c in a.levels.split(",")]
+    pairs = sorted({item.split(":")[1] for item in a.servers.split(",")})
     if not os.path.exists(f"{W}/weights.json"):
-        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W], check=True)
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
+                        "--pairs", ",".join(pairs)], check=True)
         print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
     version_file = f"{S}/pristine/sglang/version.py"
     out = {"sglang": open(version_file).read().split('"')[1] if os.path.exists(version_file) else None,

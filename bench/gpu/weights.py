@@ -6,7 +6,7 @@
   `--p0` of the time, and the draft's `lm_head` maps it to token 0 always. The draft
   therefore predicts the target with a chain acceptance of about 1 + p + p^2 + p^3, while
   the compute is that of the real shapes.
-- `context`: a small Llama (4 layers, 1024 wide) with random weights and sharp attention,
+- `context`: a small Llama (8 layers, 1024 wide) with random weights and sharp attention,
   whose greedy outputs depend on the whole context: the equivalence set runs on it.
 
 Run on the GPU machine: python3 bench/gpu/weights.py OUT_DIR
@@ -152,23 +152,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--p0", type=float, default=0.8, help="target's token-0 rate (accept pair)")
+    ap.add_argument("--pairs", default="accept,context")
     a = ap.parse_args()
-    report = {}
-    gen = torch.Generator(device="cuda").manual_seed(1234)
+    report = {"shapes": {}}
     cfg = llama_config(16, 4096, 32, 8, 14336)
-    w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
-    s, got = calibrate_token0(w, cfg, a.p0, gen)
-    w["lm_head.weight"][0, 0] += s
-    report["accept"] = {"token0_strength": s, "token0_rate_on_calibration_set": got}
-    save(os.path.join(a.out, "accept-target"), cfg, w)
-    del w
-    save(os.path.join(a.out, "accept-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
-    small = llama_config(4, 1024, 16, 4, 2816)
-    save(os.path.join(a.out, "context-target"), small, target_weights(small, gen, anchor=0.0, qk_std=0.08))
-    save(os.path.join(a.out, "context-draft"), draft_config(small), draft_weights(small, gen, 0.0))
-    report["shapes"] = {"accept": cfg, "context": small}
+    if "accept" in a.pairs:
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
+        s, got = calibrate_token0(w, cfg, a.p0, gen)
+        w["lm_head.weight"][0, 0] += s
+        report["accept"] = {"token0_strength": s, "token0_rate_on_calibration_set": got}
+        save(os.path.join(a.out, "accept-target"), cfg, w)
+        del w
+        save(os.path.join(a.out, "accept-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
+        report["shapes"]["accept"] = cfg
+    if "context" in a.pairs:
+        # 8 layers: EAGLE-3 reads three distinct layers (2, L/2, L-3) of the target.
+        gen = torch.Generator(device="cuda").manual_seed(4321)
+        small = llama_config(8, 1024, 16, 4, 2816)
+        save(os.path.join(a.out, "context-target"), small, target_weights(small, gen, anchor=0.0, qk_std=0.08))
+        save(os.path.join(a.out, "context-draft"), draft_config(small), draft_weights(small, gen, 0.0))
+        report["shapes"]["context"] = small
     json.dump(report, open(os.path.join(a.out, "weights.json"), "w"), indent=1)
-    print("weights:", json.dumps(report["accept"]), flush=True)
+    print("weights:", json.dumps(report.get("accept")), flush=True)
 
 
 if __name__ == "__main__":
