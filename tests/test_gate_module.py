@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import enum
 import importlib.util
+import logging
 import sys
 import types
 from pathlib import Path
@@ -179,14 +181,338 @@ def test_dp_injected_global_view(gate):
 
 
 def test_idle_dp_rank_joins_a_gated_step(gate):
-    w = worker(4)
+    runner = ModelRunner()
+    verify_graphs = runner.graph_runner
+    w = gated_worker(threshold=4, runner=runner)
+    w._eaglegate_plain_decode = gate.PlainDecode("decode backend", "decode graphs")
+    draft_input, algorithm = object(), Algorithm.EAGLE
     idle = types.SimpleNamespace(
-        forward_mode=Mode("idle"), reqs=[], global_num_tokens=[0, 9], return_logprob=False
+        forward_mode=Mode("idle"),
+        reqs=[],
+        global_num_tokens=[0, 9],
+        return_logprob=False,
+        spec_info=draft_input,
+        spec_algorithm=algorithm,
     )
-    # Another rank is above the threshold: the idle rank takes the extend branch too,
-    # without bookkeeping and without counting a step.
+    # Another rank is above the threshold: the idle rank runs the target's idle step too
+    # (through the same DECODE graphs), without bookkeeping and without counting a step.
     assert gate.prepare_gated_decode(w, idle) is True
     g = gate.gate_for(w)
-    assert (g.gated_steps, g.speculative_steps) == (0, 0)
+    assert g.gated and (g.gated_steps, g.speculative_steps) == (0, 0)
+    assert (runner.attn_backend, runner.graph_runner) == ("decode backend", "decode graphs")
     gate.finish_gated_decode(w, idle, next_token_ids=None)
     assert idle.forward_mode.name == "idle"  # still idle, nothing to book
+    assert idle.spec_info is draft_input and idle.spec_algorithm is algorithm
+    assert idle.eaglegate_gated_step is False  # no step for the spec metrics to leave out
+    assert (runner.attn_backend, runner.graph_runner) == ("verify backend", verify_graphs)
+    # Below the lower mark on every rank, the idle rank speculates with the others.
+    idle.global_num_tokens = [0, 1]
+    assert gate.prepare_gated_decode(w, idle) is False
+
+
+# ---- start-up: the target's plain-decode path --------------------------------------------
+
+
+class Algorithm(enum.Enum):
+    """Like SGLang's SpeculativeAlgorithm: an enum with a NONE member."""
+
+    NONE = enum.auto()
+    EAGLE = enum.auto()
+
+    def is_none(self):
+        return self is Algorithm.NONE
+
+
+class GraphRunner:
+    """A CudaGraphRunner double: what its constructor saw decides its capture mode, as the
+    real one reads the runner's speculative algorithm and the hidden-state setting."""
+
+    def __init__(self, runner):
+        self.mode = "DECODE" if runner.spec_algorithm.is_none() else "TARGET_VERIFY"
+        self.full_hidden = runner.server_args.enable_return_hidden_states
+        self.backend = runner.attn_backend
+        self.max_bs = 8
+
+
+class FailingGraphRunner(GraphRunner):
+    def __init__(self, runner):
+        super().__init__(runner)
+        if self.mode == "DECODE":
+            raise RuntimeError("capture failed")
+
+
+class ModelRunner:
+    def __init__(self, graphs=GraphRunner, backend_error=None, workspace_flag=True):
+        self.server_args = types.SimpleNamespace(enable_return_hidden_states=False)
+        self.spec_algorithm = Algorithm.EAGLE
+        self.attn_backend = "verify backend"
+        self.init_new_workspace = False
+        self.graph_runner = graphs(self) if graphs is not None else None
+        self.backend_error = backend_error
+        self.workspace_flag = workspace_flag
+        self.backend_calls = []
+
+    def _get_attention_backend(self, **kwargs):
+        """0.5.9 on: takes `init_new_workspace` and sets the runner's attribute of that
+        name, which the backend constructor reads; 0.5.4: no keyword, the constructor
+        reads the runner's attribute as it is."""
+        if kwargs and not self.workspace_flag:
+            raise TypeError("unexpected keyword argument 'init_new_workspace'")
+        if kwargs:
+            self.init_new_workspace = kwargs["init_new_workspace"]
+        self.backend_calls.append(self.init_new_workspace)  # the workspace the backend got
+        if self.backend_error is not None:
+            raise self.backend_error
+        return f"decode backend {len(self.backend_calls)}"
+
+
+def gated_worker(threshold=4, runner=None):
+    w = worker(threshold)
+    w.server_args.enable_metrics = False
+    w.target_worker = types.SimpleNamespace(model_runner=runner or ModelRunner())
+    return w
+
+
+@pytest.fixture()
+def root_handler():
+    """A handler on the root logger for init_batch_gate's log filter, removed afterwards."""
+    handler = logging.NullHandler()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    yield handler
+    root.removeHandler(handler)
+
+
+def runner_state(runner):
+    return (
+        runner.graph_runner,
+        runner.attn_backend,
+        runner.spec_algorithm,
+        runner.server_args.enable_return_hidden_states,
+        runner.init_new_workspace,
+    )
+
+
+def test_init_builds_decode_graphs_with_full_hidden_states_and_their_own_backend(gate, root_handler):
+    runner = ModelRunner()
+    before = runner_state(runner)
+    w = gated_worker(runner=runner)
+    gate.init_batch_gate(w)
+    plain = w._eaglegate_plain_decode
+    assert isinstance(plain, gate.PlainDecode)
+    assert plain.attn_backend == "decode backend 1"
+    # The new backend got a workspace of its own, and the runner's flag is back.
+    assert runner.backend_calls == [True]
+    graphs = plain.graphs
+    assert isinstance(graphs, GraphRunner) and graphs is not runner.graph_runner
+    assert (graphs.mode, graphs.full_hidden, graphs.backend) == ("DECODE", True, "decode backend 1")
+    assert runner_state(runner) == before  # verify graphs, backend, algorithm, args restored
+    assert runner.graph_runner.mode == "TARGET_VERIFY"
+    assert gate.gate_for(w) is not None
+    assert any(isinstance(f, gate._DecodeLogLine) for f in root_handler.filters)
+
+
+def test_init_with_a_backend_factory_without_the_workspace_flag(gate, root_handler):
+    runner = ModelRunner(workspace_flag=False)
+    w = gated_worker(runner=runner)
+    gate.init_batch_gate(w)
+    assert len(runner.backend_calls) == 1  # the keyword call refused, the plain call made
+    assert w._eaglegate_plain_decode.attn_backend == "decode backend 1"
+    assert runner.init_new_workspace is False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gate_module._new_attention_backend swaps init_new_workspace to its own value, "
+    "so a factory without the keyword (0.5.4) builds the backend on the shared workspace",
+)
+def test_a_factory_without_the_workspace_flag_still_gets_a_new_workspace(gate, root_handler):
+    runner = ModelRunner(workspace_flag=False)
+    gate.init_batch_gate(gated_worker(runner=runner))
+    assert runner.backend_calls == [True]
+
+
+def test_init_when_the_decode_graphs_fail_runs_gated_steps_eagerly(gate, root_handler):
+    runner = ModelRunner(graphs=FailingGraphRunner)
+    before = runner_state(runner)
+    w = gated_worker(runner=runner)
+    gate.init_batch_gate(w)
+    plain = w._eaglegate_plain_decode
+    assert plain is not None and plain.graphs is None and plain.attn_backend == "decode backend 1"
+    assert runner_state(runner) == before
+    assert gate.gate_for(w) is not None
+
+
+def test_init_without_cuda_graphs_builds_no_graphs(gate, root_handler):
+    runner = ModelRunner(graphs=None)
+    w = gated_worker(runner=runner)
+    gate.init_batch_gate(w)
+    assert w._eaglegate_plain_decode.graphs is None
+    assert runner.graph_runner is None and runner.spec_algorithm is Algorithm.EAGLE
+
+
+def test_init_turns_the_gate_off_when_no_backend_can_be_built(gate, root_handler):
+    runner = ModelRunner(backend_error=RuntimeError("no backend"))
+    before = runner_state(runner)
+    w = gated_worker(runner=runner)
+    gate.init_batch_gate(w)
+    assert w._eaglegate_plain_decode is None
+    assert gate.gate_for(w) is None
+    assert gate.describe(w) == ""
+    assert runner_state(runner) == before
+    assert not root_handler.filters  # no log line for a gate that is off
+    # The worker then speculates as unpatched, whatever the batch size.
+    batch = types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[object()] * 50)
+    assert gate.prepare_gated_decode(w, batch) is False
+
+
+def test_init_does_nothing_when_the_gate_is_off(gate, root_handler):
+    runner = ModelRunner()
+    w = gated_worker(threshold=None, runner=runner)
+    gate.init_batch_gate(w)
+    assert runner.backend_calls == []
+    assert getattr(w, "_eaglegate_plain_decode", None) is None
+    assert not root_handler.filters
+
+
+def test_plain_algorithm_is_the_enums_none_member_or_a_stand_in(gate):
+    assert gate._plain_algorithm(Algorithm.EAGLE) is Algorithm.NONE
+
+    class Eagle:  # no NONE member on its type
+        def is_eagle(self):
+            return True
+
+        def is_none(self):
+            return False
+
+    stand_in = gate._plain_algorithm(Eagle())
+    assert stand_in.is_none() is True and stand_in.is_eagle() is False
+
+
+# ---- PlainDecode: swapping the runner's backend and graphs --------------------------------
+
+
+def test_plain_decode_enter_and_leave(gate):
+    runner = ModelRunner()
+    verify_graphs = runner.graph_runner
+    plain = gate.PlainDecode("decode backend", "decode graphs")
+    plain.enter(runner)
+    assert (runner.attn_backend, runner.graph_runner) == ("decode backend", "decode graphs")
+    plain.enter(runner)  # entering twice keeps the originals, not the swapped-in pair
+    plain.leave()
+    assert (runner.attn_backend, runner.graph_runner) == ("verify backend", verify_graphs)
+    runner.attn_backend = "changed since"
+    plain.leave()  # a second leave restores nothing
+    assert runner.attn_backend == "changed since"
+
+
+def test_prepare_leaves_a_stale_enter(gate):
+    """A step that raised between prepare and finish left the DECODE graphs in place: the
+    next prepare restores the verify graphs, even for a step it does not gate."""
+    runner = ModelRunner()
+    verify_graphs = runner.graph_runner
+    w = gated_worker(threshold=4, runner=runner)
+    plain = gate.PlainDecode("decode backend", "decode graphs")
+    w._eaglegate_plain_decode = plain
+    plain.enter(runner)
+    small = types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[object()] * 2)
+    assert gate.prepare_gated_decode(w, small) is False
+    assert (runner.attn_backend, runner.graph_runner) == ("verify backend", verify_graphs)
+    assert small.eaglegate_gated_step is False
+
+
+# ---- SGLang's decode log line --------------------------------------------------------------
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_decode_log_line_appends_the_gate_once(gate):
+    g = gate.BatchGate(8)
+    g.record(True)
+    log = logging.Logger("sglang.srt.managers.scheduler_under_test")
+    first, second = Collect(), Collect()
+    line = gate._DecodeLogLine(g)
+    for handler in (first, second):
+        handler.addFilter(line)
+        log.addHandler(handler)
+    log.info("Decode batch. #running-req: %d, #token: %d", 12, 340)
+    log.info("Prefill batch. #new-seq: %d", 3)
+    log.info("Decode batches are logged every %d steps", 40)  # not SGLang's line: still starts so
+    expected = [
+        f"Decode batch. #running-req: 12, #token: 340, {g.describe()}",
+        "Prefill batch. #new-seq: 3",
+        f"Decode batches are logged every 40 steps, {g.describe()}",
+    ]
+    assert first.lines == expected
+    assert second.lines == expected  # the second handler did not append it again
+    assert g.describe() == "gate(>8, <7): spec, 0 spec / 1 gated"
+
+
+def test_decode_log_line_leaves_non_string_messages(gate):
+    line = gate._DecodeLogLine(gate.BatchGate(8))
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, {"Decode batch": 1}, None, None)
+    assert line.filter(record) is True
+    assert record.msg == {"Decode batch": 1}
+
+
+# ---- Prometheus metrics ----------------------------------------------------------------------
+
+
+METRIC_NAMES = (
+    "sglang:spec_batch_gate_gated",
+    "sglang:spec_batch_gate_threshold",
+    "sglang:spec_batch_gate_steps",
+    "sglang:spec_batch_gate_switches",
+)
+
+
+@pytest.fixture()
+def registry():
+    """prometheus_client's default registry (the one the gate registers in, as SGLang's
+    own metrics do), with the gate's collectors removed afterwards."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    registry = prometheus_client.REGISTRY
+    yield registry
+    for collector in list(registry._collector_to_names):
+        if set(registry._collector_to_names[collector]) & {
+            f"{name}{suffix}" for name in METRIC_NAMES for suffix in ("", "_total", "_created")
+        }:
+            registry.unregister(collector)
+
+
+def test_metrics_count_steps_by_kind_and_switches(gate, registry, root_handler):
+    w = gated_worker(threshold=2)
+    w.server_args.enable_metrics = True
+    gate.init_batch_gate(w)
+    g = gate.gate_for(w)
+    assert g.metrics is not None
+
+    def value(name, **labels):
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert value("sglang:spec_batch_gate_threshold") == 2.0
+    assert value("sglang:spec_batch_gate_gated") == 0.0
+    assert g.resume_below == 1
+    for size in (1, 3, 4, 0):  # speculative, gated (switch), gated, speculative (switch)
+        g.record(g.decide(size))
+        if size == 3:
+            assert value("sglang:spec_batch_gate_gated") == 1.0
+    assert value("sglang:spec_batch_gate_steps_total", kind="gated") == 2.0
+    assert value("sglang:spec_batch_gate_steps_total", kind="speculative") == 2.0
+    assert value("sglang:spec_batch_gate_switches_total") == 2.0
+    assert value("sglang:spec_batch_gate_gated") == 0.0
+
+
+def test_metrics_already_registered_leave_the_gate_without_metrics(gate, registry):
+    first = gate._GateMetrics.create(gate.BatchGate(4))
+    assert first is not None
+    # A second gate in the same process (names already taken): no metrics, no exception.
+    assert gate._GateMetrics.create(gate.BatchGate(4)) is None
+    assert registry.get_sample_value("sglang:spec_batch_gate_threshold") == 4.0

@@ -9,21 +9,32 @@ from eaglegate.patches.generate import GATE, WORKER, gate_module_source, generat
 
 V1_VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1"]
 
+GATED_ALONE = "above threshold: the target step alone, no draft model, no draft/verify"
+BACK_TO_SPECULATION = (
+    "above threshold: batch back in DECODE mode with its speculative algorithm, "
+    "marked as a gated step, result carries the sampled tokens"
+)
+DRAFT_ROWS = "above threshold: draft state keeps unfinished rows, the sampled token as verify root"
 EXPECTED_CHECKS = {
     "patched code loads",
+    "EAGLEWorker.__init__ ends by building the gate",
+    "start-up: target DECODE graphs with full hidden states and their own backend",
+    "start-up: the model runner left as it was (verify graphs, backend, algorithm, args)",
     "below threshold: draft then verify, no extend pair",
     "below threshold: no KV slot allocated, seq_lens unchanged",
-    "above threshold: target extend then draft extend, no draft/verify",
-    "above threshold: target runs a one-token-per-request EXTEND",
+    GATED_ALONE,
+    "above threshold: target runs a plain one-token DECODE (no draft tree, no spec algorithm)",
+    "above threshold: the DECODE graphs and their own attention backend serve the step",
+    "above threshold: the model runner has its verify graphs and backend back",
     "above threshold: one KV slot per request",
     "above threshold: seq_lens and kv_committed/kv_allocated advanced by one",
     "above threshold: sampled tokens appended to output_ids",
     "above threshold: finish checked, grammar advanced for unfinished requests only",
-    "above threshold: draft-state rows kept for unfinished requests only",
-    "above threshold: batch back in DECODE mode, result carries the sampled tokens",
+    DRAFT_ROWS,
+    BACK_TO_SPECULATION,
     "hysteresis: still gated at the threshold after gating",
-    "hysteresis: speculation resumes below the lower mark",
-    "prefill: extend pair only, no gate bookkeeping",
+    "hysteresis: speculation resumes below the lower mark, counted as speculative",
+    "prefill: target and draft extend, no gate bookkeeping",
 }
 
 
@@ -59,29 +70,74 @@ def test_unpatched_worker_fails_the_gated_checks(release_tree):
     original = (release_tree("0.5.9").root / WORKER).read_text()
     report = check_sources(original, gate_module_source().decode())
     failed = {c.name for c in report.failures()}
-    assert "above threshold: target extend then draft extend, no draft/verify" in failed
+    assert "EAGLEWorker.__init__ ends by building the gate" in failed
+    assert GATED_ALONE in failed
     assert "above threshold: one KV slot per request" in failed
+    assert BACK_TO_SPECULATION in failed
     # The speculative path itself is the original one and passes.
     assert "below threshold: draft then verify, no extend pair" not in failed
+    assert "prefill: target and draft extend, no gate bookkeeping" not in failed
 
 
 def test_missing_draft_row_filter_is_caught(release_tree):
     _, worker, gate = patched_sources(release_tree, "0.5.9")
-    broken = gate.replace("setattr(spec_info, name, rows[keep])", "pass")
+    broken = gate.replace("setattr(draft_input, name, rows[keep])", "pass")
     assert broken != gate
     report = check_sources(worker, broken)
-    assert [c.name for c in report.failures()] == [
-        "above threshold: draft-state rows kept for unfinished requests only"
-    ]
+    assert [c.name for c in report.failures()] == [DRAFT_ROWS]
 
 
 def test_missing_finish_call_is_caught(release_tree):
     _, worker, gate = patched_sources(release_tree, "0.5.12.post1")
     broken = worker.replace("finish_gated_decode(self, batch, next_token_ids)", "pass")
+    assert broken != worker
     report = check_sources(broken, gate)
     failed = {c.name for c in report.failures()}
     assert "above threshold: sampled tokens appended to output_ids" in failed
-    assert "above threshold: batch back in DECODE mode, result carries the sampled tokens" in failed
+    assert "above threshold: the model runner has its verify graphs and backend back" in failed
+    assert BACK_TO_SPECULATION in failed
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.12.post1"])
+def test_draft_extend_not_skipped_is_caught(release_tree, version):
+    _, worker, gate = patched_sources(release_tree, version)
+    broken = worker.replace("if not _eaglegate_gated:", "if True:")
+    assert broken.count("if True:") == 1 and broken != worker
+    report = check_sources(broken, gate)
+    failed = {c.name for c in report.failures()}
+    assert GATED_ALONE in failed
+    assert "hysteresis: still gated at the threshold after gating" in failed
+    detail = next(c.detail for c in report.failures() if c.name == GATED_ALONE)
+    assert "forward_draft_extend" in detail
+    assert "below threshold: draft then verify, no extend pair" not in failed
+
+
+def test_missing_init_call_is_caught(release_tree):
+    _, worker, gate = patched_sources(release_tree, "0.5.9")
+    call = "        init_batch_gate(self)  # eaglegate: the gate and the target's DECODE graphs\n"
+    assert worker.count(call) == 1
+    report = check_sources(worker.replace(call, ""), gate)
+    assert [c.name for c in report.failures()] == ["EAGLEWorker.__init__ ends by building the gate"]
+
+
+def test_graphs_captured_in_verify_mode_are_caught(release_tree):
+    """A gate module that captures without switching the runner's algorithm to NONE gets
+    TARGET_VERIFY graphs, which a plain DECODE batch cannot replay."""
+    _, worker, gate = patched_sources(release_tree, "0.5.9")
+    swap = "runner, spec_algorithm=_plain_algorithm(runner.spec_algorithm), attn_backend=backend"
+    assert gate.count(swap) == 1
+    report = check_sources(worker, gate.replace(swap, "runner, attn_backend=backend"))
+    failed = {c.name for c in report.failures()}
+    assert "start-up: target DECODE graphs with full hidden states and their own backend" in failed
+
+
+def test_runner_not_restored_after_capture_is_caught(release_tree):
+    _, worker, gate = patched_sources(release_tree, "0.5.9")
+    restore = "            _swap(runner, **saved_runner)\n"
+    assert gate.count(restore) == 1
+    report = check_sources(worker, gate.replace(restore, ""))
+    failed = {c.name for c in report.failures()}
+    assert "start-up: the model runner left as it was (verify graphs, backend, algorithm, args)" in failed
 
 
 def test_check_tree_on_an_installed_patched_package(release_tree, tmp_path):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 
 import pytest
+from typer.testing import CliRunner
 
 from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.settings import read_settings
+from eaglegate.cli import app
+from eaglegate.patches.generate import launch_flags
 from eaglegate.patches.plan import build_plan
 
 from conftest import NEWEST, release
@@ -44,9 +48,17 @@ def test_family_per_version_and_flags(version, env, family, worker):
     for flag in plan.launch_flags:
         if flag.startswith("--") and flag != gate_flag:
             assert declared.declares(flag), flag
+    if family == "v1-code-patch":
+        # The patch skips speculation's running cap while the gate is on: no cap flags,
+        # exactly the flags `patch` and `apply` print, and a caveat that says so.
+        assert plan.caps == []
+        assert plan.launch_flags == launch_flags(release(version), 64)
+        assert sum("the patch skips that while the gate is on" in c for c in plan.caveats) == 1
+        return
     assert {c["flag"] for c in plan.caps} == ({"--max-running-requests", "--cuda-graph-max-bs"} if version != NEWEST
                                              else {"--max-running-requests", "--cuda-graph-max-bs-decode"})
     assert all(c["value"] > 64 for c in plan.caps)
+    assert not any("the patch skips" in c for c in plan.caveats)
 
 
 def test_spec_v2_route_is_found_from_the_source():
@@ -61,14 +73,75 @@ def test_spec_v2_route_is_found_from_the_source():
     assert "self.disable_overlap_schedule = False" in line
 
 
-@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.9", "0.5.12.post1"])
+def _line_at(version, where):
+    path, lineno = where.rsplit(":", 1)
+    return (release(version).root / path).read_text().splitlines()[int(lineno) - 1]
+
+
+@pytest.mark.parametrize("version", ["0.5.12.post1"])
 def test_running_request_cap_of_48_is_read_from_post_processing(version):
+    """A v2-blocked plan has no patch: speculation's cap stays and must be raised."""
     plan = build_plan(analysis(version), 64, EAGLE3)
+    assert plan.family == "v2-blocked"
     cap = next(c for c in plan.caps if c["setting"] == "max_running_requests")
     assert cap["current"] == 48
     where = cap["reason"].split(" at ")[1].split(";")[0]
+    assert "max_running_requests = 48" in _line_at(version, where)
+
+
+@pytest.mark.parametrize(
+    ("version", "env"),
+    [("0.4.10.post2", []), ("0.5.9", []), ("0.5.12.post1", ["SGLANG_ENABLE_SPEC_V2=0"])],
+)
+def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(version, env):
+    plan = build_plan(analysis(version), 64, EAGLE3, env)
+    assert plan.family == "v1-code-patch" and plan.patch and plan.caps == []
+    note = next(c for c in plan.caveats if "the patch skips that" in c)
+    assert note.startswith("speculation sets --max-running-requests to 48 at ")
+    where = note.split(" at ")[1].split(";")[0]
+    assert _line_at(version, where).strip() == "self.max_running_requests = 48"
+    # That reset is the one the patch guards: the line above it is the guarded test.
+    from eaglegate.patches.generate import SERVER_ARGS, generate_patch
+
+    patched = next(
+        c.after.decode() for c in generate_patch(release(version), 64).changes
+        if c.path.endswith(SERVER_ARGS)
+    )
     path, lineno = where.rsplit(":", 1)
-    assert "max_running_requests = 48" in (release(version).root / path).read_text().splitlines()[int(lineno) - 1]
+    original = (release(version).root / path).read_text().splitlines()
+    guard = "if self.max_running_requests is None and not self.speculative_batch_gate_threshold:"
+    # The patch adds one line (the dataclass field) above post-processing.
+    assert patched.splitlines()[int(lineno) - 1].strip() == guard
+    assert original[int(lineno) - 2].strip() == "if self.max_running_requests is None:"
+
+
+def test_v1_plan_warns_when_the_graph_cap_is_below_the_running_cap():
+    plan = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 256 --cuda-graph-max-bs 128")
+    assert plan.family == "v1-code-patch" and plan.caps == []
+    assert plan.caveats == [
+        "your --cuda-graph-max-bs 128 is below your --max-running-requests 256: gated batches above "
+        "128 run without CUDA graphs; use --cuda-graph-max-bs 256"
+    ]
+    fine = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 256 --cuda-graph-max-bs 256")
+    assert fine.caveats == []
+
+
+def test_plan_patch_and_apply_print_the_same_flags(tmp_path):
+    """`generate.launch_flags` is the one source: the three commands agree on one tree."""
+    parent = tmp_path / "site"
+    shutil.copytree(release("0.5.9").root, parent / "sglang")
+    runner = CliRunner()
+    where = ["--path", str(parent / "sglang"), "--threshold", "40", "--json"]
+    planned = runner.invoke(app, ["plan", "--flags", EAGLE3, *where])
+    assert planned.exit_code == 0, planned.output
+    patched = runner.invoke(app, ["patch", *where])
+    assert patched.exit_code == 0, patched.output
+    applied = runner.invoke(app, ["apply", *where])
+    assert applied.exit_code == 0, applied.output
+    expected = ["--speculative-batch-gate-threshold", "40", "--disable-overlap-schedule"]
+    assert json.loads(planned.stdout)["launch_flags"] == expected
+    assert json.loads(patched.stdout)["launch_flags"] == expected
+    assert json.loads(applied.stdout)["launch_flags"] == expected
 
 
 def test_an_explicit_cap_is_respected():
@@ -147,4 +220,15 @@ def test_a_v1_tree_the_patch_does_not_fit_still_gets_a_plan_that_says_so():
     assert not plan.patch
     assert len(plan.blocked_by) == 1 and "does not fit" in plan.blocked_by[0]
     assert "matched 0 site(s)" in plan.blocked_by[0]
-    assert any(c["flag"] == "--max-running-requests" for c in plan.caps)
+    assert plan.launch_flags == [] and plan.caps == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="patches/plan.py build_plan adds _v1_caps' 'the patch skips that' caveat even when "
+    "_plan_v1 found no patch (0.4.7)",
+)
+def test_a_v1_plan_without_a_patch_does_not_say_the_patch_skips_the_cap():
+    plan = build_plan(analysis("0.4.7"), 64, EAGLE3)
+    assert not plan.patch
+    assert not any("the patch skips" in c for c in plan.caveats)

@@ -378,8 +378,15 @@ def test_cli_apply_status_revert_round_trip(tree):
     result = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["status"]["state"] == "patched" and "sglang/srt/speculative/eagle_worker.py" in data["changed"]
-    assert "--max-running-requests" in data["launch_flags"]
+    assert data["status"]["state"] == "patched"
+    assert sorted(data["changed"]) == [
+        "sglang/srt/managers/scheduler_metrics_mixin.py",
+        "sglang/srt/managers/scheduler_output_processor_mixin.py",
+        "sglang/srt/server_args.py",
+        "sglang/srt/speculative/batch_gate.py",
+        "sglang/srt/speculative/eagle_worker.py",
+    ]
+    assert data["launch_flags"] == ["--speculative-batch-gate-threshold", "32", "--disable-overlap-schedule"]
 
     again = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["changed"] == []

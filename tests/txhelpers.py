@@ -16,11 +16,15 @@ SUBSET = [
     "sglang/_version.py",
     "sglang/srt/speculative",
     "sglang/srt/managers/scheduler.py",
+    "sglang/srt/managers/scheduler_output_processor_mixin.py",  # the gate patch's metrics edits
+    "sglang/srt/managers/scheduler_metrics_mixin.py",
     "sglang/srt/server_args.py",
 ]
 EDITED = [
     "sglang/srt/speculative/eagle_worker.py",
     "sglang/srt/managers/scheduler.py",
+    "sglang/srt/managers/scheduler_output_processor_mixin.py",  # the gate patch's metrics edits
+    "sglang/srt/managers/scheduler_metrics_mixin.py",
     "sglang/srt/server_args.py",
 ]
 CREATED = [
