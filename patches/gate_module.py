@@ -257,7 +257,8 @@ def _swap(obj: Any, **values: Any) -> dict[str, Any]:
 
 def _new_attention_backend(runner: Any) -> Any:
     make = runner._get_attention_backend
-    saved = _swap(runner, init_new_workspace=getattr(runner, "init_new_workspace", False))
+    # Its own workspace: factories that take no flag read this attribute instead.
+    saved = _swap(runner, init_new_workspace=True)
     try:
         try:
             return make(init_new_workspace=True)
@@ -265,6 +266,27 @@ def _new_attention_backend(runner: Any) -> Any:
             return make()
     finally:
         _swap(runner, **saved)
+
+
+def _plain_batch_sizes(server_args: Any) -> list[int] | None:
+    """The CUDA-graph batch sizes SGLang picks without speculation, where it picked the
+    speculative list itself (not the user): a plain step then pads to the same size, and
+    runs the same kernels, as in a server without speculation."""
+    generate = getattr(server_args, "_generate_cuda_graph_batch_sizes", None)
+    if generate is None or not getattr(server_args, "speculative_algorithm", None):
+        return None
+    try:
+        chosen = generate()
+        saved = _swap(server_args, speculative_algorithm=None)
+        try:
+            plain = generate()
+        finally:
+            _swap(server_args, **saved)
+    except Exception:  # noqa: BLE001 - keep the list the server has
+        return None
+    if list(server_args.cuda_graph_bs or []) != list(chosen):
+        return None  # the user's own list
+    return list(plain)
 
 
 def build_plain_decode(worker: Any) -> PlainDecode | None:
@@ -278,12 +300,16 @@ def build_plain_decode(worker: Any) -> PlainDecode | None:
     graphs = None
     verify_graphs = getattr(runner, "graph_runner", None)
     if verify_graphs is not None:
-        # Capture in DECODE mode (the runner reads `spec_algorithm` to pick its mode) and
-        # with full hidden states, which the worker's target step asks for.
+        # Capture in DECODE mode (the runner reads `spec_algorithm` to pick its mode), with
+        # full hidden states, which the worker's target step asks for, and at the batch
+        # sizes a server without speculation captures.
         saved_runner = _swap(
             runner, spec_algorithm=_plain_algorithm(runner.spec_algorithm), attn_backend=backend
         )
         saved_args = _swap(runner.server_args, enable_return_hidden_states=True)
+        plain_sizes = _plain_batch_sizes(runner.server_args)
+        if plain_sizes is not None:
+            saved_args.update(_swap(runner.server_args, cuda_graph_bs=plain_sizes))
         try:
             graphs = type(verify_graphs)(runner)
         except Exception:  # noqa: BLE001

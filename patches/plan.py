@@ -150,7 +150,8 @@ def build_plan(
                             "planning for v1")
     if v1:
         _plan_v1(analysis, plan, v1)
-        plan.caveats += _v1_caps(settings, resolved, user_flags)
+        if plan.patch:  # without a patch, nothing skips speculation's cap
+            plan.caveats += _v1_caps(settings, resolved, user_flags)
         return plan
     # Without a patch, speculation's caps stay: they must leave room above the threshold.
     plan.caps = _caps(settings, resolved, user_flags, threshold)

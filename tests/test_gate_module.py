@@ -321,11 +321,6 @@ def test_init_with_a_backend_factory_without_the_workspace_flag(gate, root_handl
     assert runner.init_new_workspace is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gate_module._new_attention_backend swaps init_new_workspace to its own value, "
-    "so a factory without the keyword (0.5.4) builds the backend on the shared workspace",
-)
 def test_a_factory_without_the_workspace_flag_still_gets_a_new_workspace(gate, root_handler):
     runner = ModelRunner(workspace_flag=False)
     gate.init_batch_gate(gated_worker(runner=runner))
@@ -516,3 +511,58 @@ def test_metrics_already_registered_leave_the_gate_without_metrics(gate, registr
     # A second gate in the same process (names already taken): no metrics, no exception.
     assert gate._GateMetrics.create(gate.BatchGate(4)) is None
     assert registry.get_sample_value("sglang:spec_batch_gate_threshold") == 4.0
+
+
+def _real_server_args(version):
+    """A stand-in ServerArgs whose `_generate_cuda_graph_batch_sizes` is the release's own."""
+    from conftest import release
+
+    source = (release(version).root / "srt" / "server_args.py").read_text()
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    method = next(
+        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_generate_cuda_graph_batch_sizes"
+    )
+    namespace = {}
+    exec(compile(ast.Module(body=[method], type_ignores=[]), "server_args.py", "exec"), namespace)
+    args_class = type("ServerArgs", (types.SimpleNamespace,), {
+        "_generate_cuda_graph_batch_sizes": namespace["_generate_cuda_graph_batch_sizes"]})
+    args = args_class(
+        speculative_algorithm="EAGLE3", cuda_graph_max_bs=256, disable_cuda_graph_padding=False,
+        torch_compile_max_bs=32, enable_torch_compile=False,
+    )
+    args.cuda_graph_bs = args._generate_cuda_graph_batch_sizes()
+    return args
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12.post1"])
+def test_decode_graphs_use_the_batch_sizes_sglang_picks_without_speculation(gate, version):
+    args = _real_server_args(version)
+    spec_sizes = list(args.cuda_graph_bs)
+    plain = gate._plain_batch_sizes(args)
+    args.speculative_algorithm = None
+    expected = args._generate_cuda_graph_batch_sizes()
+    args.speculative_algorithm = "EAGLE3"
+    assert plain == expected and plain != spec_sizes  # the two lists pad batches differently
+    assert args.cuda_graph_bs == spec_sizes and args.speculative_algorithm == "EAGLE3"
+    args.cuda_graph_bs = [1, 2, 3]  # the user's own list stays
+    assert gate._plain_batch_sizes(args) is None
+
+
+def test_init_captures_decode_graphs_at_the_plain_batch_sizes(gate, root_handler):
+    args = _real_server_args("0.5.12.post1")
+    spec_sizes = list(args.cuda_graph_bs)
+    seen = {}
+
+    class Recording(GraphRunner):
+        def __init__(self, runner):
+            super().__init__(runner)
+            if self.mode == "DECODE":
+                seen["sizes"] = list(runner.server_args.cuda_graph_bs)
+
+    runner = ModelRunner(graphs=Recording)
+    args.enable_return_hidden_states = False
+    runner.server_args = args
+    gate.init_batch_gate(gated_worker(runner=runner))
+    assert seen["sizes"] == gate._plain_batch_sizes(args) != spec_sizes
+    assert runner.server_args.cuda_graph_bs == spec_sizes  # the server's own list is back

@@ -223,11 +223,6 @@ def test_a_v1_tree_the_patch_does_not_fit_still_gets_a_plan_that_says_so():
     assert plan.launch_flags == [] and plan.caps == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="patches/plan.py build_plan adds _v1_caps' 'the patch skips that' caveat even when "
-    "_plan_v1 found no patch (0.4.7)",
-)
 def test_a_v1_plan_without_a_patch_does_not_say_the_patch_skips_the_cap():
     plan = build_plan(analysis("0.4.7"), 64, EAGLE3)
     assert not plan.patch
