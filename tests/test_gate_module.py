@@ -566,3 +566,51 @@ def test_init_captures_decode_graphs_at_the_plain_batch_sizes(gate, root_handler
     gate.init_batch_gate(gated_worker(runner=runner))
     assert seen["sizes"] == gate._plain_batch_sizes(args) != spec_sizes
     assert runner.server_args.cuda_graph_bs == spec_sizes  # the server's own list is back
+
+
+class StepMode(enum.Enum):
+    EXTEND = 1
+    DECODE = 2
+    IDLE = 3
+
+    def is_extend(self):
+        return self is StepMode.EXTEND
+
+    def is_decode(self):
+        return self is StepMode.DECODE
+
+    def is_idle(self):
+        return self is StepMode.IDLE
+
+
+def test_two_attention_dp_ranks_take_the_same_step_every_time(gate):
+    """Tensor/attention-DP ranks run their own scheduler on their own batch; their
+    collectives deadlock unless every rank takes the same kind of step. Two ranks, local
+    batch sizes that differ (one rank idle at times), sizes gathered by SGLang's MLP sync."""
+    ranks = [gated_worker(threshold=8), gated_worker(threshold=8)]
+    for w in ranks:
+        w._eaglegate_plain_decode = gate.PlainDecode("decode backend", "decode graphs")
+    local = [(2, 3), (10, 0), (3, 12), (9, 9), (1, 6), (0, 2), (1, 1), (12, 0)]
+    kinds = []
+    for sizes in local:
+        step = []
+        for rank, w in enumerate(ranks):
+            n = sizes[rank]
+            batch = types.SimpleNamespace(
+                forward_mode=StepMode.DECODE if n else StepMode.IDLE,
+                reqs=[types.SimpleNamespace(output_ids=[], grammar=None) for _ in range(n)],
+                global_num_tokens=list(sizes),
+                return_logprob=False,
+                spec_info=types.SimpleNamespace(verified_id=[7] * n),
+                spec_algorithm=Algorithm.EAGLE,
+                seq_lens=[5] * n,
+                prepare_for_decode=lambda: None,
+            )
+            step.append(gate.prepare_gated_decode(w, batch))
+            if step[-1]:
+                w.target_worker.model_runner.attn_backend = "verify backend"  # what finish restores
+                batch._eaglegate_step = None
+        assert step[0] == step[1], (sizes, step)
+        kinds.append(step[0])
+    # Gated from the first step above 8 on either rank until both are below 7 (8 - 8 // 8).
+    assert kinds == [False, True, True, True, False, False, False, True]
