@@ -32,7 +32,12 @@ PromptsOpt = Annotated[
                  show_default="built-in set of 16"),
 ]
 ApiOpt = Annotated[
-    str, typer.Option("--api", help="auto (from the URL), completions or chat.")
+    str,
+    typer.Option(
+        "--api",
+        help="auto (from the URL), completions, chat, or generate (SGLang's /generate with "
+        "input_ids, for a server started with --skip-tokenizer-init).",
+    ),
 ]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
@@ -41,8 +46,8 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on
 
 
 def _api(value: str) -> Api:
-    if value not in ("auto", "completions", "chat"):
-        raise UserError(f"--api must be auto, completions or chat, not {value!r}")
+    if value not in ("auto", "completions", "chat", "generate"):
+        raise UserError(f"--api must be auto, completions, chat or generate, not {value!r}")
     return value  # type: ignore[return-value]
 
 

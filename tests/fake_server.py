@@ -1,5 +1,8 @@
 """A fake OpenAI-compatible streaming server on 127.0.0.1 for the live-command tests.
 
+It also answers SGLang's native `/generate` with `input_ids`, as a server started with
+`--skip-tokenizer-init` does: chunks carry the cumulative `output_ids` and `meta_info`.
+
 One engine thread steps the batch like a real server: every step takes
 `step_time(batch size)` seconds and gives each running request `tokens_per_step` tokens,
 so the throughput-vs-concurrency curve is whatever `step_time` makes it. Answers are
@@ -92,9 +95,18 @@ class FakeServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 chat = self.path == "/v1/chat/completions"
-                if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                native = self.path == "/generate"
+                if self.path not in ("/v1/completions", "/v1/chat/completions", "/generate"):
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
+                if native:
+                    if not isinstance(body.get("input_ids"), list):
+                        self._json(400, {"error": {"message": "input_ids required (no tokenizer)"}})
+                        return
+                    sampling = body.get("sampling_params") or {}
+                    body = {"prompt": " ".join(map(str, body["input_ids"])),
+                            "max_tokens": sampling.get("max_new_tokens", 16),
+                            "temperature": sampling.get("temperature", 1.0)}
                 if body.get("temperature", 1.0) != 0.0:
                     self._json(400, {"error": {"message": "the fake server is greedy only"}})
                     return
@@ -108,6 +120,7 @@ class FakeServer:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 want_lp = body.get("logprobs") is not None and body.get("logprobs") is not False
+                ids: list[int] = []
                 while True:
                     item = req.chunks.get()
                     if item is None:
@@ -115,7 +128,11 @@ class FakeServer:
                     if fake.dead:
                         self.close_connection = True
                         return
-                    self._event(_chunk(item[0], chat, want_lp, finish=item[1]))
+                    if native:
+                        ids += [WORDS.index(t) for t in item[0]]
+                        self._event(_native_chunk(ids, finish=item[1]))
+                    else:
+                        self._event(_chunk(item[0], chat, want_lp, finish=item[1]))
                 if fake.dead:
                     self.close_connection = True
                     return
@@ -233,6 +250,12 @@ def _chunk(toks: list[str], chat: bool, logprobs: bool, finish: bool) -> dict[st
             choice["logprobs"] = {"tokens": toks, "token_logprobs": [-0.5] * len(toks)}
     return {"id": "fake", "object": "chat.completion.chunk" if chat else "text_completion",
             "choices": [choice]}
+
+
+def _native_chunk(ids: list[int], finish: bool) -> dict[str, Any]:
+    meta = {"completion_tokens": len(ids),
+            "finish_reason": {"type": "length", "length": len(ids)} if finish else None}
+    return {"output_ids": list(ids), "meta_info": meta}
 
 
 def linear_step(fixed_s: float, per_request_s: float) -> Callable[[int], float]:

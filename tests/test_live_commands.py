@@ -286,3 +286,40 @@ def test_png_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch) ->
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(UserError, match=r"--png needs matplotlib: pip install 'eaglegate\[plot\]'"):
         cal.render_png(base, spec, cal.calibrate(base, spec), tmp_path / "x.png")
+
+
+def test_sweep_loads_a_server_without_a_tokenizer_through_generate(tmp_path: Path) -> None:
+    """SGLang started with --skip-tokenizer-init: /generate with input_ids, greedy."""
+    out = tmp_path / "sweep.jsonl"
+    with FakeServer(**PLAIN) as server:
+        result = invoke("sweep", "--url", server.url, "--api", "generate", "-c", "1,4",
+                        "--max-tokens", "10", "--min-requests", "4", "-o", str(out), "--json")
+        assert server.max_batch == 4
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["max_concurrency"] for x in lines] == [1, 4]
+    for line, n in zip(lines, [4, 8], strict=True):
+        assert line["completed"] == n and line["total_output_tokens"] == 10 * n
+        assert line["url"].endswith("/generate") and line["output_throughput"] > 0
+
+
+def test_generate_endpoint_and_chunks() -> None:
+    from eaglegate.patches.live import client
+
+    endpoint = resolve_endpoint("localhost:30000", "generate")
+    assert endpoint.native and endpoint.path == "/generate"
+    assert resolve_endpoint("http://h:1/generate").native
+    with pytest.raises(UserError, match="does not match --api chat"):
+        resolve_endpoint("http://h:1/generate", "chat")
+    body = client.request_body(endpoint, "a prompt", None, 7, logprobs=False, ignore_eos=True)
+    assert body["input_ids"] == client.prompt_ids("a prompt") != client.prompt_ids("another")
+    assert body["sampling_params"] == {"max_new_tokens": 7, "temperature": 0.0, "ignore_eos": True}
+    # SGLang streams output_ids whole by default, as deltas with --incremental-streaming-output.
+    whole, deltas = client.Generation(), client.Generation()
+    for ids, n in (([5, 6], 2), ([5, 6, 7], 3)):
+        assert client._absorb_native(whole, {"output_ids": ids, "meta_info": {"completion_tokens": n}})
+    for ids, n in (([5, 6], 2), ([7], 3)):
+        assert client._absorb_native(deltas, {"output_ids": ids, "meta_info": {"completion_tokens": n}})
+    assert whole.token_ids == deltas.token_ids == [5, 6, 7] and whole.output_tokens == 3
+    assert not client._absorb_native(whole, {"meta_info": {"completion_tokens": 3, "finish_reason": {"type": "length"}}})
+    assert whole.finish_reason == "length"

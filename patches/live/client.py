@@ -4,12 +4,18 @@ It sends one greedy request, reads the server-sent-event stream and returns what
 live commands need: the text, the tokens when the server returns logprobs, and the
 timing of every chunk (time to first token, gaps between chunks). No dependency beyond
 `http.client`, so the measurement commands run on a bare GPU box.
+
+`--api generate` talks to SGLang's native `/generate` with `input_ids` instead, for a
+server started with `--skip-tokenizer-init` (no tokenizer, so no text prompts): each
+prompt becomes a fixed pseudo-random list of token ids (`prompt_ids`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +24,11 @@ from urllib.parse import urlsplit
 
 from eaglegate.errors import UserError
 
-Api = Literal["auto", "completions", "chat"]
+Api = Literal["auto", "completions", "chat", "generate"]
+# Token ids of generated prompts: above the special tokens of common vocabularies and
+# below the smallest vocabulary size in use (32000).
+PROMPT_ID_RANGE = (100, 32000)
+PROMPT_IDS = 256
 
 # A fixed, varied prompt set: code, maths, prose, lists, translation. Greedy decoding on it
 # exercises both well-predicted (high acceptance) and open-ended (low acceptance) text.
@@ -55,6 +65,7 @@ class Endpoint:
     port: int
     path: str
     chat: bool
+    native: bool = False  # SGLang's /generate with input_ids
 
     @property
     def url(self) -> str:
@@ -90,8 +101,9 @@ class Generation:
 def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
     """Turn `host:port`, a base URL or a full completions URL into an endpoint.
 
-    A URL that already ends in `/completions` or `/chat/completions` is used as given;
-    otherwise `/v1/completions` (or `/v1/chat/completions` with api="chat") is appended.
+    A URL that already ends in `/completions`, `/chat/completions` or `/generate` is used
+    as given; otherwise `/v1/completions` (`/v1/chat/completions` with api="chat",
+    `/generate` with api="generate") is appended.
     """
     raw = url if "://" in url else f"http://{url}"
     parts = urlsplit(raw)
@@ -102,6 +114,12 @@ def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
     except ValueError as exc:
         raise UserError(f"bad port in URL {url!r}: {exc}") from None
     path = parts.path.rstrip("/")
+    if path.endswith("/generate") or api == "generate":
+        if not path.endswith("/generate"):
+            path += "/generate"
+        if api not in ("auto", "generate"):
+            raise UserError(f"URL {url!r} does not match --api {api}")
+        return Endpoint(parts.scheme, parts.hostname, port, path, chat=False, native=True)
     if path.endswith("/chat/completions"):
         chat = True
     elif path.endswith("/completions"):
@@ -160,14 +178,27 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def prompt_ids(prompt: str, length: int = PROMPT_IDS) -> list[int]:
+    """A prompt as token ids for a server without a tokenizer: the same ids for the same
+    text on every run and machine (seeded by the text's SHA-256)."""
+    seed = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big")
+    rng = random.Random(seed)
+    return [rng.randrange(*PROMPT_ID_RANGE) for _ in range(length)]
+
+
 def first_model(endpoint: Endpoint, timeout: float = 10.0) -> str | None:
     """The first model id from `GET /v1/models`; None when the server has no such route.
 
     Also the reachability check: a refused or timed-out connection is a UserError.
     """
     conn = _connection(endpoint, timeout)
+    models_path = (
+        endpoint.path.rsplit("/generate", 1)[0] + "/v1/models"
+        if endpoint.native
+        else endpoint.models_path
+    )
     try:
-        conn.request("GET", endpoint.models_path, headers={"Accept": "application/json"})
+        conn.request("GET", models_path, headers={"Accept": "application/json"})
         resp = conn.getresponse()
         body = resp.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -196,6 +227,18 @@ def request_body(
     ignore_eos: bool,
 ) -> dict[str, Any]:
     """The JSON body of one greedy streaming request."""
+    if endpoint.native:
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": 0.0}
+        if ignore_eos:
+            sampling["ignore_eos"] = True
+        native: dict[str, Any] = {
+            "input_ids": prompt_ids(prompt),
+            "sampling_params": sampling,
+            "stream": True,
+        }
+        if logprobs:
+            native["return_logprob"] = True
+        return native
     body: dict[str, Any] = {
         "model": model or "default",
         "max_tokens": max_tokens,
@@ -261,6 +304,33 @@ def _absorb(gen: Generation, choice: dict[str, Any], chat: bool) -> bool:
     return got
 
 
+def _absorb_native(gen: Generation, data: dict[str, Any]) -> bool:
+    """Add one `/generate` stream chunk; True when it carried new tokens.
+
+    SGLang streams `output_ids` whole by default and as deltas with
+    `--incremental-streaming-output`; `meta_info.completion_tokens` tells which."""
+    meta = data.get("meta_info") or {}
+    done_before = gen.output_tokens
+    total = meta.get("completion_tokens")
+    ids = data.get("output_ids")
+    if isinstance(ids, list):
+        ids = [int(i) for i in ids]
+        if isinstance(total, int) and len(ids) == total:
+            gen.token_ids = ids
+        else:
+            gen.token_ids.extend(ids)
+    if isinstance(total, int):
+        gen.output_tokens = total
+    else:
+        gen.output_tokens = len(gen.token_ids)
+    finish = meta.get("finish_reason")
+    if finish:
+        gen.finish_reason = str(finish.get("type", finish) if isinstance(finish, dict) else finish)
+    if isinstance(data.get("text"), str):
+        gen.text = data["text"]
+    return gen.output_tokens > done_before
+
+
 def generate(
     endpoint: Endpoint,
     prompt: str,
@@ -277,9 +347,7 @@ def generate(
     dropped the connection) is a failure, not a short answer.
     """
     body = json.dumps(
-        request_body(
-            endpoint, prompt, model, max_tokens, logprobs=logprobs, ignore_eos=ignore_eos
-        )
+        request_body(endpoint, prompt, model, max_tokens, logprobs=logprobs, ignore_eos=ignore_eos)
     ).encode()
     gen = Generation()
     chunks = 0
@@ -318,10 +386,23 @@ def generate(
             try:
                 data = json.loads(payload)
             except ValueError:
-                raise LiveRequestError(f"bad stream chunk from {endpoint.url}: {payload[:80]!r}") from None
+                raise LiveRequestError(
+                    f"bad stream chunk from {endpoint.url}: {payload[:80]!r}"
+                ) from None
             message = _error_message(data)
             if message:
                 raise LiveRequestError(f"server error from {endpoint.url}: {message[:200]}")
+            if endpoint.native:
+                got = _absorb_native(gen, data)
+                if got:
+                    now = time.perf_counter()
+                    if chunks == 0:
+                        gen.ttft_s = now - start
+                    else:
+                        gen.itls_s.append(now - last)
+                    last = now
+                    chunks += 1
+                continue
             usage = data.get("usage")
             if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                 gen.output_tokens = int(usage["completion_tokens"])
