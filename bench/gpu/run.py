@@ -11,6 +11,9 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
   plain          no speculation, the scheduler the v1 worker needs (--disable-overlap-schedule)
   eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the gate
   gated          EAGLE-3 on the patched tree, with exactly what `eaglegate plan` prints
+  adaptive, adaptive-skip, eagle-static
+                 0.5.14 on (no patch): plan's native adaptive config and flags, the same with
+                 SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, and EAGLE-3 without them
 Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
 pair for greedy equivalence. Writes rows_<tag>.json, log_<server>.txt and, when plain and
 eagle both ran, their sweep files and `eaglegate calibrate`'s answer (the threshold).
@@ -67,8 +70,8 @@ def plan(threshold, pair):
 
 
 def common(pair):
-    # The context pair's 1-layer draft needs a quarter of its 4-layer target's KV pool:
-    # leave room for it.
+    # The context pair's 1-layer draft needs an eighth of its 8-layer target's KV pool, a
+    # larger share than the accept pair's: leave room for it.
     fraction = "0.8" if pair == "accept" else "0.5"
     flags = list(COMMON)
     flags[flags.index("--mem-fraction-static") + 1] = fraction
@@ -97,6 +100,28 @@ def config(server, pair, threshold):
         metrics = ["--enable-metrics"] if pair == "context" else []
         return "patched", COMMON + spec_flags(pair) + flags + metrics, env
     raise SystemExit(f"unknown server {server}")
+
+
+def adaptive_config(server, pair, threshold):
+    """0.5.14 on (issue 13): no patch. `adaptive` runs exactly what `eaglegate plan` prints
+    for the pristine tree (the config file it gives, and its flags); `adaptive-skip` adds
+    SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; `eagle-static` is EAGLE-3 with the same caps
+    and no adaptive flags."""
+    out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
+             "--flags", " ".join(spec_flags(pair)))
+    if out["family"] != "native-adaptive":
+        raise SystemExit(f"plan chose {out['family']}, not native-adaptive, for this SGLang")
+    flags = list(out["launch_flags"])
+    config_at = flags.index("--speculative-adaptive-config") + 1
+    flags[config_at] = f"{S}/adaptive_gate.json"
+    with open(flags[config_at], "w") as f:
+        json.dump(out["adaptive_config"], f)
+    if server == "eagle-static":
+        flags = [f for i, f in enumerate(flags) if not f.startswith("--speculative-adaptive")
+                 and (i == 0 or not flags[i - 1].startswith("--speculative-adaptive-config"))]
+        return "pristine", common(pair) + spec_flags(pair) + flags, {}
+    env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
+    return "pristine", common(pair) + spec_flags(pair) + flags, env
 
 
 def get(url, timeout=5):
@@ -132,7 +157,8 @@ def digest(logp, name, outdir):
 
 
 def serve(name, pair, threshold, a, work):
-    tree, args, extra_env = config(name, pair, threshold)
+    pick = adaptive_config if name in ("adaptive", "adaptive-skip", "eagle-static") else config
+    tree, args, extra_env = pick(name, pair, threshold)
     env = {**os.environ, **extra_env, "PYTHONPATH": f"{S}/{tree}:{S}/site", "PYTHONUNBUFFERED": "1"}
     port = 30000 + hash(name + pair) % 1000
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
