@@ -420,8 +420,8 @@ class _GateMetrics:
 
 
 class _PlainDecodeAlgorithm:
-    """Wraps the batch's speculative algorithm so `prepare_for_decode` takes its plain
-    (non-speculative) path: the one that allocates a KV slot per request."""
+    """Stands for a speculative algorithm that says "none" where the version's enum has no
+    NONE member: every `is_*` check answers as for plain decoding."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -496,20 +496,21 @@ def prepare_gated_decode(worker: Any, batch: Any) -> bool:
     draft_input = batch.spec_info
     batch.output_ids = getattr(draft_input, _token_field(draft_input))
     real_algorithm = batch.spec_algorithm
-    batch.spec_algorithm = _PlainDecodeAlgorithm(real_algorithm)
+    # The target sees exactly a plain decode batch: no speculative algorithm (so
+    # `prepare_for_decode` takes its plain path and the DECODE graph, not the
+    # TARGET_VERIFY one, serves it) and no draft tree.
+    batch.spec_algorithm = _plain_algorithm(real_algorithm)
     try:
         # The version's own decode preparation: one KV slot per request (and its SWA
         # eviction), req_to_token written, seq_lens (+cpu, orig) and, where they exist,
         # kv_committed/kv_allocated advanced by one; penalties see the last token.
         batch.prepare_for_decode()
-    finally:
+    except BaseException:
         batch.spec_algorithm = real_algorithm
-    # The target sees exactly a plain decode batch: no draft tree, no speculative
-    # algorithm, so its DECODE graph (not the TARGET_VERIFY one) serves it.
+        raise
     batch._eaglegate_step = _GatedStep(draft_input, real_algorithm, plain)
     batch.forward_mode = type(mode).DECODE
     batch.spec_info = None
-    batch.spec_algorithm = _plain_algorithm(real_algorithm)
     if plain is not None:
         plain.enter(runner)
     return True
