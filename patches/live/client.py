@@ -394,21 +394,13 @@ def generate(
                 raise LiveRequestError(f"server error from {endpoint.url}: {message[:200]}")
             if endpoint.native:
                 got = _absorb_native(gen, data)
-                if got:
-                    now = time.perf_counter()
-                    if chunks == 0:
-                        gen.ttft_s = now - start
-                    else:
-                        gen.itls_s.append(now - last)
-                    last = now
-                    chunks += 1
-                continue
-            usage = data.get("usage")
-            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                gen.output_tokens = int(usage["completion_tokens"])
-            got = False
-            for choice in data.get("choices") or []:
-                got = _absorb(gen, choice, endpoint.chat) or got
+            else:
+                usage = data.get("usage")
+                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                    gen.output_tokens = int(usage["completion_tokens"])
+                got = False
+                for choice in data.get("choices") or []:
+                    got = _absorb(gen, choice, endpoint.chat) or got
             if got:
                 now = time.perf_counter()
                 if chunks == 0:
