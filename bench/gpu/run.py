@@ -270,6 +270,10 @@ def main():
     for name in outputs:
         if name != "plain" and "plain" in outputs:
             out["equivalence"][f"{name} vs plain"] = loadgen.compare(outputs["plain"], outputs[name])
+    if {"gated", "eagle"} <= outputs.keys():
+        # Where the gate speculates it runs EAGLE's own path: this tells the gate's share of
+        # any difference from plain decoding from speculation's.
+        out["equivalence"]["gated vs eagle"] = loadgen.compare(outputs["eagle"], outputs["gated"])
     out["outputs"] = outputs
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
