@@ -79,6 +79,11 @@ def read_settings(codebase: Codebase) -> Settings:
     flags: set[str] = set()
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
+    for failure in codebase.parsed.failures:
+        if _is_arg_module(failure.path):
+            # Without it every flag and default of the version would silently be unknown.
+            raise UserError(f"{codebase.root / failure.path}:{failure.lineno}: {failure.message}; "
+                            "the server's flags and defaults are read from it: fix or restore that file")
     contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
         arg_module = _is_arg_module(name)

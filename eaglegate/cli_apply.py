@@ -20,6 +20,7 @@ from eaglegate.cli_common import (
     locate_tree,
     out,
     print_json,
+    progress_bar,
 )
 from eaglegate.errors import UserError
 
@@ -88,8 +89,13 @@ def register(app: typer.Typer) -> None:
             if recovered:
                 err.print(f"[yellow]{recovered}[/yellow]", highlight=False)
             # Imported lazily: generation loads the codemods, which status and revert never need.
+            from eaglegate.analyzer.analysis import analyze
             from eaglegate.patches.generate import generate_patch
 
+            # The map's files must parse (the scheduler, the workers): a gate patched into a
+            # tree whose scheduler does not parse could never be verified.
+            with progress_bar("parsing", enabled=not as_json) as progress:
+                analyze(tree, progress)
             patch = generate_patch(tree, threshold)
             flags = patch.launch_flags
             outcome = transaction.apply(parent, patch, tree_version=tree.version,
