@@ -10,6 +10,7 @@ import typer
 
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.cli_common import (
+    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
@@ -49,7 +50,9 @@ def register(app: typer.Typer) -> None:
     def apply(
         threshold: Annotated[
             int,
-            typer.Option("--threshold", min=1, help="Speculate while the running batch is at most this."),
+            typer.Option("--threshold", min=1, max=MAX_THRESHOLD,
+                         help="Speculation stops when the running batch is larger than this "
+                         "(and resumes below it, after a small hysteresis)."),
         ],
         allow_dirty: Annotated[
             bool,

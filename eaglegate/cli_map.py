@@ -13,6 +13,7 @@ from eaglegate.cli_common import (
     PythonOpt,
     RevOpt,
     VersionOpt,
+    check_output_folder,
     err,
     locate_tree,
     out,
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
         for failure in parsed.failures:
             err.print(f"[yellow]skipped[/yellow] {failure.path}:{failure.lineno}: {failure.message}")
         if output:
-            output.write_text(text, encoding="utf-8")
+            check_output_folder(output).write_text(text, encoding="utf-8")
             err.print(f"wrote {output} ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges)")
         else:
             out.file.write(text)

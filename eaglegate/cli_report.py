@@ -15,6 +15,7 @@ from eaglegate.cli_common import (
     PythonOpt,
     RevOpt,
     VersionOpt,
+    check_output_folder,
     err,
     locate_tree,
     out,
@@ -32,8 +33,7 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    check_output_folder(output).write_text(text, encoding="utf-8")
     err.print(f"wrote {output}")
 
 
