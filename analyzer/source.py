@@ -67,6 +67,22 @@ def cache_dir() -> Path:
     return Path(base) / "eaglegate"
 
 
+def portable_text(text: str, repo: Path | None = None) -> str:
+    """`text` with this machine's paths written as they read on anyone's: eaglegate's cache as
+    `~/.cache/eaglegate`, the repository `repo` (when given) as relative paths, the temp
+    folder as `$TMPDIR`, the home folder as `~`. For generated documents that are committed."""
+    swaps = [(cache_dir(), "~/.cache/eaglegate"), (Path(tempfile.gettempdir()), "$TMPDIR"),
+             (Path.home(), "~")]
+    if repo is not None:
+        swaps.insert(0, (repo, "."))
+    for folder, shown in swaps:
+        for form in sorted({str(folder), str(folder.resolve())}, key=len, reverse=True):
+            if shown == ".":  # inside the repository: plain relative paths
+                text = text.replace(form + "/", "")
+            text = re.sub(re.escape(form) + r"(?![\w.-])", shown, text)
+    return text
+
+
 def is_sglang_package(path: Path) -> bool:
     return (path / "__init__.py").is_file() and (path / "srt").is_dir()
 
