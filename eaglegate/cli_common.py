@@ -19,7 +19,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from eaglegate.analyzer import source
-from eaglegate.errors import UserError
 
 # Piped or redirected output (`| grep`, `> file`) keeps whole lines: rich would wrap it at
 # 80 columns. COLUMNS, when set, still decides.
@@ -47,6 +46,20 @@ VersionOpt = Annotated[
     str | None, typer.Option("--version", help="A released version, fetched and cached (e.g. 0.5.9).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
+
+
+def existing_folder(value: Any) -> Any:
+    """Option callback for an output file: its folder must exist. A typo in `-o` should not
+    silently create a tree of folders, nor fail only after minutes of work."""
+    if value is not None and not Path(value).parent.is_dir():
+        raise typer.BadParameter(f"no such folder: {Path(value).parent} (create it first)")
+    return value
+
+
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("-o", "--output", help="Write here instead of stdout.", callback=existing_folder),
+]
 
 # A batch size: SGLang keeps batch sizes in int32 tensors, so a larger threshold is a typo.
 MAX_THRESHOLD = 2**31 - 1
@@ -84,11 +97,3 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
-
-def check_output_folder(path: str | Path) -> Path:
-    """An output file's path, refused when its folder does not exist: a typo in `-o`
-    should not silently create a tree of folders."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"no such folder for {path}: {path.parent} (create it first)")
-    return path

@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from eaglegate.cli_common import JsonOpt, check_output_folder, err, out, print_json
+from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
 from eaglegate.errors import UserError
 from eaglegate.patches.live import calibrate as cal
 from eaglegate.patches.live.client import Api, Endpoint, load_prompts, resolve_endpoint
@@ -93,7 +93,7 @@ def sweep(
     ] = "1-256",
     prompts: PromptsOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 256,
-    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.")] = "sweep.jsonl",
+    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.", callback=existing_folder)] = "sweep.jsonl",
     rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
     min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.", min=1)] = 8,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-tokens per request (SGLang/vLLM extension).")] = True,
@@ -111,7 +111,6 @@ def sweep(
     Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
     """
     endpoint = _endpoint(url, api)
-    check_output_folder(output)
     levels = parse_levels(concurrency)
     prompt_list = load_prompts(prompts)
     with _progress(not as_json) as progress:

@@ -9,11 +9,11 @@ import typer
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
+    OutputOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
     VersionOpt,
-    check_output_folder,
     err,
     locate_tree,
     out,
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     def graph_command(
         root: Annotated[Path, typer.Argument(help="A Python package or directory.", exists=True, file_okay=False)],
         fmt: Annotated[str, typer.Option("--format", help="json or dot.")] = "json",
-        output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+        output: OutputOpt = None,
     ) -> None:
         """Export the call graph of any Python package or directory.
 
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
         for failure in parsed.failures:
             err.print(f"[yellow]skipped[/yellow] {failure.path}:{failure.lineno}: {failure.message}")
         if output:
-            check_output_folder(output).write_text(text, encoding="utf-8")
+            output.write_text(text, encoding="utf-8")
             err.print(f"wrote {output} ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges)")
         else:
             out.file.write(text)

@@ -11,11 +11,11 @@ import typer
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
+    OutputOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
     VersionOpt,
-    check_output_folder,
     err,
     locate_tree,
     out,
@@ -33,7 +33,7 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    check_output_folder(output).write_text(text, encoding="utf-8")
+    output.write_text(text, encoding="utf-8")
     err.print(f"wrote {output}")
 
 
@@ -54,7 +54,6 @@ def _show(renderable: object, output: Path | None) -> None:
 
 def register(app: typer.Typer) -> None:
     FormatOpt = Annotated[str, typer.Option("--format", "-f", help="term, md, html, json, dot or mermaid.")]
-    OutputOpt = Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")]
 
     @app.command("report")
     def report_command(
