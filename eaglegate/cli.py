@@ -106,7 +106,7 @@ def main() -> None:
     """Run the app; every error ends in one line on stderr: exit 2 for a usage error (an
     unknown option, a value out of range), 1 for anything else."""
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="eaglegate", standalone_mode=False)
     except typer.TyperException as exc:  # click's errors: usage (exit 2), a bad file argument
         ctx = getattr(exc, "ctx", None)
         where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
