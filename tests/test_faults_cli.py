@@ -112,9 +112,9 @@ def _flock_waiters(lock: Path) -> int:
 def test_two_first_fetches_of_one_release_share_one_download(release_tree, tmp_path, monkeypatch):
     """The second fetch waits for the first and then reads its tree: before the lock it
     downloaded again and deleted the tree the first one was reading."""
+    wheel = _wheel_of(release_tree(VERSION).root, tmp_path)  # from the shared cache, first
     cache = tmp_path / "cache"
     monkeypatch.setenv("EAGLEGATE_CACHE", str(cache))
-    wheel = _wheel_of(release_tree(VERSION).root, tmp_path)
     downloads: list[str] = []
     first_downloading, finish = threading.Event(), threading.Event()
 
@@ -126,7 +126,9 @@ def test_two_first_fetches_of_one_release_share_one_download(release_tree, tmp_p
 
     monkeypatch.setattr(source, "_pip_download", download)
     trees: dict[str, source.SourceTree] = {}
-    threads = {name: threading.Thread(target=lambda n=name: trees.__setitem__(n, source.from_release(VERSION)))
+    told: list[str] = []  # what the CLI shows on stderr while the wheel downloads
+    threads = {name: threading.Thread(target=lambda n=name: trees.__setitem__(
+                   n, source.from_release(VERSION, on_fetch=told.append)))
                for name in ("first", "second")}
     threads["first"].start()
     assert first_downloading.wait(120)
@@ -140,6 +142,7 @@ def test_two_first_fetches_of_one_release_share_one_download(release_tree, tmp_p
     for thread in threads.values():
         thread.join(120)
     assert downloads == [VERSION]
+    assert told == [f"fetching sglang {VERSION} (pip download --no-deps) into {cache / 'releases' / VERSION}"]
     assert trees["first"].root == trees["second"].root == (cache / "releases" / VERSION / "sglang").resolve()
     assert source.is_sglang_package(trees["first"].root)
     assert [p.name for p in (cache / "releases").iterdir() if not p.name.endswith(".lock")] == [VERSION]
@@ -174,6 +177,7 @@ def test_git_rev_export_without_tar_filters(tmp_path, monkeypatch, release_tree)
     the suite on that interpreter, this replays it on any."""
     import git
 
+    release = release_tree(VERSION).root  # from the shared cache, before it is redirected
     monkeypatch.setenv("EAGLEGATE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delattr(tarfile, "data_filter", raising=False)
     real = tarfile.TarFile.extractall
@@ -185,7 +189,7 @@ def test_git_rev_export_without_tar_filters(tmp_path, monkeypatch, release_tree)
 
     monkeypatch.setattr(tarfile.TarFile, "extractall", old_extractall)
     checkout = tmp_path / "sglang-repo"
-    copy_subset(release_tree(VERSION).root, checkout / "python")
+    copy_subset(release, checkout / "python")
     repo = git.Repo.init(checkout)
     repo.git.add(A=True)
     repo.git.commit("-q", "-m", "import", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
