@@ -9,6 +9,11 @@ What a caller may rely on:
   state "applying" is made durable (the journal). A crash at any point leaves a tree that
   `status` reports as pristine, patched or interrupted, and the next `apply` or `revert`
   first rolls an interrupted transaction back to the original bytes.
+- A write that fails (disk full, a file the process may not replace) during an apply
+  rolls back what was already written, then raises one `UserError` line naming the file
+  and the OS error. When the rollback fails too, or a revert stops half-way, the journal
+  stays and the line names the `eaglegate revert` command that finishes the job.
+- Symlinks the patch replaced come back from revert as the same symlinks.
 - One apply or revert at a time per tree, by `fcntl.flock` on a lock file that exists
   only while held; a killed holder releases it with its last file descriptor.
 - Git mode commits the patch on a new branch `eaglegate/gate-<threshold>`; revert moves
