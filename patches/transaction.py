@@ -9,10 +9,10 @@ What a caller may rely on:
   state "applying" is made durable (the journal). A crash at any point leaves a tree that
   `status` reports as pristine, patched or interrupted, and the next `apply` or `revert`
   first rolls an interrupted transaction back to the original bytes.
-- A write that fails (disk full, a file the process may not replace) during an apply
-  rolls back what was already written, then raises one `UserError` line naming the file
-  and the OS error. When the rollback fails too, or a revert stops half-way, the journal
-  stays and the line names the `eaglegate revert` command that finishes the job.
+- A write that fails (disk full, a file the process may not replace) during an apply or
+  a revert undoes what was already written, then raises one `UserError` line naming the
+  file and the OS error. When the undo fails too, the journal stays and the line names
+  the `eaglegate revert` command that finishes the job.
 - Symlinks the patch replaced come back from revert as the same symlinks.
 - One apply or revert at a time per tree, by `fcntl.flock` on a lock file that exists
   only while held; a killed holder releases it with its last file descriptor.
@@ -220,10 +220,25 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
                 "the originals anyway (those edits are lost)"
             )
         manifest.state = REVERTING
-        _write_atomic(layout.manifest, encode(manifest))
+        try:
+            _write_atomic(layout.manifest, encode(manifest))
+        except OSError as exc:
+            raise UserError(f"{_describe(exc)}; nothing was changed") from None
         _step("journal reverting")
         with _finishable(layout, "revert"):
-            changed = _roll_back(layout, manifest, repo, force=True)
+            try:
+                changed = _roll_back(layout, manifest, repo, force=True, undo_failed=True)
+            except _RevertUndone as undone:
+                if undone.second is not None:
+                    raise UserError(
+                        f"{_describe(undone.error)}; undoing the revert failed too "
+                        f"({_describe(undone.second)}): its journal {layout.manifest} is kept, and "
+                        f"`eaglegate revert --path {layout.parent}` finishes it once that is fixed"
+                    ) from None
+                manifest.state = APPLIED
+                _write_atomic(layout.manifest, encode(manifest))
+                raise UserError(f"{_describe(undone.error)}; the revert was undone, "
+                                "the tree is as it was") from None
         where = f"; HEAD back on {manifest.git['base']}" if manifest.git else ""
         return Outcome("revert", changed, f"reverted the gate patch (threshold {manifest.threshold}): "
                        f"{len(changed)} files restored{where}", branch=manifest.git.get("branch", ""))
@@ -627,12 +642,23 @@ def _recover(layout: Layout, repo: git.Repo | None, force: bool) -> str:
     return f"rolled back an interrupted {was} first"
 
 
-def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force: bool) -> list[str]:
+class _RevertUndone(Exception):
+    """A restore failed (`error`) and the files already restored hold their earlier bytes
+    again, unless putting them back failed too (`second`)."""
+
+    def __init__(self, error: OSError, second: OSError | None = None):
+        super().__init__(str(error))
+        self.error, self.second = error, second
+
+
+def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force: bool,
+               undo_failed: bool = False) -> list[str]:
     """Restore original bytes from the backups, then drop backups and manifest (last).
 
     Idempotent: a crash anywhere in here leaves the journal in place and a second call
     finishes the job. Without `force` it refuses to overwrite bytes that are neither the
-    original nor the patched text.
+    original nor the patched text. With `undo_failed`, a restore that fails puts the files
+    already restored back as they were and raises `_RevertUndone`.
     """
     states = {r.path: _state_of(layout, r) for r in manifest.files}
     foreign = [p for p, s in states.items() if s in ("modified", "missing")]
@@ -641,24 +667,39 @@ def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force:
             f"cannot roll back: {_names(foreign)} changed by hand since the interrupted apply; "
             "`eaglegate revert --force` restores the originals anyway"
         )
-    changed: list[str] = []
-    for record in manifest.files:
-        if states[record.path] == "original":
-            continue
-        target = layout.target(record.path)
-        if record.created:
-            _unlink_durable(target)
-        else:
-            data = _read(layout.backups / record.path)
-            if sha256(data) != record.sha256_before or data is None:
-                raise UserError(f"the backup of {record.path} is missing or damaged; "
-                                f"cannot restore it (journal kept in {layout.manifest})")
-            if record.link is not None:
-                _symlink_atomic(target, record.link)
+    held: list[tuple[str, bytes | None]] = []  # each restored file and what it held before
+    try:
+        for record in manifest.files:
+            if states[record.path] == "original":
+                continue
+            target = layout.target(record.path)
+            current = _read(target)
+            if record.created:
+                _unlink_durable(target)
             else:
-                _write_atomic(target, data)
-        changed.append(record.path)
-        _step(f"restore {record.path}")
+                data = _read(layout.backups / record.path)
+                if sha256(data) != record.sha256_before or data is None:
+                    raise UserError(f"the backup of {record.path} is missing or damaged; "
+                                    f"cannot restore it (journal kept in {layout.manifest})")
+                if record.link is not None:
+                    _symlink_atomic(target, record.link)
+                else:
+                    _write_atomic(target, data)
+            held.append((record.path, current))
+            _step(f"restore {record.path}")
+    except OSError as exc:
+        if not undo_failed:
+            raise
+        try:
+            for rel, data in reversed(held):  # put back what this revert changed, newest first
+                if data is None:
+                    _unlink_durable(layout.target(rel))
+                else:
+                    _write_atomic(layout.target(rel), data)
+        except OSError as second:
+            raise _RevertUndone(exc, second) from None
+        raise _RevertUndone(exc) from exc
+    changed = [rel for rel, _ in held]
     if repo is not None and manifest.git:
         _git_roll_back(repo, layout, manifest)
         _step("git restore")

@@ -115,17 +115,40 @@ def test_apply_whose_rollback_fails_names_the_command_that_finishes_it(site):
     assert tree_hash(site) == before
 
 
-def test_revert_with_a_file_it_may_not_replace_names_the_command_that_finishes_it(site):
-    before = tree_hash(site)
+def test_revert_with_a_file_it_may_not_replace_is_undone(site):
+    order = change_order(site)
+    assert order.index(SERVER_ARGS) > 0, order  # another file is restored before it fails
     assert eaglegate("apply", "--threshold", "32", "--path", str(site)).returncode == 0
     patched = tree_hash(site)
     with immutable(site / SERVER_ARGS):
         line = error_line(eaglegate("revert", "--path", str(site)))
-        assert eaglegate("status", "--path", str(site)).stdout.startswith("interrupted")
+        assert tree_hash(site) == patched
     assert line == (f"error: could not write {site / SERVER_ARGS}: Operation not permitted; the revert "
-                    f"stopped half-way, its journal {site / 'sglang.eaglegate.json'} is kept: once that "
-                    f"is fixed, `eaglegate revert --path {site}` finishes it")
-    assert tree_hash(site) != patched
+                    "was undone, the tree is as it was")
+    assert eaglegate("status", "--path", str(site)).stdout.startswith("patched")
+
+
+# Makes the first restored file and the next one immutable as soon as the first is restored:
+# the next restore fails, and so does putting the first one back.
+_LOCK_AFTER_FIRST_RESTORE = _LOCK_AFTER_FIRST_WRITE.replace('"write "', '"restore "').replace("label[6:]", "label[8:]")
+
+
+def test_revert_whose_undo_fails_names_the_command_that_finishes_it(site):
+    order = change_order(site)
+    before = tree_hash(site)
+    assert eaglegate("apply", "--threshold", "32", "--path", str(site)).returncode == 0
+    with immutable(site / SERVER_ARGS):  # only to skip where chattr is refused
+        pass
+    try:
+        line = error_line(eaglegate(str(site), order[1], "revert", "--path", str(site),
+                                    hook=_LOCK_AFTER_FIRST_RESTORE))
+        assert eaglegate("status", "--path", str(site)).stdout.startswith("interrupted")
+    finally:
+        subprocess.run(["chattr", "-i", str(site / order[0]), str(site / order[1])], check=True)
+    assert line == (f"error: could not write {site / order[1]}: Operation not permitted; undoing the "
+                    f"revert failed too (could not write {site / order[0]}: Operation not permitted): "
+                    f"its journal {site / 'sglang.eaglegate.json'} is kept, and "
+                    f"`eaglegate revert --path {site}` finishes it once that is fixed")
     assert eaglegate("revert", "--path", str(site)).returncode == 0
     assert tree_hash(site) == before
 
@@ -146,29 +169,35 @@ _DISK_FULL = textwrap.dedent("""
     changes = generate_patch(from_path(site), 32).changes
     page = os.statvfs(mount).f_frsize
     pages = lambda data: -(-len(data or b"") // page)
+    eaglegate = [sys.executable, "-m", "eaglegate"]
     if stage == "backups":
         free = 2  # the first backup does not fit
-    else:
+    elif stage == "targets":
         # Backups, journal and the first target fit; the second target runs out half-way.
         half = (pages(changes[1].after) - pages(changes[0].before)) // 2
         assert half > 4, "the second file is too small to fail half-way"
         free = sum(pages(c.before) for c in changes) + 4 + pages(changes[0].after) + half
+    else:  # revert: the first original fits back, the second runs out half-way
+        subprocess.run(eaglegate + ["apply", "--threshold", "32", "--path", str(site)], check=True,
+                       capture_output=True)
+        half = (pages(changes[1].before) - pages(changes[0].after)) // 2
+        assert half > 4, "the second file is too small to fail half-way"
+        free = pages(changes[0].before) + 2 + half
     before = tree_hash(site)
     with open(mount / "filler", "wb") as handle:
         st = os.statvfs(mount)
         os.posix_fallocate(handle.fileno(), 0, (st.f_bavail - free) * page)
-    proc = subprocess.run([sys.executable, "-m", "eaglegate", "apply", "--threshold", "32",
-                           "--path", str(site)], capture_output=True, text=True)
-    status = subprocess.run([sys.executable, "-m", "eaglegate", "status", "--path", str(site)],
-                            capture_output=True, text=True)
+    command = ["revert"] if stage == "revert" else ["apply", "--threshold", "32"]
+    proc = subprocess.run(eaglegate + command + ["--path", str(site)], capture_output=True, text=True)
+    status = subprocess.run(eaglegate + ["status", "--path", str(site)], capture_output=True, text=True)
     print(json.dumps({"rc": proc.returncode, "stderr": proc.stderr, "stdout": proc.stdout,
                       "same": tree_hash(site) == before, "status": status.stdout,
                       "first": changes[0].path, "second": changes[1].path, "site": str(site)}))
 """)
 
 
-@pytest.mark.parametrize("stage", ["backups", "targets"])
-def test_apply_on_a_full_disk_rolls_back(release_tree, tmp_path, stage):
+@pytest.mark.parametrize("stage", ["backups", "targets", "revert"])
+def test_a_full_disk_during_apply_or_revert_leaves_the_tree_as_it_was(release_tree, tmp_path, stage):
     if not shutil.which("unshare") or subprocess.run(
             ["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("needs unshare -m (root or user namespaces) to mount a small tmpfs")
@@ -188,11 +217,12 @@ def test_apply_on_a_full_disk_rolls_back(release_tree, tmp_path, stage):
     failed = result["first"] if stage == "backups" else result["second"]
     where = (f"{result['site']}/sglang.eaglegate.backup/{failed}" if stage == "backups"
              else f"{result['site']}/{failed}")
+    outcome, state = (("the revert was undone, the tree is as it was", "patched") if stage == "revert"
+                      else ("rolled back, the tree is unchanged", "pristine"))
     assert result["rc"] == 1, result
-    assert result["stderr"].strip() == (f"error: could not write {where}: No space left on device; "
-                                        "rolled back, the tree is unchanged"), result
+    assert result["stderr"].strip() == f"error: could not write {where}: No space left on device; {outcome}", result
     assert result["same"], result
-    assert result["status"].startswith("pristine"), result
+    assert result["status"].startswith(state), result
 
 
 def test_revert_puts_a_symlink_back_as_a_symlink(site, tmp_path):
