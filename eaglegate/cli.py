@@ -6,6 +6,7 @@ renderer. `--json` prints only JSON on stdout; messages and progress go to stder
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, NoReturn
 
@@ -114,8 +115,9 @@ def main() -> None:
     except UserError as exc:
         _fail(str(exc), 1)
     except BrokenPipeError:
-        # The reader (`| head`) went away: nothing left to say, and nowhere to say it.
-        sys.stdout = None  # type: ignore[assignment]
+        # The reader (`| head`) went away: nothing left to say. Point stdout at devnull so
+        # the interpreter's final flush does not complain either (Python's documented recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except OSError as exc:  # the environment refused: a full disk, a missing folder, a permission
         what = f"{exc.strerror}: {exc.filename}" if exc.filename else (exc.strerror or str(exc))
