@@ -56,10 +56,13 @@ def test_sweep_writes_one_line_per_level(tmp_path: Path) -> None:
         assert line["output_throughput"] > 0
         assert 0 < line["median_itl_ms"] <= line["p99_itl_ms"]
         assert 0 < line["mean_ttft_ms"] and line["median_ttft_ms"] <= line["p99_ttft_ms"]
-        # Each step is 4 ms + 0.2 ms per request: ITL is close to that.
-        assert 3.5 < line["mean_itl_ms"] < 10
+        # Each step takes at least 4 ms + 0.2 ms per request (the fake server's clock); how
+        # much longer depends on how busy the machine is, so there is no upper bound.
+        assert line["mean_itl_ms"] > 3.5
+    # Four requests share a step that one request takes alone: ~3.5x the tokens per second,
+    # a margin no scheduling delay closes.
     tps = [x["output_throughput"] for x in lines]
-    assert tps[0] < tps[1] < tps[2]
+    assert tps[0] < tps[2]
 
 
 def test_sweep_over_chat_endpoint_counts_multi_token_chunks(tmp_path: Path) -> None:
