@@ -52,7 +52,7 @@ Detail = Annotated[int, Field(
     description="0: compact (summary and key file:line facts), 1: conditions and evidence, 2: full records.")]
 PageNo = Annotated[int, Field(ge=1, le=tools.MAX_PAGE, strict=True, description="1-based page; answers give next_page.")]
 Threshold = Annotated[int, Field(
-    ge=1, le=1_000_000, strict=True, description="Speculate while the running batch is at most this many requests.")]
+    ge=1, le=1_000_000, strict=True, description="Speculation stops when the running batch is larger than this many requests.")]
 Confirm = Annotated[bool, Field(strict=True, description="Must be true: this call writes SGLang's files.")]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
