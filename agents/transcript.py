@@ -18,6 +18,8 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from eaglegate.analyzer.source import portable_text
+
 
 def count_tokens(text: str) -> int | None:
     """cl100k_base tokens, when the test extra's offline vocabulary is installed."""
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--version", default="0.5.9", help="The SGLang release to answer on.")
     parser.add_argument("-o", "--output", help="Write here instead of stdout.")
     args = parser.parse_args(argv)
-    text = anyio.run(_transcript, args.version)
+    # Committed: the answers' paths as any reader's machine has them (~/.cache/eaglegate/...).
+    text = portable_text(anyio.run(_transcript, args.version), Path(__file__).resolve().parents[1])
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)

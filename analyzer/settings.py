@@ -20,6 +20,7 @@ from eaglegate.errors import UserError
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "unknown", "__bool__": None})()
 _ARG_MODULE_HINTS = ("server_args", "arg_groups")
+_SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
 _STR_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
 # A launch always names a model; conditions that only test it against placeholders
 # ("none", "dummy") then decide instead of staying unknown.
@@ -44,6 +45,8 @@ class Settings:
     flags: set[str]  # every `--flag` the version declares
     env_defaults: dict[str, Any]
     assignments: list[Assignment]
+    # Flags that take no value (`action="store_true"`, `nargs="?"`...); a bool default says so too.
+    switches: set[str] = field(default_factory=set)
 
     def flag_for(self, setting: str) -> str:
         return "--" + setting.replace("_", "-")
@@ -77,8 +80,14 @@ def read_settings(codebase: Codebase) -> Settings:
     """Collect declared flags and defaults from the argument modules, env defaults from any module."""
     defaults: dict[str, Any] = {}
     flags: set[str] = set()
+    switches: set[str] = set()
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
+    for failure in codebase.parsed.failures:
+        if _is_arg_module(failure.path):
+            # Without it every flag and default of the version would silently be unknown.
+            raise UserError(f"{codebase.root / failure.path}:{failure.lineno}: {failure.message}; "
+                            "the server's flags and defaults are read from it: fix or restore that file")
     contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
         arg_module = _is_arg_module(name)
@@ -99,9 +108,13 @@ def read_settings(codebase: Codebase) -> Settings:
                                 if isinstance(target, ast.Name):
                                     env_defaults[target.id] = _constant(stmt.value.args[0])
             elif arg_module and isinstance(node, ast.Call) and _call_name(node.func) == "add_argument":
+                options = {k.arg: _constant(k.value) for k in node.keywords}
+                switch = options.get("action") in _SWITCH_ACTIONS or options.get("nargs") in ("?", "*")
                 for arg in node.args:
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
                         flags.add(arg.value)
+                        if switch:
+                            switches.add(arg.value)
         if not arg_module:
             continue
         for qual, scope in module.scopes.items():
@@ -115,7 +128,7 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
-    return Settings(defaults, flags, env_defaults, assignments)
+    return Settings(defaults, flags, env_defaults, assignments, switches)
 
 
 def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None:
@@ -186,7 +199,10 @@ def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
             i += 1
         else:
             raw = None
-        values[setting] = True if raw is None else _typed(raw, settings.defaults.get(setting))
+        default = settings.defaults.get(setting)
+        if raw is None and flag not in settings.switches and not isinstance(default, bool):
+            raise UserError(f"{flag} needs a value in --flags ({flag} VALUE or {flag}=VALUE)")
+        values[setting] = True if raw is None else _typed(raw, default)
         i += 1
     return values
 

@@ -9,6 +9,7 @@ torch and CUDA, so versions come from distribution metadata or the package's own
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import os
 import re
@@ -18,6 +19,8 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -62,6 +65,22 @@ def cache_dir() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "eaglegate"
+
+
+def portable_text(text: str, repo: Path | None = None) -> str:
+    """`text` with this machine's paths written as they read on anyone's: eaglegate's cache as
+    `~/.cache/eaglegate`, the repository `repo` (when given) as relative paths, the temp
+    folder as `$TMPDIR`, the home folder as `~`. For generated documents that are committed."""
+    swaps = [(cache_dir(), "~/.cache/eaglegate"), (Path(tempfile.gettempdir()), "$TMPDIR"),
+             (Path.home(), "~")]
+    if repo is not None:
+        swaps.insert(0, (repo, "."))
+    for folder, shown in swaps:
+        for form in sorted({str(folder), str(folder.resolve())}, key=len, reverse=True):
+            if shown == ".":  # inside the repository: plain relative paths
+                text = text.replace(form + "/", "")
+            text = re.sub(re.escape(form) + r"(?![\w.-])", shown, text)
+    return text
 
 
 def is_sglang_package(path: Path) -> bool:
@@ -153,12 +172,21 @@ def from_python(python: str | Path) -> SourceTree:
     if not Path(exe).exists():
         raise SourceError(f"no such interpreter: {python}")
     try:
-        out = subprocess.run(
-            [exe, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-        info = json.loads(out.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
-        raise SourceError(f"could not query {exe}: {str(exc).splitlines()[0]}") from None
+        proc = subprocess.run([exe, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"{exe} did not answer the metadata query within 60 s") from None
+    except OSError as exc:
+        raise SourceError(f"cannot run {exe}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "")
+        raise SourceError(f"{exe} failed the metadata query (exit status {proc.returncode})"
+                          + (f": {last.strip()}" if last else "; is it a Python interpreter?"))
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not isinstance(info, dict):
+            raise ValueError(info)
+    except (ValueError, IndexError):
+        raise SourceError(f"{exe} gave no answer to the metadata query; is it a Python interpreter?") from None
     if info.get("error") == "not-installed":
         raise SourceError(f"sglang is not installed in {exe}")
     tree = _from_metadata(info["version"], info["location"], info["direct_url"], "python")
@@ -190,15 +218,14 @@ def from_git(path: str | Path, rev: str | None = None) -> SourceTree:
         raise SourceError(f"not a SGLang tree: {work}")
     rel = package.relative_to(work.resolve()).as_posix()
     target = cache_dir() / "git" / commit
-    if not is_sglang_package(target / PACKAGE):
-        with tempfile.TemporaryDirectory(dir=_ensure(cache_dir() / "git")) as tmp:
-            archive = Path(tmp) / "tree.tar"
+    with _cache_entry(target) as tmp:
+        if tmp is not None:
+            archive = tmp / "tree.tar"
             with archive.open("wb") as handle:
                 repo.archive(handle, treeish=commit, path=rel)
-            staging = Path(tmp) / "out"
+            staging = tmp / "out"
             with tarfile.open(archive) as tar:
-                tar.extractall(staging, filter="data")
-            shutil.rmtree(target, ignore_errors=True)
+                _extract(tar, staging)
             (staging / rel).rename(_ensure(staging / "pkg") / PACKAGE)
             (staging / "pkg").rename(target)
     version = read_package_version(target / PACKAGE) or rev
@@ -210,6 +237,43 @@ def from_git(path: str | Path, rev: str | None = None) -> SourceTree:
 def _ensure(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+    else:
+        # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the archive is
+        # `git archive` of the user's own checkout, whose paths all stay inside the tree.
+        tar.extractall(dest)
+
+
+@contextmanager
+def _cache_entry(target: Path) -> Iterator[Path | None]:
+    """Fill the cache entry `target` once, safely against concurrent runs.
+
+    Yields a scratch folder beside `target` when the entry is missing (the caller builds the
+    tree there and renames it to `target`), or None when it is complete. An exclusive lock
+    per entry makes a second run wait for the first, then find the entry complete; a
+    complete entry is never deleted, so nobody's tree vanishes while they read it.
+    """
+    try:
+        _ensure(target.parent)
+        if is_sglang_package(target / PACKAGE):
+            yield None
+            return
+        with (target.parent / f".{target.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if is_sglang_package(target / PACKAGE):
+                yield None
+                return
+            shutil.rmtree(target, ignore_errors=True)  # debris of an older, killed fetch
+            with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
+                yield Path(tmp)
+    except OSError as exc:
+        raise SourceError(f"cannot use the cache folder {cache_dir()}: {exc.strerror}"
+                          f"{f' ({exc.filename})' if exc.filename else ''}; "
+                          "set EAGLEGATE_CACHE to a writable folder") from None
 
 
 def download_commands(version: str, dest: Path) -> list[list[str]]:
@@ -243,23 +307,25 @@ def _looks_offline(stderr: str) -> bool:
                           r"|Name or service not known|Max retries exceeded", stderr))
 
 
-def from_release(version: str) -> SourceTree:
-    """A released version, fetched as a wheel with `pip download --no-deps` and cached."""
+def from_release(version: str, on_fetch: Callable[[str], None] | None = None) -> SourceTree:
+    """A released version, fetched as a wheel with `pip download --no-deps` and cached.
+
+    `on_fetch` is told, in one line, when a download starts (it takes seconds)."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
         raise SourceError(f"not a version: {version!r}")
     target = cache_dir() / "releases" / version
     package = target / PACKAGE
-    if not is_sglang_package(package):
-        releases = _ensure(cache_dir() / "releases")
-        with tempfile.TemporaryDirectory(dir=releases) as tmp:
-            wheel = _pip_download(version, Path(tmp))
-            staging = Path(tmp) / "tree"
+    with _cache_entry(target) as tmp:
+        if tmp is not None:
+            if on_fetch:
+                on_fetch(f"fetching sglang {version} (pip download --no-deps) into {target}")
+            wheel = _pip_download(version, tmp)
+            staging = tmp / "tree"
             with zipfile.ZipFile(wheel) as archive:
                 members = [m for m in archive.namelist() if m.startswith(f"{PACKAGE}/")]
                 archive.extractall(staging, members)
             if not is_sglang_package(staging / PACKAGE):
                 raise SourceError(f"the wheel for sglang {version} holds no sglang/srt package")
-            shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)  # atomic: a half-extracted tree never looks complete
     declared = read_package_version(package) or version
     return SourceTree(package.resolve(), declared, "release", {"cache": str(target)})
@@ -272,8 +338,11 @@ def locate(
     git_path: str | Path | None = None,
     rev: str | None = None,
     version: str | None = None,
+    on_fetch: Callable[[str], None] | None = None,
 ) -> SourceTree:
-    """Resolve the user's options to one tree; with none, the installed SGLang or the default release."""
+    """Resolve the user's options to one tree; with none, the installed SGLang or the default release.
+
+    `on_fetch` is told when a release must be downloaded first."""
     chosen = [name for name, value in
               (("--path", path), ("--python", python), ("--git", git_path), ("--version", version))
               if value]
@@ -288,11 +357,11 @@ def locate(
     if git_path:
         return from_git(git_path, rev)
     if version:
-        return from_release(version)
+        return from_release(version, on_fetch)
     try:
         return from_installed()
     except SourceError:
-        tree = from_release(DEFAULT_RELEASE)
+        tree = from_release(DEFAULT_RELEASE, on_fetch)
         tree.note = f"no SGLang installed here: using release {DEFAULT_RELEASE} (fetched and cached)"
         return tree
 

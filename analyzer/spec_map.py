@@ -164,6 +164,18 @@ class SpecMap:
         }
 
 
+def check_needed_files(cb: Codebase, question: Question) -> None:
+    """Stop when a file that defines a class the question names did not parse: the map
+    would silently answer about another class of that name, or miss a worker."""
+    defines = re.compile(r"^[ \t]*class[ \t]+(" + "|".join(map(re.escape, question.classes)) + r")\b", re.M)
+    for failure in cb.parsed.failures:
+        text = (cb.root / failure.path).read_text(encoding="utf-8", errors="replace")
+        found = defines.search(text)
+        if found:
+            raise UserError(f"{cb.root / failure.path}:{failure.lineno}: {failure.message}; it defines "
+                            f"{found.group(1)}, which the map starts from: fix or restore that file")
+
+
 def find_scheduler(cb: Codebase, question: Question) -> str:
     candidates = [qn for qn in cb.find(question.scheduler) if cb.is_class(qn)]
     with_loops = [qn for qn in candidates if _event_loops(cb, qn, question)]
@@ -313,6 +325,7 @@ def build_map(
         codebase, _, timing["parse"] = load_codebase(tree.root, progress, question.classes)
     cb = codebase
     start = time.perf_counter()
+    check_needed_files(cb, question)
     cg = CallGraph(cb)
     scheduler = find_scheduler(cb, question)
     loop_names = _event_loops(cb, scheduler, question)

@@ -42,6 +42,14 @@ PEERS_VENV = WORK / "peers"
 RESULTS_JSON = BENCH / "results.json"
 RESULTS_MD = BENCH / "RESULTS.md"
 
+def write_portable(path: Path, text: str) -> None:
+    """Write a committed result file with this machine's paths made portable (repo-relative,
+    ~/.cache/eaglegate/...)."""
+    from eaglegate.analyzer.source import portable_text  # noqa: PLC0415
+
+    path.write_text(portable_text(text, REPO))
+
+
 # Targets from shared/DESIGN.md "Targets" (2 cores).
 TARGETS = {"cold_0.5.9_s": 10.0, "warm_0.5.9_s": 1.5, "cold_newest_s": 30.0, "peak_mb": 1536.0}
 
@@ -818,7 +826,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.render_only:
-        RESULTS_MD.write_text(render(json.loads(RESULTS_JSON.read_text())))
+        write_portable(RESULTS_MD, render(json.loads(RESULTS_JSON.read_text())))
         return
 
     WORK.mkdir(parents=True, exist_ok=True)
@@ -844,8 +852,8 @@ def main() -> None:
     }
 
     def save() -> None:
-        RESULTS_JSON.write_text(json.dumps(results, indent=1) + "\n")
-        RESULTS_MD.write_text(render(results))
+        write_portable(RESULTS_JSON, json.dumps(results, indent=1) + "\n")
+        write_portable(RESULTS_MD, render(results))
 
     if args.peers_only:
         previous = json.loads(RESULTS_JSON.read_text())

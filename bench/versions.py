@@ -52,6 +52,14 @@ OUT_MD = BENCH / "VERSIONS.md"
 THRESHOLD = "64"
 
 
+def write_portable(path: Path, text: str) -> None:
+    """Write a committed result file with this machine's paths made portable (repo-relative,
+    ~/.cache/eaglegate/...)."""
+    from eaglegate.analyzer.source import portable_text
+
+    path.write_text(portable_text(text, REPO))
+
+
 def list_versions(low: str, high: str) -> list[str]:
     """Releases of sglang on the index, low <= v <= high, oldest first."""
     out = subprocess.run([str(PIP), "index", "versions", "sglang"],
@@ -264,7 +272,7 @@ def write_md(results: dict) -> None:
         for v, _, r in tbs:
             lines += [f"### {v} `{r['cmd']}` (rc={r['rc']})", "", "```",
                       r.get("traceback_text", r["stderr_tail"]).rstrip(), "```", ""]
-    OUT_MD.write_text("\n".join(lines) + "\n")
+    write_portable(OUT_MD, "\n".join(lines) + "\n")
 
 
 def main() -> None:
@@ -305,7 +313,7 @@ def main() -> None:
         if source["mode"] == "live":
             source["digest_end"] = code_digest()
             source["changed_during_run"] = source["digest_end"] != source["digest_start"]
-        OUT_JSON.write_text(json.dumps(results, indent=1) + "\n")
+        write_portable(OUT_JSON, json.dumps(results, indent=1) + "\n")
         write_md(results)
     if args.commit:
         shutil.rmtree(Path(source["dir"]).parent, ignore_errors=True)

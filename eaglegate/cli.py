@@ -6,10 +6,14 @@ renderer. `--json` prints only JSON on stdout; messages and progress go to stder
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Annotated, NoReturn
 
 import typer
+from rich.markup import escape
 
+from eaglegate import __version__
 from eaglegate.analyzer import source
 from eaglegate.cli_agents import register as register_agents
 from eaglegate.cli_apply import register as register_apply
@@ -35,15 +39,28 @@ from eaglegate.errors import UserError
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Map how SGLang's scheduler drives EAGLE speculative decoding and gate it by batch size.",
 )
 
 
-@app.callback()
-def _root() -> None:
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"eaglegate {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    show_version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                           help="Print eaglegate's version and exit.")
+    ] = False,
+) -> None:
     """eaglegate: find the SGLang scheduler → EAGLE worker paths, their couplings, and gate them."""
+    if ctx.invoked_subcommand is None:  # no command: the overview, as `--help` prints it
+        typer.echo(ctx.get_help(), nl=False)
 
 
 @app.command()
@@ -81,12 +98,31 @@ register_agents(app)  # mcp, tool
 register_report(app)  # report, diff
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
 def main() -> None:
+    """Run the app; every error ends in one line on stderr: exit 2 for a usage error (an
+    unknown option, a value out of range), 1 for anything else."""
     try:
-        app()
+        code = app(prog_name="eaglegate", standalone_mode=False)
+    except typer.TyperException as exc:  # click's errors: usage (exit 2), a bad file argument
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        _fail(f"{exc.format_message()}{where}", exc.exit_code)
     except UserError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        _fail(str(exc), 1)
+    except BrokenPipeError:
+        # The reader (`| head`) went away: nothing left to say. Point stdout at devnull so
+        # the interpreter's final flush does not complain either (Python's documented recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except KeyboardInterrupt:
+    except OSError as exc:  # the environment refused: a full disk, a missing folder, a permission
+        what = f"{exc.strerror}: {exc.filename}" if exc.filename else (exc.strerror or str(exc))
+        _fail(what, 1)
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -10,6 +10,7 @@ import typer
 
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.cli_common import (
+    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
@@ -20,8 +21,10 @@ from eaglegate.cli_common import (
     locate_tree,
     out,
     print_json,
+    progress_bar,
 )
 from eaglegate.errors import UserError
+from eaglegate.patches.model import THRESHOLD_HELP
 
 
 def package_parent(tree: SourceTree, action: str) -> Path:
@@ -48,7 +51,7 @@ def register(app: typer.Typer) -> None:
     def apply(
         threshold: Annotated[
             int,
-            typer.Option("--threshold", min=1, help="Speculate while the running batch is at most this."),
+            typer.Option("--threshold", min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP),
         ],
         allow_dirty: Annotated[
             bool,
@@ -81,15 +84,22 @@ def register(app: typer.Typer) -> None:
             # The same patch again: nothing to do, and the patched files are no input to
             # the generator, which reads the original anchors.
             outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-            flags: list[str] = []
+            from eaglegate.patches.generate import launch_flags
+
+            flags = launch_flags(tree, threshold)  # the same flags as the first apply printed
         else:
             # Generation must read original bytes: finish an interrupted transaction first.
             recovered = transaction.recover(parent) if current.state == "interrupted" else ""
             if recovered:
                 err.print(f"[yellow]{recovered}[/yellow]", highlight=False)
             # Imported lazily: generation loads the codemods, which status and revert never need.
+            from eaglegate.analyzer.analysis import analyze
             from eaglegate.patches.generate import generate_patch
 
+            # The map's files must parse (the scheduler, the workers): a gate patched into a
+            # tree whose scheduler does not parse could never be verified.
+            with progress_bar("parsing", enabled=not as_json) as progress:
+                analyze(tree, progress)
             patch = generate_patch(tree, threshold)
             flags = patch.launch_flags
             outcome = transaction.apply(parent, patch, tree_version=tree.version,

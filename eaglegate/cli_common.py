@@ -6,19 +6,34 @@ real annotations.
 """
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from eaglegate.analyzer import source
 
-err = Console(stderr=True)
-out = Console()
+# Piped or redirected output (`| grep`, `> file`) keeps whole lines: rich would wrap it at
+# 80 columns. COLUMNS, when set, still decides.
+PIPE_WIDTH = 200
+
+
+def _console(stderr: bool) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
+
+
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 # Options shared by every command that works on a located SGLang tree.
 PathOpt = Annotated[str | None, typer.Option("--path", help="An SGLang source directory.")]
@@ -33,11 +48,29 @@ VersionOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
 
 
+def existing_folder(value: Any) -> Any:
+    """Option callback for an output file: its folder must exist. A typo in `-o` should not
+    silently create a tree of folders, nor fail only after minutes of work."""
+    if value is not None and not Path(value).parent.is_dir():
+        raise typer.BadParameter(f"no such folder: {Path(value).parent} (create it first)")
+    return value
+
+
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("-o", "--output", help="Write here instead of stdout.", callback=existing_folder),
+]
+
+# A batch size: SGLang keeps batch sizes in int32 tensors, so a larger threshold is a typo.
+MAX_THRESHOLD = 2**31 - 1
+
+
 def locate_tree(
     path: str | None, python: str | None, git: str | None, rev: str | None, version: str | None
 ) -> source.SourceTree:
     """Locate the tree and say in one line on stderr when a default was used."""
-    tree = source.locate(path=path, python=python, git_path=git, rev=rev, version=version)
+    tree = source.locate(path=path, python=python, git_path=git, rev=rev, version=version,
+                         on_fetch=lambda line: err.print(f"[dim]{escape(line)}[/dim]"))
     if tree.note:
         err.print(f"[dim]{tree.note}[/dim]")
     return tree
@@ -63,3 +96,4 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+

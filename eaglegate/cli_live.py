@@ -19,10 +19,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from eaglegate.cli_common import JsonOpt, err, out, print_json
+from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
 from eaglegate.errors import UserError
 from eaglegate.patches.live import calibrate as cal
-from eaglegate.patches.live.client import Api, load_prompts, resolve_endpoint
+from eaglegate.patches.live.client import Api, Endpoint, load_prompts, resolve_endpoint
 from eaglegate.patches.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
 from eaglegate.patches.live.verify_live import verify_live
 
@@ -43,6 +43,13 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
+
+
+def _endpoint(url: str, api: str) -> Endpoint:
+    try:
+        return resolve_endpoint(url, _api(api))
+    except ValueError as exc:  # urllib's own complaint, e.g. "Invalid IPv6 URL"
+        raise UserError(f"not a URL: {url!r} ({exc})") from None
 
 
 def _api(value: str) -> Api:
@@ -91,7 +98,7 @@ def sweep(
     ] = "1-256",
     prompts: PromptsOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 256,
-    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.")] = "sweep.jsonl",
+    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.", callback=existing_folder)] = "sweep.jsonl",
     rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
     min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.", min=1)] = 8,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-tokens per request (SGLang/vLLM extension).")] = True,
@@ -108,7 +115,7 @@ def sweep(
 
     Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
     """
-    endpoint = resolve_endpoint(url, _api(api))
+    endpoint = _endpoint(url, api)
     levels = parse_levels(concurrency)
     prompt_list = load_prompts(prompts)
     with _progress(not as_json) as progress:
@@ -140,7 +147,7 @@ def _curve(label: str, points: list[Point]) -> cal.Curve:
 def calibrate(
     baseline: Annotated[str | None, typer.Argument(help="Sweep without speculation (ours or bench_serving JSONL).")] = None,
     spec: Annotated[str | None, typer.Argument(help="Sweep with speculation.")] = None,
-    png: Annotated[str | None, typer.Option("--png", help="Draw both curves to this PNG (needs eaglegate[plot]).")] = None,
+    png: Annotated[str | None, typer.Option("--png", help="Draw both curves to this PNG (needs eaglegate\\[plot]).")] = None,
     margin: Annotated[float, typer.Option("--margin", help="Gain below which speculation is not worth resuming (sets hysteresis).")] = 0.05,
     estimate: Annotated[bool, typer.Option("--estimate", help="No measurements: a roofline estimate (docs/calibrate.md).")] = False,
     params_b: Annotated[float | None, typer.Option("--params-b", help="Estimate: target parameters, billions.")] = None,
@@ -211,8 +218,11 @@ def calibrate(
     if result.status == "crosses":
         assert result.crossover is not None
         out.print(f"[bold]crossover[/bold]   concurrency {result.crossover:.1f}")
-        out.print(f"[bold]threshold[/bold]   {result.threshold}  (plain decode at batch >= {result.threshold})")
-        out.print(f"[bold]hysteresis[/bold]  {result.hysteresis}  (speculation resumes at batch <= {result.resume_at})")
+        out.print(f"[bold]threshold[/bold]   {result.threshold}  (speculation stops when the batch is "
+                  f"larger than {result.threshold})")
+        if result.resume_at:
+            out.print(f"[bold]hysteresis[/bold]  {result.hysteresis}  (speculation resumes below "
+                      f"{result.resume_at + 1})")
     else:
         out.print(f"[bold]{result.status}[/bold]")
     for note in result.notes:
@@ -247,8 +257,8 @@ def verify_live_cmd(
     """
     if not 0 <= tolerance < 1:
         raise UserError(f"--tolerance must be in [0, 1), got {tolerance}")
-    gated = resolve_endpoint(url, _api(api))
-    plain = resolve_endpoint(baseline_url, _api(api))
+    gated = _endpoint(url, api)
+    plain = _endpoint(baseline_url, api)
     prompt_list = load_prompts(prompts)
     with _progress(not as_json) as progress:
         state: dict[str, TaskID] = {}

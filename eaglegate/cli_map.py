@@ -9,6 +9,7 @@ import typer
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
+    OutputOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
     def graph_command(
         root: Annotated[Path, typer.Argument(help="A Python package or directory.", exists=True, file_okay=False)],
         fmt: Annotated[str, typer.Option("--format", help="json or dot.")] = "json",
-        output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+        output: OutputOpt = None,
     ) -> None:
         """Export the call graph of any Python package or directory.
 

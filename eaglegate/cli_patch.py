@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from eaglegate.cli_common import (
+    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
         threshold: Annotated[
             int,
             typer.Option(
-                "--threshold", min=1, help=THRESHOLD_HELP
+                "--threshold", min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP
             ),
         ],
         output: Annotated[

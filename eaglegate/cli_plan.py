@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from eaglegate.cli_common import (
+    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
@@ -25,7 +26,7 @@ from eaglegate.patches.model import THRESHOLD_HELP
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_command(
-        threshold: Annotated[int | None, typer.Option(help=THRESHOLD_HELP)] = None,
+        threshold: Annotated[int | None, typer.Option(min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP)] = None,
         flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
         env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
         config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans).")] = None,

@@ -11,6 +11,7 @@ import typer
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
+    OutputOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
@@ -32,7 +33,6 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     err.print(f"wrote {output}")
 
@@ -54,7 +54,6 @@ def _show(renderable: object, output: Path | None) -> None:
 
 def register(app: typer.Typer) -> None:
     FormatOpt = Annotated[str, typer.Option("--format", "-f", help="term, md, html, json, dot or mermaid.")]
-    OutputOpt = Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")]
 
     @app.command("report")
     def report_command(

@@ -35,6 +35,7 @@ class FileRecord:
     sha256_before: str | None  # None: the patch created the file
     sha256_after: str
     created: bool
+    link: str | None = None  # the symlink's text when the patch replaced a symlink
 
 
 @dataclass

@@ -9,6 +9,11 @@ What a caller may rely on:
   state "applying" is made durable (the journal). A crash at any point leaves a tree that
   `status` reports as pristine, patched or interrupted, and the next `apply` or `revert`
   first rolls an interrupted transaction back to the original bytes.
+- A write that fails (disk full, a file the process may not replace) during an apply or
+  a revert undoes what was already written, then raises one `UserError` line naming the
+  file and the OS error. When the undo fails too, the journal stays and the line names
+  the `eaglegate revert` command that finishes the job.
+- Symlinks the patch replaced come back from revert as the same symlinks.
 - One apply or revert at a time per tree, by `fcntl.flock` on a lock file that exists
   only while held; a killed holder releases it with its last file descriptor.
 - Git mode commits the patch on a new branch `eaglegate/gate-<threshold>`; revert moves
@@ -151,7 +156,8 @@ def apply(
     if not patch.changes:
         return Outcome("apply", [], "nothing to write: the patch holds no file change")
     with _locked(layout, "apply"):
-        recovered = _recover(layout, repo, force=False)
+        with _finishable(layout, "rollback"):
+            recovered = _recover(layout, repo, force=False)
         current = load(layout)
         if current is not None:
             return _already_applied(layout, current, patch, recovered)
@@ -192,7 +198,8 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
         if manifest.state != APPLIED:
             was = "apply" if manifest.state == APPLYING else "revert"
             # A journal in "reverting" means revert (maybe forced) was already decided.
-            changed = _roll_back(layout, manifest, repo, force=force or manifest.state == REVERTING)
+            with _finishable(layout, "revert"):
+                changed = _roll_back(layout, manifest, repo, force=force or manifest.state == REVERTING)
             return Outcome("revert", changed, f"finished an interrupted {was}: original files restored "
                            f"({len(changed)} changed)", recovered=f"interrupted {was} rolled back")
         now = read_package_version(parent / PACKAGE)
@@ -213,9 +220,25 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
                 "the originals anyway (those edits are lost)"
             )
         manifest.state = REVERTING
-        _write_atomic(layout.manifest, encode(manifest))
+        try:
+            _write_atomic(layout.manifest, encode(manifest))
+        except OSError as exc:
+            raise UserError(f"{_describe(exc)}; nothing was changed") from None
         _step("journal reverting")
-        changed = _roll_back(layout, manifest, repo, force=True)
+        with _finishable(layout, "revert"):
+            try:
+                changed = _roll_back(layout, manifest, repo, force=True, undo_failed=True)
+            except _RevertUndone as undone:
+                if undone.second is not None:
+                    raise UserError(
+                        f"{_describe(undone.error)}; undoing the revert failed too "
+                        f"({_describe(undone.second)}): its journal {layout.manifest} is kept, and "
+                        f"`eaglegate revert --path {layout.parent}` finishes it once that is fixed"
+                    ) from None
+                manifest.state = APPLIED
+                _write_atomic(layout.manifest, encode(manifest))
+                raise UserError(f"{_describe(undone.error)}; the revert was undone, "
+                                "the tree is as it was") from None
         where = f"; HEAD back on {manifest.git['base']}" if manifest.git else ""
         return Outcome("revert", changed, f"reverted the gate patch (threshold {manifest.threshold}): "
                        f"{len(changed)} files restored{where}", branch=manifest.git.get("branch", ""))
@@ -233,7 +256,7 @@ def recover(package_parent: Path) -> str:
     if manifest is None or manifest.state == APPLIED:
         return ""
     _check_writable(layout, [r.path for r in manifest.files])
-    with _locked(layout, "recover"):
+    with _locked(layout, "recover"), _finishable(layout, "rollback"):
         return _recover(layout, repo, force=False)
 
 
@@ -314,11 +337,12 @@ def _read(path: Path) -> bytes | None:
 
 
 def _state_of(layout: Layout, record: FileRecord) -> str:
-    data = _read(layout.target(record.path))
+    target = layout.target(record.path)
+    data = _read(target)
     digest = sha256(data)
     if digest == record.sha256_after:
         return "patched"
-    if digest == record.sha256_before:
+    if digest == record.sha256_before and _link_of(target) == record.link:
         return "original"
     return "missing" if data is None else "modified"
 
@@ -379,37 +403,66 @@ def _makedirs(folder: Path) -> list[Path]:
         missing.append(probe)
         probe = probe.parent
     for path in reversed(missing):
-        path.mkdir()
-        fsync_dir(path.parent)
+        with _naming(path):
+            path.mkdir()
+            fsync_dir(path.parent)
     return list(reversed(missing))
 
 
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Re-raise an OSError as one about `path`: a failed temp write or rename names the
+    temp file or nothing, and the user needs the file we were writing."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename == str(path):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        _step(f"temp {path.name}")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with _naming(path):
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, mode)
+            _step(f"temp {path.name}")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        fsync_dir(path.parent)
+
+
+def _symlink_atomic(path: Path, link: str) -> None:
+    """Make `path` the symlink `link`, replacing whatever is there in one rename."""
+    with _naming(path):
+        tmp = path.with_name(f".{path.name}{TEMP_MARK}link")
+        tmp.unlink(missing_ok=True)
+        os.symlink(link, tmp)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(path.parent)
 
 
 def _unlink_durable(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return
-    fsync_dir(path.parent)
+    with _naming(path):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
 
 
 # ---------------------------------------------------------------- lock
@@ -420,7 +473,8 @@ def _locked(layout: Layout, action: str) -> Iterator[None]:
     """Hold the tree's lock; the file exists only while held, so a refusal leaves nothing."""
     path = layout.lock
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with _naming(path):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -436,7 +490,10 @@ def _locked(layout: Layout, action: str) -> Iterator[None]:
             pass
         os.close(fd)
     try:
-        os.write(fd, f"pid {os.getpid()}, {action}, since {_now()}".encode())
+        try:
+            os.write(fd, f"pid {os.getpid()}, {action}, since {_now()}".encode())
+        except OSError:
+            pass  # who holds the lock is only a hint for a waiting user (disk full?)
         yield
     finally:
         path.unlink(missing_ok=True)
@@ -465,7 +522,8 @@ def _now() -> str:
 
 
 def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str) -> Outcome:
-    records = [FileRecord(c.path, sha256(c.before), sha256(c.after), c.before is None)
+    records = [FileRecord(c.path, sha256(c.before), sha256(c.after), c.before is None,
+                          _link_of(layout.target(c.path)))
                for c in patch.changes]
     created_dirs: list[str] = []
     for change in patch.changes:
@@ -486,35 +544,88 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
 
     # Journal first: backups, then the manifest that points at them. Until the manifest
     # is durable no target has been touched, so stray backups alone mean "pristine".
-    _drop_orphan_backups(layout)
-    for change in patch.changes:
-        if change.before is not None:
-            backup = layout.backups / change.path
-            _makedirs(backup.parent)
-            _write_atomic(backup, change.before)
-            _step(f"backup {change.path}")
-    _write_atomic(layout.manifest, encode(manifest))
-    _step("journal applying")
+    journaled = False
+    try:
+        _drop_orphan_backups(layout)
+        for change in patch.changes:
+            if change.before is not None:
+                backup = layout.backups / change.path
+                _makedirs(backup.parent)
+                _write_atomic(backup, change.before)
+                _step(f"backup {change.path}")
+        _write_atomic(layout.manifest, encode(manifest))
+        journaled = True
+        _step("journal applying")
 
-    if repo is not None:
-        repo.git.checkout("-b", branch)
-        _step("git branch")
-    for change in patch.changes:
-        target = layout.target(change.path)
-        _makedirs(target.parent)
-        _write_atomic(target, change.after)
-        _step(f"write {change.path}")
-    if repo is not None:
-        manifest.git["commit"] = _git_commit(repo, layout, patch)
-        _step("git commit")
+        if repo is not None:
+            repo.git.checkout("-b", branch)
+            _step("git branch")
+        for change in patch.changes:
+            target = layout.target(change.path)
+            _makedirs(target.parent)
+            _write_atomic(target, change.after)
+            _step(f"write {change.path}")
+        if repo is not None:
+            manifest.git["commit"] = _git_commit(repo, layout, patch)
+            _step("git commit")
 
-    manifest.state = APPLIED
-    _write_atomic(layout.manifest, encode(manifest))
-    _step("journal applied")
+        manifest.state = APPLIED
+        _write_atomic(layout.manifest, encode(manifest))
+        _step("journal applied")
+    except Exception as exc:
+        # A failed write (disk full, a file we may not replace) or git step: undo what
+        # was written, so the tree is whole again before the error reaches the user.
+        _undo_failed_apply(layout, manifest, repo, journaled, exc)
+        raise
     where = f" on branch {branch}" if repo is not None else ""
     return Outcome("apply", [c.path for c in patch.changes],
                    f"applied the gate patch (threshold {patch.threshold}) to {len(patch.changes)} files{where}",
                    recovered, branch if repo is not None else "", manifest.git.get("commit", ""))
+
+
+def _undo_failed_apply(layout: Layout, manifest: Manifest, repo: git.Repo | None,
+                       journaled: bool, exc: Exception) -> None:
+    """Bring the tree back to its original bytes after `exc` stopped an apply; a failed
+    write becomes one `UserError` line naming the file and the OS error."""
+    what = _describe(exc)
+    try:
+        if journaled:
+            _roll_back(layout, manifest, repo, force=True)
+        else:  # no target touched yet: only backups and a manifest temp to drop
+            _drop_orphan_backups(layout)
+    except (OSError, UserError) as second:
+        raise UserError(
+            f"{what}; rolling back failed too ({_describe(second)}): the journal {layout.manifest} "
+            f"is kept, and `eaglegate revert --path {layout.parent}` finishes the rollback once "
+            "that is fixed"
+        ) from None
+    if isinstance(exc, OSError):
+        raise UserError(f"{what}; rolled back, the tree is unchanged") from None
+
+
+@contextmanager
+def _finishable(layout: Layout, what: str) -> Iterator[None]:
+    """A failed write while restoring originals: the journal stays, and the user gets the
+    one command that finishes the job once the cause is fixed."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(
+            f"{_describe(exc)}; the {what} stopped half-way, its journal {layout.manifest} is kept: "
+            f"once that is fixed, `eaglegate revert --path {layout.parent}` finishes it"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    """`could not write <file>: <OS error>` for a failed write, the message otherwise."""
+    if isinstance(exc, OSError):
+        return f"could not write {exc.filename}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def _link_of(path: Path) -> str | None:
+    """The text of a symlink (restored as a link on revert), None for anything else."""
+    return os.readlink(path) if path.is_symlink() else None
 
 
 def _recover(layout: Layout, repo: git.Repo | None, force: bool) -> str:
@@ -531,12 +642,23 @@ def _recover(layout: Layout, repo: git.Repo | None, force: bool) -> str:
     return f"rolled back an interrupted {was} first"
 
 
-def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force: bool) -> list[str]:
+class _RevertUndone(Exception):
+    """A restore failed (`error`) and the files already restored hold their earlier bytes
+    again, unless putting them back failed too (`second`)."""
+
+    def __init__(self, error: OSError, second: OSError | None = None):
+        super().__init__(str(error))
+        self.error, self.second = error, second
+
+
+def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force: bool,
+               undo_failed: bool = False) -> list[str]:
     """Restore original bytes from the backups, then drop backups and manifest (last).
 
     Idempotent: a crash anywhere in here leaves the journal in place and a second call
     finishes the job. Without `force` it refuses to overwrite bytes that are neither the
-    original nor the patched text.
+    original nor the patched text. With `undo_failed`, a restore that fails puts the files
+    already restored back as they were and raises `_RevertUndone`.
     """
     states = {r.path: _state_of(layout, r) for r in manifest.files}
     foreign = [p for p, s in states.items() if s in ("modified", "missing")]
@@ -545,21 +667,39 @@ def _roll_back(layout: Layout, manifest: Manifest, repo: git.Repo | None, force:
             f"cannot roll back: {_names(foreign)} changed by hand since the interrupted apply; "
             "`eaglegate revert --force` restores the originals anyway"
         )
-    changed: list[str] = []
-    for record in manifest.files:
-        if states[record.path] == "original":
-            continue
-        target = layout.target(record.path)
-        if record.created:
-            _unlink_durable(target)
-        else:
-            data = _read(layout.backups / record.path)
-            if sha256(data) != record.sha256_before or data is None:
-                raise UserError(f"the backup of {record.path} is missing or damaged; "
-                                f"cannot restore it (journal kept in {layout.manifest})")
-            _write_atomic(target, data)
-        changed.append(record.path)
-        _step(f"restore {record.path}")
+    held: list[tuple[str, bytes | None]] = []  # each restored file and what it held before
+    try:
+        for record in manifest.files:
+            if states[record.path] == "original":
+                continue
+            target = layout.target(record.path)
+            current = _read(target)
+            if record.created:
+                _unlink_durable(target)
+            else:
+                data = _read(layout.backups / record.path)
+                if sha256(data) != record.sha256_before or data is None:
+                    raise UserError(f"the backup of {record.path} is missing or damaged; "
+                                    f"cannot restore it (journal kept in {layout.manifest})")
+                if record.link is not None:
+                    _symlink_atomic(target, record.link)
+                else:
+                    _write_atomic(target, data)
+            held.append((record.path, current))
+            _step(f"restore {record.path}")
+    except OSError as exc:
+        if not undo_failed:
+            raise
+        try:
+            for rel, data in reversed(held):  # put back what this revert changed, newest first
+                if data is None:
+                    _unlink_durable(layout.target(rel))
+                else:
+                    _write_atomic(layout.target(rel), data)
+        except OSError as second:
+            raise _RevertUndone(exc, second) from None
+        raise _RevertUndone(exc) from exc
+    changed = [rel for rel, _ in held]
     if repo is not None and manifest.git:
         _git_roll_back(repo, layout, manifest)
         _step("git restore")

@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 
 DEFAULT_VERSIONS = ("0.5.9", "0.5.23")
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "gallery"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "docs" / "gallery"
 FILES = {"md": "report.md", "html": "report.html", "json": "report.json"}
 
 
 def make_gallery(versions: list[str], out: Path) -> list[Path]:
     """Write the gallery for `versions` (released SGLang, fetched and cached) into `out`."""
-    from eaglegate.analyzer.source import from_release
+    from eaglegate.analyzer.source import from_release, portable_text
     from eaglegate.reports.diff import diff_reports, render_diff_markdown
     from eaglegate.reports.formats import render
     from eaglegate.reports.model import report_for
@@ -38,12 +39,13 @@ def make_gallery(versions: list[str], out: Path) -> list[Path]:
         folder.mkdir(exist_ok=True)
         for fmt, name in FILES.items():
             path = folder / name
-            path.write_text(render(report, fmt), encoding="utf-8")
+            path.write_text(portable_text(render(report, fmt), REPO), encoding="utf-8")
             written.append(path)
     diff_name = None
     if len(reports) > 1:
         diff_name = f"diff-{versions[0]}-{versions[-1]}.md"
-        (out / diff_name).write_text(render_diff_markdown(diff_reports(reports[0], reports[-1])), encoding="utf-8")
+        diff = render_diff_markdown(diff_reports(reports[0], reports[-1]))
+        (out / diff_name).write_text(portable_text(diff, REPO), encoding="utf-8")
         written.append(out / diff_name)
     lines = [
         "# Report gallery",

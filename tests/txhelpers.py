@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -66,13 +67,16 @@ def make_patch(parent: Path, threshold: int = 32, version: str = VERSION) -> Pat
 
 
 def tree_hash(parent: Path, *, skip_state: bool = False) -> dict[str, str]:
-    """Every file and folder under `parent` with its content hash ("dir" for folders)."""
+    """Every file and folder under `parent` with its content hash ("dir" for folders,
+    "link <text>" for symlinks, so a symlink turned into a regular file shows)."""
     out: dict[str, str] = {}
     for path in sorted(parent.rglob("*")):
         rel = path.relative_to(parent).as_posix()
         if skip_state and rel.startswith(STATE_PREFIX):
             continue
-        if path.is_dir():
+        if path.is_symlink():
+            out[rel] = f"link {os.readlink(path)}"
+        elif path.is_dir():
             out[rel] = "dir"
         else:
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
