@@ -15,6 +15,9 @@ GENERATED = [
     *sorted((REPO / "agents").glob("transcript-*.md")),
     *(REPO / "bench" / name for name in
       ("README.md", "RESULTS.md", "results.json", "versions.json", "VERSIONS.md")),
+    # The GPU runs: what the device calls brought back, and what collect.py made of it.
+    *sorted(p for p in (REPO / "bench" / "gpu").rglob("*")
+            if p.is_file() and p.suffix in (".json", ".jsonl", ".md", ".txt")),
 ]
 # Absolute paths of a typical machine, and this machine's own home, cache and checkout.
 MACHINE = re.compile(r"(?<![\w.~$])/(?:root|work|home|tmp|Users)/")
