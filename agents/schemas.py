@@ -49,6 +49,8 @@ class MapOut(TypedDict):
     workers: list[dict[str, Any]]
     paths: list[dict[str, Any]]
     paths_page: Page
+    below: list[Any]  # what the steps do one level deeper, paged by `below_page`
+    below_page: Page
     parse_failures: int
 
 

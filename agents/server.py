@@ -106,12 +106,16 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
                   python: Python = None, detail: Detail = 0, page: PageNo = 1,
                   page_size: PageSize = 10,
                   worker: Annotated[str | None, Field(max_length=40, description="v1 or v2 (or a class name) to see one worker.")] = None,
+                  below_page: PageNo = 1,
                   ) -> MapOut:
         """How the Scheduler's event loops reach each EAGLE worker (v1 EAGLEWorker, v2 EAGLEWorkerV2):
         every hop with file:line and the condition it sits under, where the worker class is chosen, and its
-        draft/verify/draft-extend steps. Paths of all event loops are paged."""
+        draft/verify/draft-extend steps. Paths of all event loops are paged (page). `below` lists what each
+        step does one level deeper (model calls with forward mode and graph replay or eager, KV-slot
+        allocation and free, decode preparation, result processing, the calls beside the worker's entry),
+        paged by below_page."""
         return _call(tools.map_paths, tree(version, path, git, rev, python), detail=detail, page=page,
-                     page_size=page_size, worker=worker, session=session)
+                     page_size=page_size, worker=worker, below_page=below_page, session=session)
 
     @server.tool(annotations=READ_ONLY)
     def find_couplings(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,

@@ -316,9 +316,40 @@ def _path_summary(analysis: Analysis, worker: WorkerMap) -> str:
             f"{len(worker.paths)} event loop(s) reach it")
 
 
+def _below_rows(sm: SpecMap, worker: WorkerMap, detail: int) -> list[Any]:
+    """The calls below the worker's steps and beside it (spec_map's one level deeper): model
+    calls with forward mode and graph replay, KV slots, decode preparation, result processing."""
+    rows: list[Any] = []
+    seen: set[tuple[str, str]] = set()
+    sides = (("decode preparation", worker.decode), ("result processing", worker.results),
+             ("beside the entry", worker.relay))
+    groups = [(step.kind, step.calls) for step in worker.steps] + list(sides)
+    for where, calls in groups:
+        for call in calls:
+            if (call.kind, call.site.where) in seen:
+                continue  # a step reached twice (draft → draft_forward) lists its calls once
+            seen.add((call.kind, call.site.where))
+            callee = _short(sm, call.callee) if call.callee in sm.callgraph.codebase.scopes else call.callee
+            modes = " | ".join(m.rsplit(".", 1)[-1] for m in call.detail.get("mode") or call.detail.get("modes") or [])
+            graph = call.detail.get("graph")
+            how = (f"replay if {' and '.join(graph['when'])}, else eager" if graph and graph["when"]
+                   else "replay" if graph or call.kind == "graph_replay" else "")
+            if detail == 0:
+                extra = "; ".join(part for part in (f"mode {modes}" if modes else "", f"graph {how}" if how else "")
+                                  if part)
+                rows.append(f"{worker.label} {where}: {call.kind} {callee} @ {call.site.where}"
+                            + (f" ({extra})" if extra else ""))
+            else:
+                rows.append({"worker": worker.label, "under": where, "kind": call.kind, "callee": callee,
+                             "site": call.site.where, "condition": _cond(call.site.cond, detail),
+                             "mode": modes, "graph": how})
+    return rows
+
+
 def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 10,
-              worker: str | None = None, session: Session = SESSION) -> MapOut:
-    """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line."""
+              worker: str | None = None, below_page: int = 1, session: Session = SESSION) -> MapOut:
+    """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line, and
+    what each worker step does one level deeper (`below`, paged by `below_page`)."""
     check_detail(detail)
     tree = session.locate(args)
     with session.lock:
@@ -344,6 +375,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
             if detail and started:
                 item["start_condition"] = _cond(started.cond, detail)
             paths.append(item)
+        below, below_meta = paginate([row for w in workers for row in _below_rows(sm, w, detail)],
+                                     below_page, page_size)
         summary = (f"SGLang {tree.version}: {_short(sm, sm.scheduler)} "
                    f"({_where(analysis, sm.scheduler)}). "
                    + " | ".join(_path_summary(analysis, w) for w in workers) + ".")
@@ -351,7 +384,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
                 "scheduler": {"class": _short(sm, sm.scheduler), "defined_at": _where(analysis, sm.scheduler),
                               "event_loops": len(sm.event_loops)},
                 "workers": [_worker_facts(analysis, w, detail) for w in workers],
-                "paths": paths, "paths_page": meta, "parse_failures": len(sm.failures)}
+                "paths": paths, "paths_page": meta, "below": below, "below_page": below_meta,
+                "parse_failures": len(sm.failures)}
 
 
 # ---------------------------------------------------------------- find_couplings
