@@ -490,10 +490,17 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
 
 
 def _verdict_line(verdict: dict[str, Any]) -> str:
+    """`v1 feasible via <route>` or `v2 blocked: <first reason>`; never an empty list."""
     who = verdict.get("worker_path") or "?"
     status = verdict.get("status") or "?"
     route = verdict.get("route")
-    return f"{who} {status}" + (f" ({route})" if route else "")
+    reasons = [str(r) for r in verdict.get("reasons", []) if r]
+    line = f"{who} {status}"
+    if route and route != "none":
+        line += f" via {route}"
+    elif reasons:
+        line += f": {reasons[0]}" + (f" (+{len(reasons) - 1} more reasons)" if len(reasons) > 1 else "")
+    return line
 
 
 # ---------------------------------------------------------------- explain_symbol

@@ -18,7 +18,19 @@ from typing import Any
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.errors import UserError
 
-UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "unknown", "__bool__": None})()
+class _Unknown:
+    """A value the evaluator cannot decide; truth-testing it is an error (say what is known)."""
+
+    __bool__ = None
+
+    def __repr__(self) -> str:
+        return "unknown"
+
+    def __reduce__(self) -> str:
+        return "UNKNOWN"  # pickled by name: the one instance stays the one instance
+
+
+UNKNOWN: Any = _Unknown()
 _ARG_MODULE_HINTS = ("server_args", "arg_groups")
 _STR_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
 # A launch always names a model; conditions that only test it against placeholders
@@ -44,6 +56,7 @@ class Settings:
     flags: set[str]  # every `--flag` the version declares
     env_defaults: dict[str, Any]
     assignments: list[Assignment]
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting → its `choices=` list
 
     def flag_for(self, setting: str) -> str:
         return "--" + setting.replace("_", "-")
@@ -79,6 +92,7 @@ def read_settings(codebase: Codebase) -> Settings:
     flags: set[str] = set()
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
+    choices: dict[str, tuple[str, ...]] = {}
     contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
         arg_module = _is_arg_module(name)
@@ -99,9 +113,12 @@ def read_settings(codebase: Codebase) -> Settings:
                                 if isinstance(target, ast.Name):
                                     env_defaults[target.id] = _constant(stmt.value.args[0])
             elif arg_module and isinstance(node, ast.Call) and _call_name(node.func) == "add_argument":
-                for arg in node.args:
-                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
-                        flags.add(arg.value)
+                declared = [arg.value for arg in node.args if isinstance(arg, ast.Constant)
+                            and isinstance(arg.value, str) and arg.value.startswith("--")]
+                flags.update(declared)
+                listed = _choices(node, tree)
+                for flag in declared if listed else ():
+                    choices[flag[2:].replace("-", "_")] = listed
         if not arg_module:
             continue
         for qual, scope in module.scopes.items():
@@ -115,7 +132,19 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
-    return Settings(defaults, flags, env_defaults, assignments)
+    return Settings(defaults, flags, env_defaults, assignments, choices)
+
+
+def _choices(call: ast.Call, module: ast.Module) -> tuple[str, ...]:
+    """The string choices an `add_argument` call declares: a literal list, or a module-level name."""
+    node = next((kw.value for kw in call.keywords if kw.arg == "choices"), None)
+    if isinstance(node, ast.Name):
+        node = next((stmt.value for stmt in module.body if isinstance(stmt, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets)), None)
+    value = _constant(node)
+    if isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
 
 
 def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None:
