@@ -16,7 +16,15 @@ from typing import Any
 
 from eaglegate.analyzer.conditions import atoms_of, satisfiable
 from eaglegate.analyzer.index import Codebase
-from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, evaluate, parse_env, parse_flags, resolve
+from eaglegate.analyzer.settings import (
+    UNKNOWN,
+    Resolved,
+    Settings,
+    evaluate,
+    parse_env,
+    parse_flags,
+    resolve,
+)
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap, selection_formulas
 from eaglegate.analyzer.step_calls import _module_ast
 

@@ -18,6 +18,7 @@ from typing import Any
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.errors import UserError
 
+
 class _Unknown:
     """A value the evaluator cannot decide; truth-testing it is an error (say what is known)."""
 

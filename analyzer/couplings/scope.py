@@ -438,8 +438,8 @@ def scope_to_launch(report: CouplingReport, launch: Launch, settings: Settings) 
             kept.append(finding)
         else:
             left_out[reason] = left_out.get(reason, 0) + 1
-    for family, (named, active) in sorted(decided.items()):
-        if named:
+    for named, active in decided.values():
+        if named and (active or named[0] not in selects):
             selects[named[0]] = sorted(active) if active else None
     for name in ("device", "platform"):
         if name in settings.defaults:
