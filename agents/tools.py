@@ -333,7 +333,8 @@ def _below_rows(sm: SpecMap, worker: WorkerMap, detail: int) -> list[Any]:
             modes = " | ".join(m.rsplit(".", 1)[-1] for m in call.detail.get("mode") or call.detail.get("modes") or [])
             graph = call.detail.get("graph")
             how = (f"replay if {' and '.join(graph['when'])}, else eager" if graph and graph["when"]
-                   else "replay" if graph or call.kind == "graph_replay" else "")
+                   else "replay" if graph or call.kind == "graph_replay"
+                   else "eager" if call.detail.get("eager") else "")
             if detail == 0:
                 extra = "; ".join(part for part in (f"mode {modes}" if modes else "", f"graph {how}" if how else "")
                                   if part)

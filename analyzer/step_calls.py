@@ -196,6 +196,7 @@ class StepCalls:
             current, depth = queue.popleft()
             order.append(current)
             calls += self._local(current, modes)
+            calls += self._direct_model_calls(current)
             cg.expand(current)
             if current not in cg.graph:
                 continue
@@ -233,6 +234,27 @@ class StepCalls:
                 call.detail["mode_set_at"] = mode.site.where if mode else None
         kinds = ("model", "graph_replay", "graph_runtime", "kv_alloc", "kv_free", "mode", "output_append")
         return sorted(one_per_site(calls), key=lambda c: (kinds.index(c.kind), c.site.path, c.site.lineno, c.callee))
+
+    def _direct_model_calls(self, qn: str) -> list[Call]:
+        """`self.draft_runner.model.forward(…)`: the model's own forward, called on an attribute of
+        a model runner (a class whose `forward` leads to a graph replay): eager, no graph."""
+        cb = self.cb
+        found = []
+        for call in cb.scopes[qn].calls:
+            func = call.func
+            if not func or func[0] != "a" or func[2] != "forward" or any(
+                    v[0] == "func" for v in cb.values(func, qn)):
+                continue
+            base = func[1]
+            while isinstance(base, tuple) and base and base[0] == "a":
+                runners = [v[1] for v in cb.values(base, qn) if v[0] == "inst"
+                           and f"{v[1]}.forward" in cb.scopes and self.replay_below(f"{v[1]}.forward")]
+                if runners:
+                    found.append(Call("model", qn, ".".join(dotted(func)) or "forward",
+                                      cb.site(qn, call.lineno, call.cond), {"graph": None, "eager": True}))
+                    break
+                base = base[1]
+        return found
 
     def _kv(self, name: str) -> str | None:
         if self.alloc_rx.search(name):

@@ -481,6 +481,8 @@ def _below(call: Any) -> Below:
         text = f"replay if {when}, else eager" if when else "replay"
     elif call.kind == "graph_replay":
         text = "replay"
+    elif detail.get("eager"):
+        text = "eager"
     return Below(call.kind, call.caller, call.callee, _where(call.site),
                  tuple(detail.get("mode") or detail.get("modes") or ()), text)
 

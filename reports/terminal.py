@@ -118,6 +118,8 @@ def call_line(spec_map: SpecMap, call: Call) -> Text:
     if graph:
         when = " and ".join(graph["when"])
         text += (f"  graph replay if {escape(when)}, else eager" if when else "  graph replay")
+    elif detail.get("eager"):
+        text += "  eager (no graph)"
     return Text.from_markup(text + _cond(call.site.cond))
 
 
