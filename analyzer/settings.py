@@ -107,6 +107,11 @@ def read_settings(codebase: Codebase) -> Settings:
                         if not stmt.target.id.startswith("_"):
                             defaults.setdefault(stmt.target.id, _constant(stmt.value))
                             flags.add("--" + stmt.target.id.replace("_", "-"))
+                            # Newer versions declare the argument in the annotation: `A[str, Arg(choices=…)]`.
+                            for inner in ast.walk(stmt.annotation):
+                                listed = _choices(inner, tree) if isinstance(inner, ast.Call) else ()
+                                if listed:
+                                    choices.setdefault(stmt.target.id, listed)
                     elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
                         env_type = _call_name(stmt.value.func)
                         if env_type in _ENV_TYPES and stmt.value.args:

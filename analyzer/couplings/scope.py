@@ -34,21 +34,35 @@ from eaglegate.analyzer.launch import Launch
 from eaglegate.analyzer.settings import UNKNOWN, Settings
 from eaglegate.analyzer.step_calls import _module_ast
 
-_KEY_DEPTH = 3  # keyed functions and classes followed outwards from a construction site
+_KEY_DEPTH = 4  # keyed functions and classes followed outwards from a construction site
 Keys = list[tuple[tuple[str, ...], str]]  # (family, key) pairs that must all be active
 
 
 # -- annotation (cold) ----------------------------------------------------------------------------
 
+def calls_by_name(cb: Codebase) -> dict[str, list[tuple[str, Any]]]:
+    """Every call of the tree by its callee's last name, with the calling scope."""
+    table: dict[str, list[tuple[str, Any]]] = {}
+    for scope_qn, scope in cb.scopes.items():
+        for call in scope.calls:
+            func = call.func
+            name = func[2] if func and func[0] == "a" else func[1] if func and func[0] == "n" else None
+            if isinstance(name, str):
+                table.setdefault(name, []).append((scope_qn, call))
+    return table
+
+
 class _Keying:
     """Which literal keys select a class or function, read from the tree."""
 
-    def __init__(self, cb: Codebase):
+    def __init__(self, cb: Codebase, calls: dict[str, list[tuple[str, Any]]] | None = None):
         self.cb = cb
         self._registered: dict[str, tuple[str, str]] | None = None  # function → (decorator, literal)
+        self._calls = calls  # last name → (caller, call)
         self._families: dict[str, tuple[str, ...]] = {}
-        self._class: dict[str, list[Keys] | None] = {}
-        self._function: dict[str, Keys | None] = {}
+        # Memo per depth: an answer cut short by the depth limit is not the answer nearer the root.
+        self._class: dict[tuple[str, int], list[Keys] | None] = {}
+        self._function: dict[tuple[str, int], list[Keys] | None] = {}
 
     def _registrations(self) -> dict[str, tuple[str, str]]:
         if self._registered is None:
@@ -68,23 +82,45 @@ class _Keying:
             self._registered = {qn: v for qn, v in found.items() if v[0] in self._families}
         return self._registered
 
-    def function(self, qn: str, depth: int = 0) -> Keys | None:
-        """The keys that select function `qn` (None: it is not selected by a key)."""
-        if qn in self._function:
-            return self._function[qn]
-        self._function[qn] = None  # cycle guard
-        keys: Keys = []
+    def function(self, qn: str, depth: int = 0) -> list[Keys] | None:
+        """The ways function `qn` is selected by keys, each a list of (family, key) that must all
+        hold (None: some way of reaching it is not selected by a key)."""
+        if (qn, depth) in self._function:
+            return self._function[(qn, depth)]
+        self._function[(qn, depth)] = None  # cycle guard
+        own: list[Keys] = []
         registered = self._registrations().get(qn)
         if registered is not None:
-            keys.append((self._families[registered[0]], registered[1]))
-        keys += self._dict_keys(qn)
-        owner = self.cb.owner_class(qn)
-        if not keys and owner is not None and depth < _KEY_DEPTH:
-            sites = self.cls(owner, depth + 1)
-            if sites and len(sites) == 1:
-                keys = list(sites[0])
-        self._function[qn] = keys or None
-        return self._function[qn]
+            own.append([(self._families[registered[0]], registered[1])])
+        own += [[pair] for pair in self._dict_keys(qn)]
+        found: list[Keys] | None = own or None
+        if found is None and depth < _KEY_DEPTH:
+            owner = self.cb.owner_class(qn)
+            # A method runs where its object is built; a helper where it is called.
+            found = self.cls(owner, depth + 1) if owner is not None else None
+            if found is None:
+                found = self._callers(qn, ("func", qn), depth + 1)
+        self._function[(qn, depth)] = found
+        return found
+
+    def _callers(self, qn: str, value: tuple, depth: int) -> list[Keys] | None:
+        """The keys of every place that calls (or builds) `qn`; None if one place has none."""
+        cb = self.cb
+        alternatives: list[Keys] = []
+        if self._calls is None:
+            self._calls = calls_by_name(cb)
+        for caller, call in self._calls.get(qn.rsplit(".", 1)[-1], []):
+            if value not in cb.values(call.func, caller):
+                continue
+            here = _compared(cb, caller, call.cond)
+            outer = self.function(caller, depth) if depth < _KEY_DEPTH else None
+            if outer:
+                alternatives += [here + keys for keys in outer]
+            elif here:
+                alternatives.append(here)
+            else:
+                return None
+        return alternatives or None
 
     def _dict_keys(self, qn: str) -> Keys:
         """`{"triton": self._create_triton_backend, …}`: the key under which a dict of literal keys
@@ -113,25 +149,13 @@ class _Keying:
         return found
 
     def cls(self, qn: str, depth: int = 0) -> list[Keys] | None:
-        """Per place that builds the class, the keys that select that place; None when some place
-        is not selected by a key (or none is found)."""
-        if qn in self._class:
-            return self._class[qn]
-        self._class[qn] = None  # cycle guard
-        cb = self.cb
-        sites: list[Keys] = []
-        for caller, call in cb._calls_named(qn.rsplit(".", 1)[-1]):
-            if ("class", qn) not in cb.values(call.func, caller):
-                continue
-            keys = _compared(cb, caller, call.cond)
-            if depth < _KEY_DEPTH:
-                keys += self.function(caller, depth + 1) or []
-            if not keys:
-                self._class[qn] = None
-                return None
-            sites.append(keys)
-        self._class[qn] = sites or None
-        return self._class[qn]
+        """The ways the class is built under keys (see `function`); None when some place that
+        builds it is not selected by a key (or none is found)."""
+        if (qn, depth) in self._class:
+            return self._class[(qn, depth)]
+        self._class[(qn, depth)] = None  # cycle guard
+        self._class[(qn, depth)] = found = self._callers(qn, ("class", qn), depth)
+        return found
 
 
 def _parse(text: str) -> ast.expr | None:
@@ -204,7 +228,7 @@ def finding_class(cb: Codebase, finding: Finding) -> str | None:
     return head if cb.is_class(head) else None
 
 
-def _alternatives(ctx: Context) -> tuple[set[str], set[str]]:
+def _alternatives(ctx: Context, calls: dict[str, list[tuple[str, Any]]]) -> tuple[set[str], set[str]]:
     """Worker classes the scheduler's batch entry call may also reach, other than the map's
     workers and the classes those reach themselves (the target worker); and with them the
     classes only they build."""
@@ -226,30 +250,27 @@ def _alternatives(ctx: Context) -> tuple[set[str], set[str]]:
     # What only those workers build is theirs too (a multi-layer worker's draft worker, which
     # the call graph also reaches through `self.method()` overrides).
     for _ in range(_KEY_DEPTH):
-        grown = {cls for cls in _built_by(cb, found) if cls not in mapped} - found
+        grown = {cls for cls in _built_by(cb, found, calls) if cls not in mapped} - found
         if not grown:
             break
         found |= grown
     return workers, found
 
 
-def _built_by(cb: Codebase, builders: set[str]) -> set[str]:
+def _built_by(cb: Codebase, builders: set[str], calls: dict[str, list[tuple[str, Any]]]) -> set[str]:
     """Classes built somewhere, and only inside methods of `builders`."""
-    candidates: dict[str, bool] = {}
-    for builder in builders:
-        for qn, scope in cb.scopes.items():
-            if scope.kind != "function" or cb.owner_class(qn) != builder:
-                continue
-            for call in scope.calls:
-                for value in cb.values(call.func, qn):
-                    if value[0] == "class":
-                        candidates[value[1]] = True
     found = set()
-    for cls in candidates:
-        sites = [caller for caller, call in cb._calls_named(cls.rsplit(".", 1)[-1])
-                 if ("class", cls) in cb.values(call.func, caller)]
-        if sites and all(cb.owner_class(caller) in builders for caller in sites):
-            found.add(cls)
+    for name, sites in calls.items():
+        if not name[:1].isupper():
+            continue  # classes are built by their (capitalised) names
+        by_class: dict[str, list[str]] = {}
+        for caller, call in sites:
+            for value in cb.values(call.func, caller):
+                if value[0] == "class" and value[1].rsplit(".", 1)[-1] == name:
+                    by_class.setdefault(value[1], []).append(caller)
+        for cls, callers in by_class.items():
+            if all(cb.owner_class(caller) in builders for caller in callers):
+                found.add(cls)
     return found
 
 
@@ -270,8 +291,9 @@ def _reach(ctx: Context, roots: list[str], avoid: set[str]) -> set[str]:
 def annotate(ctx: Context, findings: list[Finding]) -> None:
     """Record on each finding what selects its code (see the module docstring)."""
     cb = ctx.codebase
-    keying = _Keying(cb)
-    workers, alternatives = _alternatives(ctx)
+    calls = calls_by_name(cb)
+    keying = _Keying(cb, calls)
+    workers, alternatives = _alternatives(ctx, calls)
     only: set[str] = set()
     if alternatives:
         roots = [e.function for e in ctx.spec_map.event_loops] + [
@@ -291,8 +313,7 @@ def annotate(ctx: Context, findings: list[Finding]) -> None:
         if cls is not None:
             sites = keying.cls(cls)
         if sites is None and function is not None and cb.owner_class(function) is None:
-            keys = keying.function(function)
-            sites = [keys] if keys else None
+            sites = keying.function(function)
         if sites:
             finding.detail["launch_keys"] = [[[list(family), key] for family, key in site] for site in sites]
         if function in only or (cls is not None and cls in alternatives):
@@ -402,12 +423,25 @@ def _family_values(settings: Settings, launch: Launch, family: tuple[str, ...]) 
         return [], None
     active: set[str] = set()
     for name in named:
-        value = launch.value(name)
+        # A setting the user gives is what the launch runs, unless post-processing is known to
+        # change it; changes under conditions decided at run time (the model, the GPU) are
+        # listed as caveats instead (`overrides`).
+        value = launch.flags[name] if name in launch.flags and name not in launch.resolved.applied \
+            else launch.value(name)
         if value is UNKNOWN:
             return named, None
         if isinstance(value, str):
             active.add(value)
     return named, active or None
+
+
+def _overrides(launch: Launch, names: list[str]) -> list[str]:
+    """Post-processing that may change a given setting under conditions decided at run time."""
+    found = []
+    for name in names:
+        if name in launch.flags:
+            found += [f"{a.value} at {a.site.where}" for a in launch.resolved.uncertain.get(name, [])]
+    return found
 
 
 def for_launch(analysis: Any, flags: str = "", env: list[str] | None = None) -> LaunchScope:
@@ -417,7 +451,8 @@ def for_launch(analysis: Any, flags: str = "", env: list[str] | None = None) -> 
 
     report = analysis.couplings
     settings = report.settings if report.settings is not None else analysis.settings
-    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env)
+    # The settings with declared choices are the ones findings may be keyed on.
+    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env, set(settings.choices))
     return scope_to_launch(report, launch, settings)
 
 
@@ -448,6 +483,11 @@ def scope_to_launch(report: CouplingReport, launch: Launch, settings: Settings) 
     caveats = []
     if not launch.workers:
         caveats.append("no EAGLE worker is selected under these flags: " + "; ".join(launch.excluded))
+    for named, active in decided.values():
+        maybe = _overrides(launch, named) if active else []
+        if maybe:
+            caveats.append(f"{named[0]} as given, though post-processing may change it for some models or "
+                           f"GPUs ({'; '.join(maybe[:3])}{'; …' if len(maybe) > 3 else ''})")
     undecided = sorted({n for named, active in decided.values() if active is None for n in named[:1]})
     if undecided:
         caveats.append(f"not decided by these flags ({', '.join(undecided)}): the code of every choice is kept")
