@@ -60,6 +60,7 @@ class CouplingsOut(TypedDict):
     sglang: Tree
     verdicts: list[dict[str, Any]]
     counts: dict[str, int]
+    launch: dict[str, Any]  # what the launch selects and what was left out (scoped: false with all_findings)
     findings: list[dict[str, Any]]
     findings_page: Page
     source_schema: str | None

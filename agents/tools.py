@@ -46,6 +46,7 @@ from eaglegate.agents.schemas import (
 from eaglegate.analyzer import source
 from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.analyzer.callgraph import CallGraph
+from eaglegate.analyzer.couplings.scope import for_launch
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
 from eaglegate.errors import UserError
 
@@ -445,13 +446,40 @@ def _affects(finding: dict[str, Any], worker: str) -> bool:
     return str(finding.get("worker_path", "both")).lower() in (worker.lower(), "both")
 
 
+def _mechanism_facts(mechanism: Any, detail: int, spec_map: SpecMap, cited: set[str]) -> dict[str, Any]:
+    """One mechanism row (its findings grouped): the site a verdict rests on first."""
+    sites = mechanism.sites
+    first = next((site for site in sites if site in cited), sites[0])
+    owner = mechanism.owner if detail >= 2 else _short(spec_map, mechanism.owner)
+    facts: dict[str, Any] = {"category": mechanism.category, "kind": mechanism.kind, "symbol": owner,
+                             "site": first, "worker_path": mechanism.worker_path,
+                             "severity": mechanism.severity, "reason": mechanism.reason,
+                             "sites": sites if detail else sites[:COMPACT_ITEMS]}
+    if not detail and len(sites) > COMPACT_ITEMS:
+        facts["more_sites"] = len(sites) - COMPACT_ITEMS
+    if detail >= 1:
+        finding = next((f for f in mechanism.findings if f.where == first), mechanism.findings[0])
+        facts["evidence"] = [step.render() for step in finding.evidence]
+    return facts
+
+
+def _choice(value: Any) -> str:
+    if isinstance(value, list):
+        return "/".join(str(v) for v in value) or "none"
+    return "undecided by the flags" if value is None else str(value)
+
+
 def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 15,
-                   category: str | None = None, worker: str | None = None,
+                   category: str | None = None, worker: str | None = None, flags: str = "",
+                   env: list[str] | None = None, all_findings: bool = False,
                    session: Session = SESSION) -> CouplingsOut:
-    """What ties the runtime to speculation being on, and the verdict per worker path."""
+    """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
+    mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
     category = _text("category", category, 40)
     worker = _text("worker", worker, 40)
+    flags = _text("flags", flags, 2000) or ""
+    env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
     tree = session.locate(args)
@@ -459,35 +487,51 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         analysis = session.analysis(tree)
         data = _coupling_report(analysis)
         spec_map = analysis.spec_map
+        view = None if all_findings else for_launch(analysis, flags, env)
     findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
     known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
-    if category:
-        if category not in known:
-            raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
-        findings = [f for f in findings if f.get("category") == category]
-    if worker:
-        findings = [f for f in findings if _affects(f, worker)]
+    if category and category not in known:
+        raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
     # What the verdicts rest on first, then other blocking findings: the first page holds
     # what stands in the way on the paths the scheduler takes.
-    cited = {f.get("site") for v in data.get("verdicts", []) if isinstance(v, dict)
+    cited = {str(f.get("site")) for v in data.get("verdicts", []) if isinstance(v, dict)
              for f in v.get("findings", []) if isinstance(f, dict)}
-    findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
-                                 str(f.get("category")), str(f.get("site"))))
-    counts: dict[str, int] = {}
-    for f in findings:
-        key = str(f.get("category", "other"))
-        counts[key] = counts.get(key, 0) + 1
-    chunk, meta = paginate(findings, page, page_size)
     verdicts = _verdicts(data, detail)
     if worker:
         verdicts = [v for v in verdicts if str(v.get("worker_path")).lower() == worker.lower()]
     said = "; ".join(_verdict_line(v) for v in verdicts)
-    summary = (f"SGLang {tree.version}: {len(findings)} coupling(s) "
-               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'}). Verdicts: {said}.")
+    if view is None:
+        if category:
+            findings = [f for f in findings if f.get("category") == category]
+        if worker:
+            findings = [f for f in findings if _affects(f, worker)]
+        findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
+                                     str(f.get("category")), str(f.get("site"))))
+        rows = [_finding_facts(f, detail, spec_map) for f in findings]
+        launch: dict[str, Any] = {"scoped": False}
+        counted = findings
+    else:
+        mechanisms = [m for m in view.mechanisms if (not category or m.category == category)
+                      and (not worker or m.worker_path in (worker.lower(), "both"))]
+        mechanisms.sort(key=lambda m: (not any(site in cited for site in m.sites), m.severity not in _BLOCKING))
+        rows = [_mechanism_facts(m, detail, spec_map, cited) for m in mechanisms]
+        launch = {"scoped": True, "selects": view.selects, "left_out": view.left_out,
+                  "caveats": [*view.launch.assumed, *view.caveats]}
+        counted = [{"category": m.category} for m in mechanisms]
+    counts: dict[str, int] = {}
+    for f in counted:
+        key = str(f.get("category", "other"))
+        counts[key] = counts.get(key, 0) + 1
+    chunk, meta = paginate(rows, page, page_size)
+    what = "coupling(s)" if view is None else "mechanism(s) for this launch"
+    scope = "" if view is None else (
+        " Launch selects " + ", ".join(f"{k} {_choice(v)}" for k, v in view.selects.items() if k != "workers")
+        + f"; {sum(view.left_out.values())} findings on code it does not run left out (all_findings=true lists them).")
+    summary = (f"SGLang {tree.version}: {len(rows)} {what} "
+               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'}).{scope} Verdicts: {said}.")
     return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
-            "verdicts": verdicts, "counts": counts,
-            "findings": [_finding_facts(f, detail, spec_map) for f in chunk], "findings_page": meta,
-            "source_schema": data.get("schema")}
+            "verdicts": verdicts, "counts": counts, "launch": launch,
+            "findings": chunk, "findings_page": meta, "source_schema": data.get("schema")}
 
 
 def _verdict_line(verdict: dict[str, Any]) -> str:
@@ -858,7 +902,10 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
             facts.pop("steps", None)  # map_paths and explain_symbol give the steps
         try:
             data = _coupling_report(analysis)
-            findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
+            view = for_launch(analysis, flags, env)
+            kept = {(f.where, f.symbol) for f in view.kept}
+            findings = [f for f in data.get("findings", []) if isinstance(f, dict)
+                        and (f.get("site"), f.get("symbol")) in kept]
             blocking = [f for f in findings if f.get("severity") in _BLOCKING]
             # The blocking findings the verdicts rest on, in the verdicts' order.
             cited = [(f.get("site"), f.get("symbol")) for v in data.get("verdicts", [])
@@ -871,7 +918,9 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
                                     for k in ("category", "kind", "symbol", "site", "worker_path")}
                                    for f in shown[:COMPACT_ITEMS * 2]],
                 "findings_total": len(findings), "blocking_total": len(blocking),
-                "more": "find_couplings pages through every finding (worker=v1|v2, category=...)"}
+                "blocking_mechanisms": len(view.blocking()), "launch_selects": view.selects,
+                "more": "find_couplings (same flags) pages through them by mechanism; all_findings=true "
+                        "lists every finding of every launch"}
         except AgentError as exc:
             verdicts = {"available": False, "note": str(exc)}
         except Exception as exc:  # noqa: BLE001 - one failing part must not sink the one-call answer
