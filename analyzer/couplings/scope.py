@@ -408,9 +408,9 @@ def _owner(finding: Finding) -> str:
     if finding.category == "config_cap":
         return str(finding.detail.get("setting", finding.symbol))
     symbol = finding.symbol.split(":", 1)[0]
-    head = symbol.rsplit(".", 1)[0]
-    # Methods group under their class (its qualified name has a capitalised last part).
-    return head if head.rsplit(".", 1)[-1][:1].isupper() else symbol
+    # Methods group under their class, module functions under their module (the qualified
+    # name's part before the function).
+    return symbol.rsplit(".", 1)[0]
 
 
 def _family_values(settings: Settings, launch: Launch, family: tuple[str, ...]) -> tuple[list[str], set[str] | None]:
