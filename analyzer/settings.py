@@ -72,6 +72,7 @@ class Resolved:
     env: dict[str, Any]
     applied: dict[str, list[Assignment]] = field(default_factory=dict)  # setting → assignments that fired
     uncertain: dict[str, list[Assignment]] = field(default_factory=dict)  # under unknown conditions
+    wanted: set[str] = field(default_factory=set)  # the settings whose post-processing was applied
 
 
 def _is_arg_module(name: str) -> bool:
@@ -255,7 +256,7 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
     values = {**settings.defaults, **{k: v for k, v in LAUNCH_PLACEHOLDERS.items() if k in settings.defaults},
               **flags}
     environment = {**settings.env_defaults, **env}
-    result = Resolved(values, environment)
+    result = Resolved(values, environment, wanted=set(wanted))
     for assignment in settings.assignments:
         if assignment.setting not in wanted:
             continue

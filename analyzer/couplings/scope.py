@@ -23,6 +23,7 @@ class, its sites beneath.
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,8 @@ class _Keying:
         self.cb = cb
         self._registered: dict[str, tuple[str, str]] | None = None  # function → (decorator, literal)
         self._calls = calls  # last name → (caller, call)
+        self._dicts: dict[str, dict[str, Keys]] = {}  # module → its dicts of literal keys
+        self._texts: dict[str, str] = {}
         self._families: dict[str, tuple[str, ...]] = {}
         # Memo per depth: an answer cut short by the depth limit is not the answer nearer the root.
         self._class: dict[tuple[str, int], list[Keys] | None] = {}
@@ -125,27 +128,40 @@ class _Keying:
     def _dict_keys(self, qn: str) -> Keys:
         """`{"triton": self._create_triton_backend, …}`: the key under which a dict of literal keys
         holds this function (searched in its own module)."""
-        cb = self.cb
+        module = self.cb.scope_module[qn].name
         name = qn.rsplit(".", 1)[-1]
-        module = cb.scope_module[qn]
-        path = cb.root / module.path
+        if module not in self._texts:
+            try:
+                self._texts[module] = (self.cb.root / self.cb.modules[module].path).read_text(encoding="utf-8-sig")
+            except (OSError, UnicodeDecodeError):
+                self._texts[module] = ""
+        # Parse a module only when the name stands behind a literal key (`"triton": self._create…`).
+        if not re.search(rf"""["']\s*:\s*(?:[\w]+\.)*{re.escape(name)}\b""", self._texts[module]):
+            return []
+        if module not in self._dicts:
+            self._dicts[module] = self._module_dicts(module)
+        return self._dicts[module].get(name, [])
+
+    def _module_dicts(self, module: str) -> dict[str, Keys]:
+        """Per name, the keys of the module's dict literals (all keys string constants) that hold it."""
+        path = self.cb.root / self.cb.modules[module].path
         try:
             tree = _module_ast(str(path), path.stat().st_mtime_ns)
         except OSError:
-            return []
-        if tree is None or name not in (cb.root / module.path).read_text(encoding="utf-8-sig"):
-            return []
-        found: Keys = []
-        for node in ast.walk(tree):
+            return {}
+        found: dict[str, Keys] = {}
+        for node in ast.walk(tree) if tree is not None else ():
             if not isinstance(node, ast.Dict) or len(node.keys) < 2:
                 continue
             keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
             if len(keys) != len(node.keys):
                 continue
+            family = tuple(sorted(keys))
             for key, value in zip(keys, node.values, strict=True):
-                if (isinstance(value, ast.Attribute) and value.attr == name) or \
-                        (isinstance(value, ast.Name) and value.id == name):
-                    found.append((tuple(sorted(keys)), key))
+                name = value.attr if isinstance(value, ast.Attribute) else value.id if isinstance(value, ast.Name) \
+                    else None
+                if name:
+                    found.setdefault(name, []).append((family, key))
         return found
 
     def cls(self, qn: str, depth: int = 0) -> list[Keys] | None:
@@ -259,17 +275,25 @@ def _alternatives(ctx: Context, calls: dict[str, list[tuple[str, Any]]]) -> tupl
 
 def _built_by(cb: Codebase, builders: set[str], calls: dict[str, list[tuple[str, Any]]]) -> set[str]:
     """Classes built somewhere, and only inside methods of `builders`."""
+    owners: dict[str, str | None] = {}
+
+    def owner(qn: str) -> str | None:
+        if qn not in owners:
+            owners[qn] = cb.owner_class(qn)
+        return owners[qn]
+
     found = set()
     for name, sites in calls.items():
-        if not name[:1].isupper():
-            continue  # classes are built by their (capitalised) names
+        # Classes are built by their (capitalised) names; look only at names a builder uses.
+        if not name[:1].isupper() or not any(owner(caller) in builders for caller, _ in sites):
+            continue
         by_class: dict[str, list[str]] = {}
         for caller, call in sites:
             for value in cb.values(call.func, caller):
                 if value[0] == "class" and value[1].rsplit(".", 1)[-1] == name:
                     by_class.setdefault(value[1], []).append(caller)
         for cls, callers in by_class.items():
-            if all(cb.owner_class(caller) in builders for caller in callers):
+            if all(owner(caller) in builders for caller in callers):
                 found.add(cls)
     return found
 
@@ -451,8 +475,11 @@ def for_launch(analysis: Any, flags: str = "", env: list[str] | None = None) -> 
 
     report = analysis.couplings
     settings = report.settings if report.settings is not None else analysis.settings
-    # The settings with declared choices are the ones findings may be keyed on.
-    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env, set(settings.choices))
+    # The settings with declared choices are the ones findings may be keyed on; the config
+    # caps' settings, to tell which of their post-processing runs.
+    wanted = set(settings.choices) | {str(f.detail.get("setting")) for f in report.findings
+                                      if f.category == "config_cap"}
+    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env, wanted)
     return scope_to_launch(report, launch, settings)
 
 
@@ -535,7 +562,9 @@ def _caps_not_run(settings: Settings, launch: Launch, findings: list[Finding]) -
     if not caps:
         return set()
     wanted = {str(f.detail.get("setting")) for f in caps}
-    resolved = resolve(settings, launch.flags, launch.env, wanted)
+    resolved = launch.resolved
+    if not wanted <= resolved.wanted:
+        resolved = resolve(settings, launch.flags, launch.env, wanted)
     ran = {(a.site.path, a.site.lineno) for group in (resolved.applied, resolved.uncertain)
            for items in group.values() for a in items}
     known = {(a.site.path, a.site.lineno) for a in settings.assignments if a.setting in wanted}
