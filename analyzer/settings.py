@@ -58,6 +58,8 @@ class Settings:
     env_defaults: dict[str, Any]
     assignments: list[Assignment]
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting → its `choices=` list
+    # The settings class's methods that only return an expression (`is_attention_backend_not_set`).
+    predicates: dict[str, ast.expr] = field(default_factory=dict)
 
     def flag_for(self, setting: str) -> str:
         return "--" + setting.replace("_", "-")
@@ -95,6 +97,7 @@ def read_settings(codebase: Codebase) -> Settings:
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
     choices: dict[str, tuple[str, ...]] = {}
+    predicates: dict[str, ast.expr] = {}
     contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
         arg_module = _is_arg_module(name)
@@ -104,6 +107,10 @@ def read_settings(codebase: Codebase) -> Settings:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for stmt in node.body:
+                    if arg_module and isinstance(stmt, ast.FunctionDef) and len(stmt.args.args) == 1 \
+                            and len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Return) \
+                            and stmt.body[0].value is not None:
+                        predicates.setdefault(stmt.name, stmt.body[0].value)
                     if arg_module and isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                         if not stmt.target.id.startswith("_"):
                             defaults.setdefault(stmt.target.id, _constant(stmt.value))
@@ -139,7 +146,7 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
-    return Settings(defaults, flags, env_defaults, assignments, choices)
+    return Settings(defaults, flags, env_defaults, assignments, choices, predicates)
 
 
 def _choices(call: ast.Call, module: ast.Module) -> tuple[str, ...]:
@@ -260,7 +267,7 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
     for assignment in settings.assignments:
         if assignment.setting not in wanted:
             continue
-        verdict = _all_true(assignment.context + assignment.site.cond, values, environment)
+        verdict = _all_true(assignment.context + assignment.site.cond, values, environment, settings.predicates)
         if verdict is True:
             values[assignment.setting] = assignment.value
             result.applied.setdefault(assignment.setting, []).append(assignment)
@@ -269,14 +276,15 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
     return result
 
 
-def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any]) -> Any:
+def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any],
+              predicates: dict[str, ast.expr] | None = None) -> Any:
     outcome: Any = True
     for text in conds:
         try:
             node = ast.parse(text, mode="eval").body
         except SyntaxError:
             return UNKNOWN
-        value = evaluate(node, values, env)
+        value = evaluate(node, values, env, predicates)
         if value is False:
             return False
         if value is UNKNOWN:
@@ -284,29 +292,34 @@ def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any
     return outcome
 
 
-def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any:
-    """Three-valued evaluation of a condition over settings and environment variables."""
+def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any],
+             predicates: dict[str, ast.expr] | None = None, depth: int = 0) -> Any:
+    """Three-valued evaluation of a condition over settings and environment variables;
+    `predicates`: the settings class's one-line boolean methods (`self.is_x_not_set()`)."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        items = [evaluate(e, values, env) for e in node.elts]
+        items = [evaluate(e, values, env, predicates, depth) for e in node.elts]
         return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return values.get(node.attr, UNKNOWN) if node.attr in values else UNKNOWN
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
-            target = evaluate(func.value, values, env)
-            args = [evaluate(a, values, env) for a in node.args]
+            target = evaluate(func.value, values, env, predicates, depth)
+            args = [evaluate(a, values, env, predicates, depth) for a in node.args]
             if isinstance(target, str) and all(isinstance(a, str) for a in args):
                 return getattr(target, func.attr)(*args)
             return UNKNOWN
+        if predicates and isinstance(func, ast.Attribute) and func.attr in predicates and not node.args \
+                and depth < 3:
+            return evaluate(predicates[func.attr], values, env, predicates, depth + 1)
         return _env_call(node, env)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        inner = evaluate(node.operand, values, env)
+        inner = evaluate(node.operand, values, env, predicates, depth)
         return UNKNOWN if inner is UNKNOWN else not inner
     if isinstance(node, ast.BoolOp):
-        results = [evaluate(v, values, env) for v in node.values]
+        results = [evaluate(v, values, env, predicates, depth) for v in node.values]
         if isinstance(node.op, ast.And):
             if any(r is not UNKNOWN and not r for r in results):
                 return False
@@ -315,8 +328,8 @@ def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any
             return True
         return UNKNOWN if any(r is UNKNOWN for r in results) else False
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        left = evaluate(node.left, values, env)
-        right = evaluate(node.comparators[0], values, env)
+        left = evaluate(node.left, values, env, predicates, depth)
+        right = evaluate(node.comparators[0], values, env, predicates, depth)
         if left is UNKNOWN or right is UNKNOWN:
             return UNKNOWN
         return _compare(node.ops[0], left, right)

@@ -512,7 +512,7 @@ def scope_to_launch(report: CouplingReport, launch: Launch, settings: Settings) 
         caveats.append("no EAGLE worker is selected under these flags: " + "; ".join(launch.excluded))
     for named, active in decided.values():
         maybe = _overrides(launch, named) if active else []
-        if maybe:
+        if maybe and not any(c.startswith(f"{named[0]} as given") for c in caveats):
             caveats.append(f"{named[0]} as given, though post-processing may change it for some models or "
                            f"GPUs ({'; '.join(maybe[:3])}{'; …' if len(maybe) > 3 else ''})")
     undecided = sorted({n for named, active in decided.values() if active is None for n in named[:1]})
