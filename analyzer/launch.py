@@ -26,7 +26,7 @@ from eaglegate.analyzer.settings import (
     resolve,
 )
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap, selection_formulas
-from eaglegate.analyzer.step_calls import _module_ast
+from eaglegate.analyzer.step_calls import module_ast
 
 # The question is about EAGLE: a launch that names no algorithm is taken as EAGLE-3.
 DEFAULT_ALGORITHM = "EAGLE3"
@@ -152,7 +152,7 @@ def _enum_member(cb: Codebase, scope_qn: str, cls_name: str, member: str) -> str
         module = cb.scope_module[value[1]]
         path = Path(cb.root) / module.path
         try:
-            tree = _module_ast(str(path), path.stat().st_mtime_ns)
+            tree = module_ast(str(path), path.stat().st_mtime_ns)
         except OSError:
             return None
         for node in ast.walk(tree) if tree is not None else ():

@@ -452,7 +452,7 @@ def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionD
         return None
     path = Path(cb.root) / cb.scope_module[qn].path
     try:
-        module = _module_ast(str(path), path.stat().st_mtime_ns)
+        module = module_ast(str(path), path.stat().st_mtime_ns)
     except OSError:
         return None
     if module is None:
@@ -470,7 +470,7 @@ def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionD
 
 
 @lru_cache(maxsize=32)
-def _module_ast(path: str, mtime_ns: int) -> ast.Module | None:
+def module_ast(path: str, mtime_ns: int) -> ast.Module | None:
     """One parse per file version (the mtime keys it: trees are patched in place)."""
     try:
         return ast.parse(Path(path).read_text(encoding="utf-8-sig"))

@@ -61,8 +61,11 @@ def register(app: typer.Typer) -> None:
         """
         from eaglegate.analyzer.analysis import analyze
         from eaglegate.analyzer.couplings.scope import for_launch
+        from eaglegate.errors import UserError
         from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 
+        if show_all and (flags or env):
+            raise UserError("--all lists every finding of every launch: give either --all or --flags/--env")
         tree = locate_tree(path, python, git, rev, version)
         with err.status(f"analysing {tree.label}…"):
             analysis = analyze(tree)

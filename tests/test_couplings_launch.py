@@ -272,3 +272,9 @@ def test_scoping_a_synthetic_program(tmp_path):
     view = for_launch(a, "--speculative-algorithm EAGLE")
     assert view.launch.workers
     assert len(view.kept) == len(a.couplings.findings) and not view.left_out
+
+
+def test_cli_refuses_all_with_flags_in_one_line():
+    proc = _cli("--all", "--flags", TRITON)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--all" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

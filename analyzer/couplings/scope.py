@@ -33,7 +33,7 @@ from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.launch import Launch
 from eaglegate.analyzer.settings import UNKNOWN, Settings
-from eaglegate.analyzer.step_calls import _module_ast
+from eaglegate.analyzer.step_calls import module_ast
 
 _KEY_DEPTH = 4  # keyed functions and classes followed outwards from a construction site
 Keys = list[tuple[tuple[str, ...], str]]  # (family, key) pairs that must all be active
@@ -146,7 +146,7 @@ class _Keying:
         """Per name, the keys of the module's dict literals (all keys string constants) that hold it."""
         path = self.cb.root / self.cb.modules[module].path
         try:
-            tree = _module_ast(str(path), path.stat().st_mtime_ns)
+            tree = module_ast(str(path), path.stat().st_mtime_ns)
         except OSError:
             return {}
         found: dict[str, Keys] = {}
