@@ -546,6 +546,8 @@ def build_report(analysis: Any, with_couplings: bool = True) -> Report:
                 names.add(qn)
         for hop in [h for p in paths for h in p.hops] + [h for s in steps for h in s.hops]:
             names.update((hop.caller, hop.callee))
+        for _, call in workers[-1].below():
+            names.update((call.caller, call.callee))
     sched_scope = cb.scopes.get(spec_map.scheduler)
     sched_at = _where(cb.site(spec_map.scheduler, sched_scope.lineno)) if sched_scope else None
     couplings = _couplings(analysis) if with_couplings else Couplings(False, "couplings not computed")

@@ -268,3 +268,30 @@ def test_no_model_call_where_nothing_replays_a_graph(tmp_path):
     # `other` calls the eager path directly: no graph replay below it, so it is not a model call.
     calls = _calls(tmp_path, "other")
     assert not [c for c in calls if c.kind in ("model", "graph_replay", "kv_alloc", "kv_free")]
+
+
+def test_reports_carry_the_deeper_map():
+    import json
+
+    import jsonschema
+
+    from eaglegate.analyzer.analysis import analyze
+    from eaglegate.reports.html import render_html
+    from eaglegate.reports.markdown import render_markdown
+    from eaglegate.reports.model import Report, build_report
+
+    report = build_report(analyze(release("0.5.9")), with_couplings=False)
+    data = report.to_json()
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schema-report.json").read_text())
+    jsonschema.validate(data, schema)
+    v1 = next(w for w in data["workers"] if w["label"] == "v1")
+    verify = [c for s in v1["steps"] if s["kind"] == "verify" for c in s["calls"] if c["kind"] == "model"]
+    assert verify and "TARGET_VERIFY" in verify[0]["mode"][0] and verify[0]["graph"].startswith("replay if ")
+    # Saved and read back, the deeper calls survive (diff works on saved reports).
+    assert Report.from_json(data).to_json() == data
+    markdown = render_markdown(report)
+    assert "| below | kind | call | site | mode / graph | condition |" in markdown
+    assert "| verify | model | `TpModelWorker.forward_batch_generation`" in markdown
+    assert "| decode preparation | early_return |" in markdown
+    html = render_html(report)
+    assert "<th>mode / graph</th>" in html and "FutureMap.resolve_future" in html
