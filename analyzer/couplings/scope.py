@@ -26,14 +26,16 @@ import ast
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglegate.analyzer.couplings.model import CouplingReport, Finding
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.launch import Launch
 from eaglegate.analyzer.settings import UNKNOWN, Settings
 from eaglegate.analyzer.step_calls import module_ast
+
+if TYPE_CHECKING:  # the detectors' context: only the cold analysis builds one
+    from eaglegate.analyzer.couplings.registry import Context
 
 _KEY_DEPTH = 4  # keyed functions and classes followed outwards from a construction site
 Keys = list[tuple[tuple[str, ...], str]]  # (family, key) pairs that must all be active
@@ -391,9 +393,12 @@ class LaunchScope:
         return [m for m in self.mechanisms if m.severity == "blocks-runtime-switch"]
 
     def to_json(self) -> dict[str, Any]:
-        data = self.report.to_json()
-        data["findings"] = [f.to_json() for f in self.kept]
-        data["counts"] = {c: sum(1 for f in self.kept if f.category == c) for c in data["counts"]}
+        # The report's JSON with only the kept findings (and their counts).
+        everything, self.report.findings = self.report.findings, self.kept
+        try:
+            data = self.report.to_json()
+        finally:
+            self.report.findings = everything
         data["launch"] = {"flags": {k: _plain(v) for k, v in self.launch.flags.items()},
                           "env": {k: _plain(v) for k, v in self.launch.env.items()},
                           "selects": self.selects, "left_out": self.left_out,
