@@ -49,6 +49,8 @@ class MapOut(TypedDict):
     workers: list[dict[str, Any]]
     paths: list[dict[str, Any]]
     paths_page: Page
+    below: list[Any]  # what the steps do one level deeper, paged by `below_page`
+    below_page: Page
     parse_failures: int
 
 
@@ -58,6 +60,7 @@ class CouplingsOut(TypedDict):
     sglang: Tree
     verdicts: list[dict[str, Any]]
     counts: dict[str, int]
+    launch: dict[str, Any]  # what the launch selects and what was left out (scoped: false with all_findings)
     findings: list[dict[str, Any]]
     findings_page: Page
     source_schema: str | None

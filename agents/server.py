@@ -107,12 +107,16 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
                   python: Python = None, detail: Detail = 0, page: PageNo = 1,
                   page_size: PageSize = 10,
                   worker: Annotated[str | None, Field(max_length=40, description="v1 or v2 (or a class name) to see one worker.")] = None,
+                  below_page: PageNo = 1,
                   ) -> MapOut:
         """How the Scheduler's event loops reach each EAGLE worker (v1 EAGLEWorker, v2 EAGLEWorkerV2):
         every hop with file:line and the condition it sits under, where the worker class is chosen, and its
-        draft/verify/draft-extend steps. Paths of all event loops are paged."""
+        draft/verify/draft-extend steps. Paths of all event loops are paged (page). `below` lists what each
+        step does one level deeper (model calls with forward mode and graph replay or eager, KV-slot
+        allocation and free, decode preparation, result processing, the calls beside the worker's entry),
+        paged by below_page."""
         return _call(tools.map_paths, tree(version, path, git, rev, python), detail=detail, page=page,
-                     page_size=page_size, worker=worker, session=session)
+                     page_size=page_size, worker=worker, below_page=below_page, session=session)
 
     @server.tool(annotations=READ_ONLY)
     def find_couplings(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
@@ -120,12 +124,18 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
                        page_size: PageSize = 15,
                        category: Annotated[str | None, Field(max_length=40, description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
                        worker: Annotated[str | None, Field(max_length=8, description="v1 or v2: findings affecting that worker path.")] = None,
+                       flags: Annotated[str, Field(max_length=2000, description="The server's launch flags, as for plan_gate, e.g. '--speculative-algorithm EAGLE3 --attention-backend triton'.")] = "",
+                       env: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(max_length=32, description="Environment settings NAME=VALUE.")] = None,
+                       all_findings: Annotated[bool, Field(strict=True, description="Every finding of every launch, one per site, instead of the launch's mechanisms.")] = False,
                        ) -> CouplingsOut:
         """What ties SGLang's runtime to speculation being on (buffers, CUDA graphs, draft state, mode
         checks, config caps), each with file:line and why it blocks switching; and the verdict per worker
-        path (can a plain decode step run, by which route). Blocking findings come first; findings are paged."""
+        path (can a plain decode step run, by which route). Scoped to the launch (flags/env; the version's
+        default launch without them): one row per mechanism with its sites, blocking ones and those the
+        verdicts rest on first; paged."""
         return _call(tools.find_couplings, tree(version, path, git, rev, python), detail=detail, page=page,
-                     page_size=page_size, category=category, worker=worker, session=session)
+                     page_size=page_size, category=category, worker=worker, flags=flags, env=env,
+                     all_findings=all_findings, session=session)
 
     @server.tool(annotations=READ_ONLY)
     def explain_symbol(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,

@@ -46,6 +46,7 @@ from eaglegate.agents.schemas import (
 from eaglegate.analyzer import source
 from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.analyzer.callgraph import CallGraph
+from eaglegate.analyzer.couplings.scope import for_launch
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
 from eaglegate.errors import UserError
 
@@ -316,9 +317,41 @@ def _path_summary(analysis: Analysis, worker: WorkerMap) -> str:
             f"{len(worker.paths)} event loop(s) reach it")
 
 
+def _below_rows(sm: SpecMap, worker: WorkerMap, detail: int) -> list[Any]:
+    """The calls below the worker's steps and beside it (spec_map's one level deeper): model
+    calls with forward mode and graph replay, KV slots, decode preparation, result processing."""
+    rows: list[Any] = []
+    seen: set[tuple[str, str]] = set()
+    sides = (("decode preparation", worker.decode), ("result processing", worker.results),
+             ("beside the entry", worker.relay))
+    groups = [(step.kind, step.calls) for step in worker.steps] + list(sides)
+    for where, calls in groups:
+        for call in calls:
+            if (call.kind, call.site.where) in seen:
+                continue  # a step reached twice (draft → draft_forward) lists its calls once
+            seen.add((call.kind, call.site.where))
+            callee = _short(sm, call.callee) if call.callee in sm.callgraph.codebase.scopes else call.callee
+            modes = " | ".join(m.rsplit(".", 1)[-1] for m in call.detail.get("mode") or call.detail.get("modes") or [])
+            graph = call.detail.get("graph")
+            how = (f"replay if {' and '.join(graph['when'])}, else eager" if graph and graph["when"]
+                   else "replay" if graph or call.kind == "graph_replay"
+                   else "eager" if call.detail.get("eager") else "")
+            if detail == 0:
+                extra = "; ".join(part for part in (f"mode {modes}" if modes else "", f"graph {how}" if how else "")
+                                  if part)
+                rows.append(f"{worker.label} {where}: {call.kind} {callee} @ {call.site.where}"
+                            + (f" ({extra})" if extra else ""))
+            else:
+                rows.append({"worker": worker.label, "under": where, "kind": call.kind, "callee": callee,
+                             "site": call.site.where, "condition": _cond(call.site.cond, detail),
+                             "mode": modes, "graph": how})
+    return rows
+
+
 def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 10,
-              worker: str | None = None, session: Session = SESSION) -> MapOut:
-    """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line."""
+              worker: str | None = None, below_page: int = 1, session: Session = SESSION) -> MapOut:
+    """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line, and
+    what each worker step does one level deeper (`below`, paged by `below_page`)."""
     check_detail(detail)
     tree = session.locate(args)
     with session.lock:
@@ -344,6 +377,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
             if detail and started:
                 item["start_condition"] = _cond(started.cond, detail)
             paths.append(item)
+        below, below_meta = paginate([row for w in workers for row in _below_rows(sm, w, detail)],
+                                     below_page, page_size)
         summary = (f"SGLang {tree.version}: {_short(sm, sm.scheduler)} "
                    f"({_where(analysis, sm.scheduler)}). "
                    + " | ".join(_path_summary(analysis, w) for w in workers) + ".")
@@ -351,7 +386,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
                 "scheduler": {"class": _short(sm, sm.scheduler), "defined_at": _where(analysis, sm.scheduler),
                               "event_loops": len(sm.event_loops)},
                 "workers": [_worker_facts(analysis, w, detail) for w in workers],
-                "paths": paths, "paths_page": meta, "parse_failures": len(sm.failures)}
+                "paths": paths, "paths_page": meta, "below": below, "below_page": below_meta,
+                "parse_failures": len(sm.failures)}
 
 
 # ---------------------------------------------------------------- find_couplings
@@ -410,13 +446,40 @@ def _affects(finding: dict[str, Any], worker: str) -> bool:
     return str(finding.get("worker_path", "both")).lower() in (worker.lower(), "both")
 
 
+def _mechanism_facts(mechanism: Any, detail: int, spec_map: SpecMap, cited: set[str]) -> dict[str, Any]:
+    """One mechanism row (its findings grouped): the site a verdict rests on first."""
+    sites = mechanism.sites
+    first = next((site for site in sites if site in cited), sites[0])
+    owner = mechanism.owner if detail >= 2 else _short(spec_map, mechanism.owner)
+    facts: dict[str, Any] = {"category": mechanism.category, "kind": mechanism.kind, "symbol": owner,
+                             "site": first, "worker_path": mechanism.worker_path,
+                             "severity": mechanism.severity, "reason": mechanism.reason,
+                             "sites": sites if detail else sites[:COMPACT_ITEMS]}
+    if not detail and len(sites) > COMPACT_ITEMS:
+        facts["more_sites"] = len(sites) - COMPACT_ITEMS
+    if detail >= 1:
+        finding = next((f for f in mechanism.findings if f.where == first), mechanism.findings[0])
+        facts["evidence"] = [step.render() for step in finding.evidence]
+    return facts
+
+
+def _choice(value: Any) -> str:
+    if isinstance(value, list):
+        return "/".join(str(v) for v in value) or "none"
+    return "undecided by the flags" if value is None else str(value)
+
+
 def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 15,
-                   category: str | None = None, worker: str | None = None,
+                   category: str | None = None, worker: str | None = None, flags: str = "",
+                   env: list[str] | None = None, all_findings: bool = False,
                    session: Session = SESSION) -> CouplingsOut:
-    """What ties the runtime to speculation being on, and the verdict per worker path."""
+    """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
+    mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
     category = _text("category", category, 40)
     worker = _text("worker", worker, 40)
+    flags = _text("flags", flags, 2000) or ""
+    env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
     tree = session.locate(args)
@@ -424,42 +487,65 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         analysis = session.analysis(tree)
         data = _coupling_report(analysis)
         spec_map = analysis.spec_map
+        view = None if all_findings else for_launch(analysis, flags, env)
     findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
     known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
-    if category:
-        if category not in known:
-            raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
-        findings = [f for f in findings if f.get("category") == category]
-    if worker:
-        findings = [f for f in findings if _affects(f, worker)]
+    if category and category not in known:
+        raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
     # What the verdicts rest on first, then other blocking findings: the first page holds
     # what stands in the way on the paths the scheduler takes.
-    cited = {f.get("site") for v in data.get("verdicts", []) if isinstance(v, dict)
+    cited = {str(f.get("site")) for v in data.get("verdicts", []) if isinstance(v, dict)
              for f in v.get("findings", []) if isinstance(f, dict)}
-    findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
-                                 str(f.get("category")), str(f.get("site"))))
-    counts: dict[str, int] = {}
-    for f in findings:
-        key = str(f.get("category", "other"))
-        counts[key] = counts.get(key, 0) + 1
-    chunk, meta = paginate(findings, page, page_size)
     verdicts = _verdicts(data, detail)
     if worker:
         verdicts = [v for v in verdicts if str(v.get("worker_path")).lower() == worker.lower()]
     said = "; ".join(_verdict_line(v) for v in verdicts)
-    summary = (f"SGLang {tree.version}: {len(findings)} coupling(s) "
-               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'}). Verdicts: {said}.")
+    if view is None:
+        if category:
+            findings = [f for f in findings if f.get("category") == category]
+        if worker:
+            findings = [f for f in findings if _affects(f, worker)]
+        findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
+                                     str(f.get("category")), str(f.get("site"))))
+        rows = [_finding_facts(f, detail, spec_map) for f in findings]
+        launch: dict[str, Any] = {"scoped": False}
+        counted = findings
+    else:
+        mechanisms = [m for m in view.mechanisms if (not category or m.category == category)
+                      and (not worker or m.worker_path in (worker.lower(), "both"))]
+        mechanisms.sort(key=lambda m: (not any(site in cited for site in m.sites), m.severity not in _BLOCKING))
+        rows = [_mechanism_facts(m, detail, spec_map, cited) for m in mechanisms]
+        launch = {"scoped": True, "selects": view.selects, "left_out": view.left_out,
+                  "caveats": [*view.launch.assumed, *view.caveats]}
+        counted = [{"category": m.category} for m in mechanisms]
+    counts: dict[str, int] = {}
+    for f in counted:
+        key = str(f.get("category", "other"))
+        counts[key] = counts.get(key, 0) + 1
+    chunk, meta = paginate(rows, page, page_size)
+    what = "coupling(s)" if view is None else "mechanism(s) for this launch"
+    scope = "" if view is None else (
+        " Launch selects " + ", ".join(f"{k} {_choice(v)}" for k, v in view.selects.items() if k != "workers")
+        + f"; {sum(view.left_out.values())} findings on code it does not run left out (all_findings=true lists them).")
+    summary = (f"SGLang {tree.version}: {len(rows)} {what} "
+               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'}).{scope} Verdicts: {said}.")
     return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
-            "verdicts": verdicts, "counts": counts,
-            "findings": [_finding_facts(f, detail, spec_map) for f in chunk], "findings_page": meta,
-            "source_schema": data.get("schema")}
+            "verdicts": verdicts, "counts": counts, "launch": launch,
+            "findings": chunk, "findings_page": meta, "source_schema": data.get("schema")}
 
 
 def _verdict_line(verdict: dict[str, Any]) -> str:
+    """`v1 feasible via <route>` or `v2 blocked: <first reason>`; never an empty list."""
     who = verdict.get("worker_path") or "?"
     status = verdict.get("status") or "?"
     route = verdict.get("route")
-    return f"{who} {status}" + (f" ({route})" if route else "")
+    reasons = [str(r) for r in verdict.get("reasons", []) if r]
+    line = f"{who} {status}"
+    if route and route != "none":
+        line += f" via {route}"
+    elif reasons:
+        line += f": {reasons[0]}" + (f" (+{len(reasons) - 1} more reasons)" if len(reasons) > 1 else "")
+    return line
 
 
 # ---------------------------------------------------------------- explain_symbol
@@ -816,7 +902,10 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
             facts.pop("steps", None)  # map_paths and explain_symbol give the steps
         try:
             data = _coupling_report(analysis)
-            findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
+            view = for_launch(analysis, flags, env)
+            kept = {(f.where, f.symbol) for f in view.kept}
+            findings = [f for f in data.get("findings", []) if isinstance(f, dict)
+                        and (f.get("site"), f.get("symbol")) in kept]
             blocking = [f for f in findings if f.get("severity") in _BLOCKING]
             # The blocking findings the verdicts rest on, in the verdicts' order.
             cited = [(f.get("site"), f.get("symbol")) for v in data.get("verdicts", [])
@@ -829,7 +918,9 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
                                     for k in ("category", "kind", "symbol", "site", "worker_path")}
                                    for f in shown[:COMPACT_ITEMS * 2]],
                 "findings_total": len(findings), "blocking_total": len(blocking),
-                "more": "find_couplings pages through every finding (worker=v1|v2, category=...)"}
+                "blocking_mechanisms": len(view.blocking()), "launch_selects": view.selects,
+                "more": "find_couplings (same flags) pages through them by mechanism; all_findings=true "
+                        "lists every finding of every launch"}
         except AgentError as exc:
             verdicts = {"available": False, "note": str(exc)}
         except Exception as exc:  # noqa: BLE001 - one failing part must not sink the one-call answer

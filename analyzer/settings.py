@@ -18,7 +18,20 @@ from typing import Any
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.errors import UserError
 
-UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "unknown", "__bool__": None})()
+
+class _Unknown:
+    """A value the evaluator cannot decide; truth-testing it is an error (say what is known)."""
+
+    __bool__ = None
+
+    def __repr__(self) -> str:
+        return "unknown"
+
+    def __reduce__(self) -> str:
+        return "UNKNOWN"  # pickled by name: the one instance stays the one instance
+
+
+UNKNOWN: Any = _Unknown()
 _ARG_MODULE_HINTS = ("server_args", "arg_groups")
 _SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
 _STR_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
@@ -47,6 +60,9 @@ class Settings:
     assignments: list[Assignment]
     # Flags that take no value (`action="store_true"`, `nargs="?"`...); a bool default says so too.
     switches: set[str] = field(default_factory=set)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting → its `choices=` list
+    # The settings class's methods that only return an expression (`is_attention_backend_not_set`).
+    predicates: dict[str, ast.expr] = field(default_factory=dict)
 
     def flag_for(self, setting: str) -> str:
         return "--" + setting.replace("_", "-")
@@ -61,6 +77,7 @@ class Resolved:
     env: dict[str, Any]
     applied: dict[str, list[Assignment]] = field(default_factory=dict)  # setting → assignments that fired
     uncertain: dict[str, list[Assignment]] = field(default_factory=dict)  # under unknown conditions
+    wanted: set[str] = field(default_factory=set)  # the settings whose post-processing was applied
 
 
 def _is_arg_module(name: str) -> bool:
@@ -83,6 +100,8 @@ def read_settings(codebase: Codebase) -> Settings:
     switches: set[str] = set()
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
+    choices: dict[str, tuple[str, ...]] = {}
+    predicates: dict[str, ast.expr] = {}
     for failure in codebase.parsed.failures:
         if _is_arg_module(failure.path):
             # Without it every flag and default of the version would silently be unknown.
@@ -97,10 +116,19 @@ def read_settings(codebase: Codebase) -> Settings:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for stmt in node.body:
+                    if arg_module and isinstance(stmt, ast.FunctionDef) and len(stmt.args.args) == 1 \
+                            and len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Return) \
+                            and stmt.body[0].value is not None:
+                        predicates.setdefault(stmt.name, stmt.body[0].value)
                     if arg_module and isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                         if not stmt.target.id.startswith("_"):
                             defaults.setdefault(stmt.target.id, _constant(stmt.value))
                             flags.add("--" + stmt.target.id.replace("_", "-"))
+                            # Newer versions declare the argument in the annotation: `A[str, Arg(choices=…)]`.
+                            for inner in ast.walk(stmt.annotation):
+                                listed = _choices(inner, tree) if isinstance(inner, ast.Call) else ()
+                                if listed:
+                                    choices.setdefault(stmt.target.id, listed)
                     elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
                         env_type = _call_name(stmt.value.func)
                         if env_type in _ENV_TYPES and stmt.value.args:
@@ -110,11 +138,14 @@ def read_settings(codebase: Codebase) -> Settings:
             elif arg_module and isinstance(node, ast.Call) and _call_name(node.func) == "add_argument":
                 options = {k.arg: _constant(k.value) for k in node.keywords}
                 switch = options.get("action") in _SWITCH_ACTIONS or options.get("nargs") in ("?", "*")
-                for arg in node.args:
-                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
-                        flags.add(arg.value)
-                        if switch:
-                            switches.add(arg.value)
+                declared = [arg.value for arg in node.args if isinstance(arg, ast.Constant)
+                            and isinstance(arg.value, str) and arg.value.startswith("--")]
+                flags.update(declared)
+                if switch:
+                    switches.update(declared)
+                listed = _choices(node, tree)
+                for flag in declared if listed else ():
+                    choices[flag[2:].replace("-", "_")] = listed
         if not arg_module:
             continue
         for qual, scope in module.scopes.items():
@@ -128,7 +159,20 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
-    return Settings(defaults, flags, env_defaults, assignments, switches)
+    return Settings(defaults, flags, env_defaults, assignments, switches=switches, choices=choices,
+                    predicates=predicates)
+
+
+def _choices(call: ast.Call, module: ast.Module) -> tuple[str, ...]:
+    """The string choices an `add_argument` call declares: a literal list, or a module-level name."""
+    node = next((kw.value for kw in call.keywords if kw.arg == "choices"), None)
+    if isinstance(node, ast.Name):
+        node = next((stmt.value for stmt in module.body if isinstance(stmt, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets)), None)
+    value = _constant(node)
+    if isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
 
 
 def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None:
@@ -236,11 +280,11 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
     values = {**settings.defaults, **{k: v for k, v in LAUNCH_PLACEHOLDERS.items() if k in settings.defaults},
               **flags}
     environment = {**settings.env_defaults, **env}
-    result = Resolved(values, environment)
+    result = Resolved(values, environment, wanted=set(wanted))
     for assignment in settings.assignments:
         if assignment.setting not in wanted:
             continue
-        verdict = _all_true(assignment.context + assignment.site.cond, values, environment)
+        verdict = _all_true(assignment.context + assignment.site.cond, values, environment, settings.predicates)
         if verdict is True:
             values[assignment.setting] = assignment.value
             result.applied.setdefault(assignment.setting, []).append(assignment)
@@ -249,14 +293,15 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
     return result
 
 
-def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any]) -> Any:
+def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any],
+              predicates: dict[str, ast.expr] | None = None) -> Any:
     outcome: Any = True
     for text in conds:
         try:
             node = ast.parse(text, mode="eval").body
         except SyntaxError:
             return UNKNOWN
-        value = evaluate(node, values, env)
+        value = evaluate(node, values, env, predicates)
         if value is False:
             return False
         if value is UNKNOWN:
@@ -264,29 +309,34 @@ def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any
     return outcome
 
 
-def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any:
-    """Three-valued evaluation of a condition over settings and environment variables."""
+def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any],
+             predicates: dict[str, ast.expr] | None = None, depth: int = 0) -> Any:
+    """Three-valued evaluation of a condition over settings and environment variables;
+    `predicates`: the settings class's one-line boolean methods (`self.is_x_not_set()`)."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        items = [evaluate(e, values, env) for e in node.elts]
+        items = [evaluate(e, values, env, predicates, depth) for e in node.elts]
         return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return values.get(node.attr, UNKNOWN) if node.attr in values else UNKNOWN
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
-            target = evaluate(func.value, values, env)
-            args = [evaluate(a, values, env) for a in node.args]
+            target = evaluate(func.value, values, env, predicates, depth)
+            args = [evaluate(a, values, env, predicates, depth) for a in node.args]
             if isinstance(target, str) and all(isinstance(a, str) for a in args):
                 return getattr(target, func.attr)(*args)
             return UNKNOWN
+        if predicates and isinstance(func, ast.Attribute) and func.attr in predicates and not node.args \
+                and depth < 3:
+            return evaluate(predicates[func.attr], values, env, predicates, depth + 1)
         return _env_call(node, env)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        inner = evaluate(node.operand, values, env)
+        inner = evaluate(node.operand, values, env, predicates, depth)
         return UNKNOWN if inner is UNKNOWN else not inner
     if isinstance(node, ast.BoolOp):
-        results = [evaluate(v, values, env) for v in node.values]
+        results = [evaluate(v, values, env, predicates, depth) for v in node.values]
         if isinstance(node.op, ast.And):
             if any(r is not UNKNOWN and not r for r in results):
                 return False
@@ -295,8 +345,8 @@ def evaluate(node: ast.expr, values: dict[str, Any], env: dict[str, Any]) -> Any
             return True
         return UNKNOWN if any(r is UNKNOWN for r in results) else False
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        left = evaluate(node.left, values, env)
-        right = evaluate(node.comparators[0], values, env)
+        left = evaluate(node.left, values, env, predicates, depth)
+        right = evaluate(node.comparators[0], values, env, predicates, depth)
         if left is UNKNOWN or right is UNKNOWN:
             return UNKNOWN
         return _compare(node.ops[0], left, right)

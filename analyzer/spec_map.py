@@ -21,6 +21,7 @@ from eaglegate.analyzer.callgraph import CallGraph, load_codebase
 from eaglegate.analyzer.conditions import Formula, Literal, conflicts, formula, literals
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.source import SourceTree
+from eaglegate.analyzer.step_calls import Call, StepCalls, capturing_functions, graph_runner_classes
 from eaglegate.errors import UserError
 
 MAP_SCHEMA_VERSION = 1
@@ -39,6 +40,15 @@ class Question:
         ("draft", r"^_?draft$|^draft_forward$"),
     )
     max_path_len: int = 8
+    # One level below the steps (analyzer/step_calls.py): the forward-mode attribute, the
+    # verbs of KV-slot allocation and release, decode preparation, result processing and
+    # the requests' output tokens.
+    mode_attribute: str = "forward_mode"
+    kv_alloc: str = r"^alloc(_|$)"
+    kv_free: str = r"^free(_|$)"
+    decode_preparation: str = r"^prepare_for_decode$"
+    result_processing: str = r"^process_batch_result"
+    output_tokens: str = "output_ids"
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -73,10 +83,11 @@ class Step:
     function: str
     hops: list[Hop]
     site: Site  # the definition
+    calls: list[Call] = field(default_factory=list)  # what it does below (model calls, KV slots…)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "function": self.function, "defined_at": self.site.where,
-                "hops": [h.to_json() for h in self.hops]}
+                "hops": [h.to_json() for h in self.hops], "calls": [c.to_json() for c in self.calls]}
 
 
 @dataclass
@@ -103,6 +114,11 @@ class WorkerMap:
     paths: list[WorkerPath] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     note: str = ""  # why no paths are reported for a present worker
+    # The scheduler's side of the main path: decode preparation, result processing, and
+    # the calls beside the worker's entry (v2's FutureMap relay).
+    decode: list[Call] = field(default_factory=list)
+    results: list[Call] = field(default_factory=list)
+    relay: list[Call] = field(default_factory=list)
 
     @property
     def present(self) -> bool:
@@ -120,6 +136,9 @@ class WorkerMap:
             "selection": [s.to_json() for s in self.selection],
             "paths": [p.to_json() for p in self.paths],
             "steps": [s.to_json() for s in self.steps],
+            "decode_preparation": [c.to_json() for c in self.decode],
+            "result_processing": [c.to_json() for c in self.results],
+            "around_entry": [c.to_json() for c in self.relay],
             "note": self.note,
         }
 
@@ -148,6 +167,7 @@ class SpecMap:
     # The functions the map expanded: later queries grow the shared call graph, so what
     # the map itself looked at is kept apart.
     mapped: frozenset[str] = frozenset()
+    graph_runners: frozenset[str] = frozenset()  # classes that capture CUDA graphs
 
     def worker(self, label_or_name: str) -> WorkerMap | None:
         return next((w for w in self.workers if label_or_name in (w.label, w.name)), None)
@@ -380,9 +400,37 @@ def build_map(
             worker.paths = _paths(cg, loops, worker, reached)
         workers.append(worker)
 
+    mapped = frozenset(cg.expanded)
+    runners = graph_runner_classes(cb, capturing_functions(cb))
+    details = StepCalls(cg, question, runners)
+    for worker in workers:
+        _deeper(details, worker, scheduler, reached)
     timing["map"] = time.perf_counter() - start
     failures = [{"path": f.path, "line": f.lineno, "message": f.message} for f in cb.parsed.failures]
-    return SpecMap(tree, scheduler, loops, workers, failures, timing, cg, frozenset(cg.expanded))
+    return SpecMap(tree, scheduler, loops, workers, failures, timing, cg, mapped, frozenset(runners))
+
+
+def main_path(worker: WorkerMap, scheduler: str) -> WorkerPath | None:
+    """The worker's main path: from a loop the scheduler class defines itself (mixins add the
+    specialised ones), the shortest."""
+    own = [p for p in worker.paths if p.event_loop.startswith(scheduler + ".")] or worker.paths
+    return min(own, key=lambda p: (len(p.hops), p.event_loop)) if own else None
+
+
+def _deeper(details: StepCalls, worker: WorkerMap, scheduler: str, reached: set[str]) -> None:
+    """One level below the steps, and the scheduler's side of the worker's main path."""
+    cb = details.cb
+    scheduler_family = set(cb.mro(scheduler))
+    main = main_path(worker, scheduler)
+    if main is None or worker.cls is None:
+        return
+    package = worker.cls.rsplit(".", 2)[0] + "."
+    for step in worker.steps:
+        step.calls = details.step(step.function, package)
+    worker.decode = details.decode_preparation(main.event_loop, reached, scheduler_family)
+    worker.results = details.result_processing(main.event_loop, reached, scheduler_family)
+    last = main.hops[-1]
+    worker.relay = details.relay(last.caller, last.callee, last.site)
 
 
 def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: set[str]) -> list[WorkerPath]:

@@ -35,9 +35,13 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--evidence", help="Show each finding's evidence chain in the table.")
         ] = False,
         show_all: Annotated[
-            bool, typer.Option("--all", help="Also list compatible findings (spec-sized, but a plain "
-                               "step still fits).")
+            bool, typer.Option("--all", help="Keep every finding: no scoping to the launch, compatible ones "
+                               "too, one row per finding.")
         ] = False,
+        flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, as for `plan`, e.g. '
+                                           '"--speculative-algorithm EAGLE3 --attention-backend triton".')] = "",
+        env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, "
+                                                      "NAME=VALUE (repeatable).")] = None,
         path: PathOpt = None,
         python: PythonOpt = None,
         git: GitOpt = None,
@@ -45,22 +49,36 @@ def register(app: typer.Typer) -> None:
         version: VersionOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """List what ties SGLang's runtime to speculation being on, with a verdict per worker path.
+        """List what ties SGLang's runtime to speculation being on, for your launch, with a verdict per
+        worker path.
 
-        Each finding is found by data flow from the speculative settings and carries its
-        evidence chain (file:line). The JSON schema is eaglegate.couplings/1.
+        By default only what the launch runs is listed (its worker path, attention backend, event
+        loops; decided like `plan` from --flags and --env, or the version's default launch), one row
+        per mechanism with its sites beneath. Each finding is found by data flow from the speculative
+        settings and carries its evidence chain (file:line). The JSON schema is eaglegate.couplings/1.
 
-        Example: eaglegate couplings --version 0.5.9 --category cuda_graph --evidence
+        Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
-        from eaglegate.analyzer.couplings import find_couplings
-        from eaglegate.reports.couplings_terminal import render_couplings
+        from eaglegate.analyzer.analysis import analyze
+        from eaglegate.analyzer.couplings.scope import for_launch
+        from eaglegate.errors import UserError
+        from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 
+        if show_all and (flags or env):
+            raise UserError("--all lists every finding of every launch: give either --all or --flags/--env")
         tree = locate_tree(path, python, git, rev, version)
         with err.status(f"analysing {tree.label}…"):
-            report = find_couplings(tree)
+            analysis = analyze(tree)
+            scoped = None if show_all else for_launch(analysis, flags, env or [])
+            report = analysis.couplings
         if category:
             report.findings = [f for f in report.findings if f.category in category]
+            if scoped is not None:
+                scoped.kept = [f for f in scoped.kept if f.category in category]
         if as_json:
-            print_json(report.to_json())
+            print_json(report.to_json() if scoped is None else scoped.to_json())
             return
-        render_couplings(report, out, evidence=evidence, show_all=show_all)
+        if scoped is None:
+            render_couplings(report, out, evidence=evidence, show_all=True)
+        else:
+            render_scoped(scoped, out, evidence=evidence)

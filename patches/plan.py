@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.conditions import atoms_of, satisfiable
+from eaglegate.analyzer.launch import selected_workers, selection_atoms
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
-from eaglegate.analyzer.spec_map import WorkerMap, selection_formulas
+from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
@@ -65,32 +65,13 @@ class GatePlan:
 
 
 def _atoms(analysis: Analysis) -> set[str]:
-    return {atom for w in analysis.spec_map.workers if w.present
-            for _, formulas in selection_formulas(analysis.codebase, w) for f in formulas
-            for atom in atoms_of(f)}
+    return selection_atoms(analysis.spec_map, analysis.codebase)
 
 
 def _selected(analysis: Analysis, resolved: Resolved) -> tuple[list[WorkerMap], list[str]]:
-    """Workers whose selection conditions can all hold under the resolved settings, and a
-    line for each present worker they rule out."""
-    known = {atom: bool(value) for atom, value in resolved.values.items() if value is not UNKNOWN}
-    chosen, excluded = [], []
-    for worker in analysis.spec_map.workers:
-        if not worker.present:
-            continue
-        if not worker.reachable:
-            if worker.note:
-                excluded.append(f"{worker.name} ({worker.label}): {worker.note}")
-            continue
-        alternatives = selection_formulas(analysis.codebase, worker)
-        if any(satisfiable(formulas, known) for _, formulas in alternatives):
-            chosen.append(worker)
-            continue
-        for sites, _ in alternatives:
-            conditions = "; ".join(f"{site.where}: " + " and ".join(site.cond) for site in sites if site.cond)
-            excluded.append(f"{worker.name} ({worker.label}) is not built under these settings: "
-                            f"{conditions} cannot all hold")
-    return chosen, excluded
+    """Workers whose selection conditions can all hold under the resolved settings (one
+    decision for plan and couplings: `analyzer.launch`)."""
+    return selected_workers(analysis.spec_map, analysis.codebase, resolved)
 
 
 def _decisions(settings: Settings, resolved: Resolved, flags: dict[str, Any], env: dict[str, Any],

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglegate.analyzer.couplings import CATEGORIES, SEVERITIES, CouplingReport, Finding
+from eaglegate.analyzer.couplings.scope import LaunchScope, Mechanism
 
 _STATUS_STYLE = {"feasible": "green", "feasible-natively": "green", "blocked": "red", "absent": "dim",
                  "unknown": "yellow"}
@@ -36,15 +37,7 @@ def render_couplings(report: CouplingReport, console: Console, evidence: bool = 
                      show_all: bool = False) -> None:
     console.print(f"[bold]SGLang {escape(report.version)}[/bold]  {len(report.findings)} couplings: "
                   + ", ".join(f"{c} {n}" for c, n in report.counts().items()))
-    for verdict in report.verdicts:
-        style = _STATUS_STYLE.get(verdict.status, "bold")
-        console.print(f"[bold]{verdict.worker}[/bold] {escape(verdict.cls or '')}: "
-                      f"[{style}]{verdict.status}[/{style}]"
-                      + (f" — {escape(verdict.route)}" if verdict.route != "none" else ""))
-        if verdict.cost:
-            console.print(f"  cost: {escape(verdict.cost)}")
-        for reason in verdict.reasons:
-            console.print(f"  · {escape(reason)}")
+    _verdicts(report, console)
     hidden = 0
     for category in CATEGORIES:
         findings = report.by_category(category)
@@ -55,6 +48,82 @@ def render_couplings(report: CouplingReport, console: Console, evidence: bool = 
     if hidden:
         console.print(f"[dim]{hidden} compatible findings not shown (spec-sized, but a plain step "
                       "still fits): --all lists them, --json has everything.[/dim]")
+
+
+def render_scoped(scoped: LaunchScope, console: Console, evidence: bool = False) -> None:
+    """The couplings that apply to one launch: what it selects, the verdicts, one row per mechanism."""
+    report = scoped.report
+    selects = ", ".join(f"{k} {_value(v)}" for k, v in scoped.selects.items() if k != "workers")
+    console.print(f"[bold]SGLang {escape(report.version)}[/bold]  launch: "
+                  f"{escape(' '.join(_flag_text(k, v) for k, v in scoped.launch.flags.items()))}"
+                  + "".join(f"  {escape(k)}={escape(str(v))}" for k, v in scoped.launch.env.items()))
+    console.print(f"  selects: {escape(selects)}")
+    for caveat in [*scoped.launch.assumed, *scoped.caveats]:
+        console.print(f"  [yellow]note[/yellow] {escape(caveat)}")
+    _verdicts(report, console, selected=scoped.launch.labels)
+    rows = [m for m in scoped.mechanisms if m.severity not in _HIDDEN_BY_DEFAULT]
+    blocking = [m for m in rows if m.severity == "blocks-runtime-switch"]
+    console.print(f"{len(scoped.kept)} of {len(report.findings)} couplings apply to this launch; "
+                  f"{len(blocking)} blocking mechanisms ({sum(len(m.findings) for m in blocking)} sites)")
+    for category in CATEGORIES:
+        of_category = [m for m in rows if m.category == category]
+        if of_category:
+            console.print(_mechanism_table(category, of_category, evidence))
+    hidden = sum(len(m.findings) for m in scoped.mechanisms if m.severity in _HIDDEN_BY_DEFAULT)
+    left = sum(scoped.left_out.values())
+    if hidden or left:
+        console.print(f"[dim]not listed: {hidden} compatible (a plain step still fits); {left} outside this "
+                      "launch: " + "; ".join(f"{n} {r}" for r, n in sorted(scoped.left_out.items(),
+                                                                          key=lambda item: -item[1]))
+                      + ". --all lists every finding.[/dim]")
+
+
+def _value(value: object) -> str:
+    if isinstance(value, list):
+        return "/".join(str(v) for v in value) or "none"
+    return "not decided by the flags" if value is None else str(value)
+
+
+def _flag_text(setting: str, value: object) -> str:
+    flag = "--" + setting.replace("_", "-")
+    return flag if value is True else f"{flag} {value}"
+
+
+def _mechanism_table(category: str, mechanisms: list[Mechanism], evidence: bool) -> Table:
+    table = Table(title=f"{category} ({len(mechanisms)})", title_justify="left", show_lines=True, expand=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("path", no_wrap=True)
+    for column, ratio in (("mechanism", 2), ("sites", 2), ("reason", 3)):
+        table.add_column(column, overflow="fold", ratio=ratio)
+    for m in mechanisms:
+        first = m.findings[0]
+        by_file: dict[str, list[str]] = {}
+        for site in m.sites:
+            path, line = site.rsplit(":", 1)
+            by_file.setdefault(path, []).append(line)
+        sites = "\n".join(f"{path}:{','.join(lines)}" for path, lines in by_file.items())
+        reason = m.reason
+        if evidence:
+            reason += "".join(f"\n  ← {s.render()}" for s in reversed(first.evidence))
+        style = _SEVERITY_STYLE.get(m.severity, "")
+        table.add_row(f"[{style}]{_SEVERITY_LABEL.get(m.severity, m.severity)}[/{style}]", m.kind, m.worker_path,
+                      escape(_short(m.owner)), escape(sites), escape(reason))
+    return table
+
+
+def _verdicts(report: CouplingReport, console: Console, selected: set[str] | None = None) -> None:
+    for verdict in report.verdicts:
+        style = _STATUS_STYLE.get(verdict.status, "bold")
+        mark = "" if selected is None else (" [bold](this launch)[/bold]" if verdict.worker in selected
+                                            else " [dim](not built by this launch)[/dim]")
+        console.print(f"[bold]{verdict.worker}[/bold]{mark} {escape(verdict.cls or '')}: "
+                      f"[{style}]{verdict.status}[/{style}]"
+                      + (f" — {escape(verdict.route)}" if verdict.route != "none" else ""))
+        if verdict.cost:
+            console.print(f"  cost: {escape(verdict.cost)}")
+        for reason in verdict.reasons:
+            console.print(f"  · {escape(reason)}")
 
 
 def _table(title: str, findings: list[Finding], evidence: bool) -> Table:

@@ -202,6 +202,16 @@ def render_html(report: Report) -> str:
                 f"<td>{_source(report, step.defined_at)}</td>"
                 f"<td>{_source(report, step.hops[-1].at) if step.hops else ''}</td></tr>")
         add("</table>")
+        below = w.below()
+        if below:
+            add("<table><tr><th>below</th><th>kind</th><th>call</th><th>site</th><th>mode / graph</th></tr>")
+            for where, call in below:
+                how = "; ".join(part for part in (" | ".join(m.rsplit(".", 1)[-1] for m in call.mode), call.graph)
+                                if part)
+                add(f'<tr data-qn="{_e(call.callee)}"><td>{_e(where)}</td><td>{_e(call.kind)}</td>'
+                    f"<td><code>{_e(report.name(call.callee))}</code></td>"
+                    f"<td>{_source(report, call.at)}{_cond(call.at.condition)}</td><td>{_e(how)}</td></tr>")
+            add("</table>")
 
     add("<h2>Couplings</h2>")
     c = report.couplings

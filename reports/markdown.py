@@ -108,6 +108,17 @@ def render_markdown(report: Report) -> str:
             add(f"| {step.kind} | {md_cell(code(report.name(step.function)))} | {code(step.defined_at.text)} | "
                 f"{code(step.hops[-1].at.text) if step.hops else ''} |")
         add("")
+        below = w.below()
+        if below:
+            add("| below | kind | call | site | mode / graph | condition |")
+            add("|---|---|---|---|---|---|")
+            for where, call in below:
+                how = " | ".join(m.rsplit(".", 1)[-1] for m in call.mode)
+                how = "; ".join(part for part in (how, call.graph) if part)
+                cond = " and ".join(call.at.condition)
+                add(f"| {where} | {call.kind} | {md_cell(code(report.name(call.callee)))} | {code(call.at.text)} | "
+                    f"{md_cell(how)} | {md_cell(code(cond)) if cond else ''} |")
+            add("")
 
     add("## Couplings\n")
     c = report.couplings

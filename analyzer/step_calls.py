@@ -1,0 +1,478 @@
+"""One level below the map's steps: the calls that matter when speculation is switched.
+
+For each worker step (draft, verify, draft extend) this module lists, from the parsed
+tree, with file:line and the conditions of each call:
+
+- `model`: a call that runs a model forward (it reaches a CUDA-graph runner's replay
+  within a few calls), with the forward mode set before it and whether it replays a
+  graph (and under which condition) or runs eagerly;
+- `graph_replay` / `graph_runtime`: calls into a graph runner at run time (the replay
+  itself; the checks and preparation beside it, such as `can_run`);
+- `kv_alloc` / `kv_free`: allocations and frees of KV-cache slots;
+- `mode`: assignments of the forward mode;
+- `output_append`: a step growing the requests' output tokens itself.
+
+And for each worker path, the scheduler side: decode preparation (with its early
+returns and what it hands to the draft input), result processing (with the output-token
+appends) and the calls the scheduler makes around the worker's entry (v2's FutureMap
+relay).
+
+Graph runners are classes whose methods capture a CUDA graph (`torch.cuda.graph`,
+`torch.cuda.CUDAGraph`); a runner method that (directly or through its own methods)
+calls `.replay()` on the captured graph is a replay. Everything else is found by the
+names the user's question gives (`Question`: the forward-mode attribute, the allocator
+and free verbs, decode preparation, result processing, output tokens).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglegate.analyzer.callgraph import CallGraph
+from eaglegate.analyzer.index import Codebase, Site
+
+if TYPE_CHECKING:
+    from eaglegate.analyzer.spec_map import Question
+
+CAPTURE_CALLS = {("torch", "cuda", "graph"), ("torch", "cuda", "CUDAGraph")}
+_CAPTURE_NAMES = {call[-1] for call in CAPTURE_CALLS}
+_GROWERS = frozenset({"append", "extend", "insert"})
+_STEP_DEPTH = 3  # calls below a step that are read (within the worker's package)
+_MODEL_DEPTH = 3  # calls from a model call to the graph replay it leads to
+
+
+@dataclass
+class Call:
+    """One call (or assignment) below a step or around the worker, and what it means."""
+
+    kind: str  # model | graph_replay | graph_runtime | kv_alloc | kv_free | mode | output_append |
+    #            decode_prep | early_return | result | relay
+    caller: str
+    callee: str  # qualified name; the source text where the callee is not in the tree
+    site: Site
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "caller": self.caller, "callee": self.callee, "site": self.site.where,
+                "condition": list(self.site.cond), **self.detail}
+
+
+def dotted(expr: object) -> tuple[str, ...]:
+    """`torch.cuda.graph` as ("torch", "cuda", "graph") from an IR expression; () if not dotted."""
+    parts: list[str] = []
+    while isinstance(expr, tuple) and expr and expr[0] == "a":
+        parts.append(expr[2])
+        expr = expr[1]
+    if isinstance(expr, tuple) and expr and expr[0] == "n":
+        parts.append(expr[1])
+        return tuple(reversed(parts))
+    return ()
+
+
+def capturing_functions(cb: Codebase) -> set[str]:
+    """Functions that capture a CUDA graph."""
+    return {qn for qn, scope in cb.scopes.items() if scope.kind == "function" and any(
+        c.func and c.func[0] == "a" and c.func[2] in _CAPTURE_NAMES and dotted(c.func) in CAPTURE_CALLS
+        for c in scope.calls)}
+
+
+def graph_runner_classes(cb: Codebase, capturing: set[str]) -> set[str]:
+    """Classes with a capturing method, and their subclasses."""
+    owners = {owner for qn in capturing if (owner := cb.owner_class(qn)) is not None}
+    return owners | {sub for cls in owners for sub in cb.subclasses(cls)}
+
+
+def _replays(cb: Codebase, qn: str) -> bool:
+    """Whether a runner method replays a graph: `.replay()` on something that is not a method
+    of the tree (the captured graph), directly or through the runner's own methods."""
+    seen: set[str] = set()
+    stack = [qn]
+    owner = cb.owner_class(qn)
+    while stack:
+        current = stack.pop()
+        if current in seen or current not in cb.scopes:
+            continue
+        seen.add(current)
+        for call in cb.scopes[current].calls:
+            func = call.func
+            if not func or func[0] != "a":
+                continue
+            if func[2] == "replay" and not any(v[0] == "func" for v in cb.values(func, current)):
+                return True
+            selfname = cb.self_param(current)
+            if owner and selfname and func[1] == ("n", selfname):
+                stack.extend(f"{c}.{func[2]}" for c in cb.mro(owner) if f"{c}.{func[2]}" in cb.scopes)
+    return False
+
+
+class StepCalls:
+    """Answers, for one map, what each step and each worker path does one level deeper."""
+
+    def __init__(self, cg: CallGraph, question: Question, runners: set[str]):
+        self.cg = cg
+        self.cb = cg.codebase
+        self.q = question
+        self.runners = runners
+        self._replay: dict[str, bool] = {}
+        self._model: dict[str, tuple[str, Site] | None] = {}
+        self._replay_names: set[str] | None = None
+        self.alloc_rx = re.compile(question.kv_alloc)
+        self.free_rx = re.compile(question.kv_free)
+
+    # -- graph runners -------------------------------------------------------------------------
+    def is_replay(self, qn: str) -> bool:
+        if qn not in self._replay:
+            self._replay[qn] = _replays(self.cb, qn)
+        return self._replay[qn]
+
+    def runner_method(self, qn: str) -> bool:
+        return (self.cb.owner_class(qn) if qn in self.cb.scopes else None) in self.runners
+
+    def replay_names(self) -> set[str]:
+        """Names of the runners' replay methods."""
+        if self._replay_names is None:
+            cb = self.cb
+            self._replay_names = {child.rsplit(".", 1)[-1] for cls in sorted(self.runners)
+                                  for child in cb.scopes[cls].children
+                                  if self.is_replay(f"{cb.scope_module[cls].name}.{child}")}
+        return self._replay_names
+
+    def _unresolved_replay(self, qn: str) -> tuple[str, Site] | None:
+        """`self.graph_runner.replay(…)` where the runner is built in a way the index does not
+        follow (picked from a table by device): a call named like a runner's replay method
+        that resolves to nothing in the tree."""
+        cb = self.cb
+        for call in cb.scopes[qn].calls:
+            func = call.func
+            if func and func[0] == "a" and func[2] in self.replay_names() and dotted(func) \
+                    and not any(v[0] == "func" for v in cb.values(func, qn)):
+                return ".".join(dotted(func)), cb.site(qn, call.lineno, call.cond)
+        return None
+
+    def replay_below(self, qn: str) -> tuple[str, Site] | None:
+        """The first graph replay a model call leads to (breadth first), with its call site."""
+        if qn in self._model:
+            return self._model[qn]
+        found: tuple[str, Site] | None = None
+        seen = {qn}
+        queue = deque([(qn, 0)])
+        while queue and found is None:
+            current, depth = queue.popleft()
+            if depth >= _MODEL_DEPTH:
+                continue
+            found = self._unresolved_replay(current)
+            if found is not None:
+                break
+            self.cg.expand(current)
+            if current not in self.cg.graph:
+                continue
+            for callee in self.cg.graph.successors(current):
+                if self.runner_method(callee) and self.is_replay(callee):
+                    found = (callee, self.cg.sites(current, callee)[0])
+                    break
+                if callee not in seen and callee in self.cb.scopes and not self.runner_method(callee):
+                    seen.add(callee)
+                    queue.append((callee, depth + 1))
+        self._model[qn] = found
+        return found
+
+    # -- steps ---------------------------------------------------------------------------------
+    def step(self, function: str, package: str) -> list[Call]:
+        """What a step does below itself, read within the worker's package (`package`)."""
+        cb, cg = self.cb, self.cg
+        calls: list[Call] = []
+        modes: dict[str, list[tuple[int, Call]]] = {}  # function → (line in it, mode set there or below)
+        parents: dict[str, tuple[str, Site]] = {}
+        order: list[str] = []
+        seen = {function}
+        queue = deque([(function, 0)])
+        while queue:
+            current, depth = queue.popleft()
+            order.append(current)
+            calls += self._local(current, modes)
+            calls += self._direct_model_calls(current)
+            cg.expand(current)
+            if current not in cg.graph:
+                continue
+            for callee in sorted(cg.graph.successors(current), key=lambda c: cg.sites(current, c)[0].lineno):
+                site = cg.sites(current, callee)[0]
+                name = callee.rsplit(".", 1)[-1]
+                if self.runner_method(callee):
+                    kind = "graph_replay" if self.is_replay(callee) else "graph_runtime"
+                    calls.append(Call(kind, current, callee, site))
+                    continue
+                if callee not in cb.scopes:
+                    continue
+                verb = self._kv(name)
+                if verb:
+                    calls.append(Call(verb, current, callee, site))
+                    continue
+                inside = cb.scope_module[callee].name.startswith(package)
+                if not inside:
+                    replay = self.replay_below(callee)
+                    if replay is not None:
+                        runner, at = replay
+                        calls.append(Call("model", current, callee, site, {
+                            "graph": {"replay": runner, "at": at.where, "when": list(at.cond)},
+                            "eager": bool(at.cond)}))
+                    continue
+                if callee not in seen and depth + 1 <= _STEP_DEPTH:
+                    seen.add(callee)
+                    parents[callee] = (current, site)
+                    queue.append((callee, depth + 1))
+        self._propagate_modes(order, parents, modes)
+        for call in calls:
+            if call.kind in ("model", "graph_replay"):
+                mode = self._mode_before(call, parents, modes)
+                call.detail["mode"] = mode.detail["modes"] if mode else []
+                call.detail["mode_set_at"] = mode.site.where if mode else None
+        kinds = ("model", "graph_replay", "graph_runtime", "kv_alloc", "kv_free", "mode", "output_append")
+        return sorted(one_per_site(calls), key=lambda c: (kinds.index(c.kind), c.site.path, c.site.lineno, c.callee))
+
+    def _direct_model_calls(self, qn: str) -> list[Call]:
+        """`self.draft_runner.model.forward(…)`: the model's own forward, called on an attribute of
+        a model runner (a class whose `forward` leads to a graph replay): eager, no graph."""
+        cb = self.cb
+        found = []
+        for call in cb.scopes[qn].calls:
+            func = call.func
+            if not func or func[0] != "a" or func[2] != "forward" or any(
+                    v[0] == "func" for v in cb.values(func, qn)):
+                continue
+            base = func[1]
+            while isinstance(base, tuple) and base and base[0] == "a":
+                runners = [v[1] for v in cb.values(base, qn) if v[0] == "inst"
+                           and f"{v[1]}.forward" in cb.scopes and self.replay_below(f"{v[1]}.forward")]
+                if runners:
+                    found.append(Call("model", qn, ".".join(dotted(func)) or "forward",
+                                      cb.site(qn, call.lineno, call.cond), {"graph": None, "eager": True}))
+                    break
+                base = base[1]
+        return found
+
+    def _kv(self, name: str) -> str | None:
+        if self.alloc_rx.search(name):
+            return "kv_alloc"
+        if self.free_rx.search(name):
+            return "kv_free"
+        return None
+
+    def _local(self, qn: str, modes: dict[str, list[tuple[int, Call]]]) -> list[Call]:
+        """Mode assignments, output-token growth and unresolved KV calls made in `qn` itself."""
+        cb = self.cb
+        scope = cb.scopes[qn]
+        found: list[Call] = []
+        by_line: dict[int, Call] = {}
+        for assign in scope.assigns:
+            target = assign.target
+            if not (target and target[0] == "a" and target[2] == self.q.mode_attribute):
+                continue
+            members = self.members(assign.value, qn)
+            if not members:
+                continue
+            known = by_line.get(assign.lineno)
+            if known is not None:
+                # `X if c else Y` is indexed as one assignment per arm: one row, both modes.
+                known.detail["modes"] += [m for m in members if m not in known.detail["modes"]]
+                cond = known.site.cond
+                common = next((i for i, (a, b) in enumerate(zip(cond, assign.cond, strict=False)) if a != b),
+                              min(len(cond), len(assign.cond)))
+                known.site = Site(known.site.path, known.site.lineno, cond[:common])
+                continue
+            receiver = ".".join(dotted(target[1])) or "?"
+            call = Call("mode", qn, f"{receiver}.{self.q.mode_attribute}", cb.site(qn, assign.lineno, assign.cond),
+                        {"modes": members})
+            by_line[assign.lineno] = call
+            found.append(call)
+            modes.setdefault(qn, []).append((assign.lineno, call))
+        for call in scope.calls:
+            func = call.func
+            if not func or func[0] != "a":
+                continue
+            base = func[1]
+            if func[2] in _GROWERS and isinstance(base, tuple) and base[0] == "a" \
+                    and base[2] == self.q.output_tokens:
+                found.append(Call("output_append", qn, ".".join(dotted(func)) or func[2],
+                                  cb.site(qn, call.lineno, call.cond)))
+            elif not any(v[0] == "func" for v in cb.values(func, qn)):
+                verb = self._kv(func[2])
+                if verb and dotted(func):
+                    found.append(Call(verb, qn, ".".join(dotted(func)), cb.site(qn, call.lineno, call.cond)))
+        return found
+
+    def members(self, value: object, qn: str) -> list[str]:
+        """`ForwardMode.X if c else ForwardMode.Y` → ["ForwardMode.X", "ForwardMode.Y"] (enum members of
+        classes the index resolves)."""
+        found: list[str] = []
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if not isinstance(item, tuple) or not item:
+                continue
+            if item[0] == "a" and any(v[0] == "class" for v in self.cb.values(item[1], qn)):
+                text = ".".join(dotted(item)[-2:])
+                if text and text not in found:
+                    found.append(text)
+                continue
+            if item[0] == "u":
+                stack.extend(reversed(item[1]))
+        return found
+
+    def _propagate_modes(self, order: list[str], parents: dict[str, tuple[str, Site]],
+                         modes: dict[str, list[tuple[int, Call]]]) -> None:
+        """A mode set in a callee counts in its caller at the line of the call (deepest first)."""
+        for qn in reversed(order):
+            if qn in parents and qn in modes:
+                parent, site = parents[qn]
+                last = max(modes[qn], key=lambda item: item[0])[1]
+                modes.setdefault(parent, []).append((site.lineno, last))
+
+    def _mode_before(self, call: Call, parents: dict[str, tuple[str, Site]],
+                     modes: dict[str, list[tuple[int, Call]]]) -> Call | None:
+        current, line = call.caller, call.site.lineno
+        while True:
+            before = [item for item in modes.get(current, []) if item[0] < line]
+            if before:
+                return max(before, key=lambda item: item[0])[1]
+            if current not in parents:
+                return None
+            current, site = parents[current]
+            line = site.lineno
+
+    # -- the scheduler side ----------------------------------------------------------------------
+    def decode_preparation(self, loop: str, reached: set[str], scheduler_family: set[str]) -> list[Call]:
+        """Decode preparation reached from the loop: where the scheduler calls it, its early
+        returns, its mode, and the preparation it hands on (v2's draft input)."""
+        rx = re.compile(self.q.decode_preparation)
+        return self._scheduler_side(loop, reached, rx, "decode_prep", scheduler_family, early_returns=True)
+
+    def result_processing(self, loop: str, reached: set[str], scheduler_family: set[str]) -> list[Call]:
+        rx = re.compile(self.q.result_processing)
+        return self._scheduler_side(loop, reached, rx, "result", scheduler_family, early_returns=False)
+
+    def _scheduler_side(self, loop: str, reached: set[str], rx: re.Pattern[str], kind: str,
+                        family: set[str], early_returns: bool) -> list[Call]:
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        targets = {qn for qn in reached if qn in cb.scopes and rx.search(qn.rsplit(".", 1)[-1])
+                   and cb.owner_class(qn) is not None}
+        # Where each is called from: the scheduler (or another of them), nearest the loop first.
+        seen: set[str] = set()
+        queue = deque([loop])
+        visited = {loop}
+        while queue:
+            current = queue.popleft()
+            cg.expand(current)
+            if current not in cg.graph:
+                continue
+            for callee in cg.graph.successors(current):
+                if callee in targets and callee not in seen:
+                    seen.add(callee)
+                    found.append(Call(kind, current, callee, cg.sites(current, callee)[0]))
+                    found += one_per_site(self._inside(callee, early_returns))
+                if callee not in visited and callee in reached and (
+                        (cb.owner_class(callee) or "") in family or callee in targets):
+                    visited.add(callee)
+                    queue.append(callee)
+        return found
+
+    def _inside(self, qn: str, early_returns: bool) -> list[Call]:
+        modes: dict[str, list[tuple[int, Call]]] = {}
+        found = self._local(qn, modes)
+        self.cg.expand(qn)
+        if qn in self.cg.graph:
+            for callee in sorted(self.cg.graph.successors(qn)):
+                verb = self._kv(callee.rsplit(".", 1)[-1]) if callee in self.cb.scopes else None
+                if verb:
+                    found.append(Call(verb, qn, callee, self.cg.sites(qn, callee)[0]))
+        if early_returns:
+            found += early_exits(self.cb, qn)
+        return found
+
+    def relay(self, caller: str, entry: str, site: Site) -> list[Call]:
+        """The calls the scheduler makes beside the worker's entry, in the same branch."""
+        cb = self.cb
+        found: list[Call] = []
+        seen: set[str] = {entry}
+        depth = len(site.cond)
+        for call in cb.scopes[caller].calls:
+            # The entry's own call (its other resolutions are other workers) is not beside it.
+            if call.cond[:depth] != site.cond or call.lineno == site.lineno:
+                continue
+            for value in sorted(cb.values(call.func, caller)):
+                if value[0] == "func" and value[1] not in seen and value[1] in cb.scopes \
+                        and cb.owner_class(value[1]) is not None:
+                    seen.add(value[1])
+                    found.append(Call("relay", caller, value[1], cb.site(caller, call.lineno, call.cond)))
+        return found
+
+
+def one_per_site(calls: list[Call]) -> list[Call]:
+    """One row per kind and call site: a call the index resolves to several classes (every
+    allocator subclass's `free`) is one call; the first resolution names it."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for call in calls:
+        key = (call.kind, call.site.where)
+        if key not in seen:
+            seen.add(key)
+            kept.append(call)
+    return kept
+
+
+def early_exits(cb: Codebase, qn: str) -> list[Call]:
+    """`if <test>: … return` with no else, in the function's own body (not nested defs)."""
+    node = function_node(cb, qn)
+    if node is None:
+        return []
+    found: list[Call] = []
+
+    def visit(body: list[ast.stmt], cond: tuple[str, ...]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                test = " ".join(ast.unparse(stmt.test).split())
+                if stmt.body and isinstance(stmt.body[-1], ast.Return) and not stmt.orelse:
+                    found.append(Call("early_return", qn, "return", cb.site(qn, stmt.lineno, (*cond, test))))
+                visit(stmt.body, (*cond, test))
+                visit(stmt.orelse, (*cond, f"not ({test})"))
+
+    visit(node.body, ())
+    return found
+
+
+def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    scope = cb.scopes.get(qn)
+    if scope is None or scope.kind != "function":
+        return None
+    path = Path(cb.root) / cb.scope_module[qn].path
+    try:
+        module = module_ast(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return None
+    if module is None:
+        return None
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == scope.lineno \
+                and node.name == qn.rsplit(".", 1)[-1]:
+            return node
+    # Decorated defs: the index may give the decorator's line.
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == qn.rsplit(".", 1)[-1] \
+                and scope.lineno <= node.lineno <= scope.end_lineno:
+            return node
+    return None
+
+
+@lru_cache(maxsize=32)
+def module_ast(path: str, mtime_ns: int) -> ast.Module | None:
+    """One parse per file version (the mtime keys it: trees are patched in place)."""
+    try:
+        return ast.parse(Path(path).read_text(encoding="utf-8-sig"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None

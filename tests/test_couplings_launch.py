@@ -1,0 +1,280 @@
+"""`couplings --flags/--env`: the findings that apply to one launch, grouped per mechanism.
+
+On real releases: what the launch selects is decided like `plan` decides it; the findings
+left out are on code that launch never runs (another attention backend, another worker,
+an event loop it does not start); the verdicts' evidence stays; `--all` keeps everything.
+The keying rules are also checked on small programs (a registry decorator, a dict of
+factories, an if/elif over one value), each with a case where nothing is keyed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from eaglegate.analyzer.analysis import Analysis, analyze
+from eaglegate.analyzer.couplings.scope import LaunchScope, for_launch
+
+from conftest import release
+
+pytestmark = pytest.mark.slow
+
+TRITON = "--speculative-algorithm EAGLE3 --attention-backend triton"
+_analyses: dict[str, Analysis] = {}
+
+
+def analysis(version: str) -> Analysis:
+    if version not in _analyses:
+        _analyses[version] = analyze(release(version))
+    return _analyses[version]
+
+
+def scoped(version: str, flags: str = "", env: list[str] | None = None) -> LaunchScope:
+    return for_launch(analysis(version), flags, env or [])
+
+
+def attention_files(version: str, findings) -> set[str]:
+    """Attention-backend modules (those the version's backend registry or factories name) with findings."""
+    return {f.path.rsplit("/", 1)[-1] for f in findings if "/layers/attention/" in f.path
+            and f.path.endswith("_backend.py")}
+
+
+def test_0_5_9_triton_launch_lists_few_blocking_mechanisms_all_on_its_code():
+    view = scoped("0.5.9", TRITON)
+    assert view.selects["worker_path"] == ["v1"] and view.selects["attention_backend"] == ["triton"]
+    blocking = view.blocking()
+    assert 0 < len(blocking) <= 40
+    kept = [f for m in blocking for f in m.findings]
+    # Of the attention backends only triton's code runs (hybrid linear attention is the model's
+    # choice, which the flags do not name).
+    assert attention_files("0.5.9", kept) <= {"triton_backend.py", "hybrid_linear_attn_backend.py"}
+    assert "triton_backend.py" in attention_files("0.5.9", kept)
+    # Nothing only the multi-layer or n-gram workers, or the disaggregation loops, reach.
+    assert not [f for f in kept if "multi_layer" in f.path or "ngram" in f.path or "/disaggregation/" in f.path]
+    # Every finding left out is accounted for with its reason.
+    assert len(view.kept) + sum(view.left_out.values()) == len(view.report.findings)
+    assert any("attention_backend" in reason for reason in view.left_out)
+
+
+def test_verdict_evidence_of_both_paths_is_kept():
+    for flags, env in ((TRITON, []), (TRITON, ["SGLANG_ENABLE_SPEC_V2=1"]), ("", [])):
+        view = scoped("0.5.9", flags, env)
+        kept = {id(f) for f in view.kept}
+        for verdict in view.report.verdicts:
+            assert verdict.findings and all(id(f) in kept for f in verdict.findings), (flags, verdict.worker)
+        rows = {(m.kind, f.where) for m in view.mechanisms for f in m.findings}
+        assert {(f.kind, f.where) for v in view.report.verdicts for f in v.findings} <= rows
+
+
+def test_another_backend_keeps_its_own_code_and_drops_triton():
+    view = scoped("0.5.9", "--speculative-algorithm EAGLE3 --attention-backend flashinfer")
+    files = attention_files("0.5.9", view.kept)
+    assert "flashinfer_backend.py" in files and "triton_backend.py" not in files
+
+
+def test_default_launch_keeps_every_backend_and_says_why():
+    view = scoped("0.5.9")
+    # The algorithm is assumed as plan assumes it; the backend is chosen at run time (GPU, model).
+    assert any("EAGLE3 assumed" in c for c in view.launch.assumed)
+    assert view.selects.get("attention_backend") is None
+    assert any("attention_backend" in c for c in view.caveats)
+    assert {"triton_backend.py", "flashinfer_backend.py"} <= attention_files("0.5.9", view.kept)
+
+
+@pytest.mark.parametrize(("flags", "env"), [
+    (TRITON, []),
+    (TRITON, ["SGLANG_ENABLE_SPEC_V2=1"]),
+    (TRITON + " --disable-overlap-schedule", ["SGLANG_ENABLE_SPEC_V2=1"]),
+])
+def test_couplings_and_plan_agree_on_the_worker(flags, env):
+    from eaglegate.patches.plan import build_plan
+
+    a = analysis("0.5.9")
+    plan = build_plan(a, 32, flags, env)
+    view = for_launch(a, flags, env)
+    assert view.selects["workers"] == [plan.worker]
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.4", "0.5.12.post1", "0.5.14"])
+def test_other_releases_scope_without_losing_the_verdicts(version):
+    view = scoped(version, TRITON)
+    assert view.launch.workers
+    kept = {id(f) for f in view.kept}
+    assert all(id(f) in kept for v in view.report.verdicts for f in v.findings)
+    assert len(view.kept) + sum(view.left_out.values()) == len(view.report.findings)
+    # Fewer rows than the whole report grouped the same way: scoping removes, grouping merges.
+    from eaglegate.analyzer.couplings.scope import mechanisms
+
+    everything = [m for m in mechanisms(view.report.findings) if m.severity == "blocks-runtime-switch"]
+    assert len(view.blocking()) < len(everything)
+    assert "triton_backend.py" in attention_files(version, view.kept) or not attention_files(version, view.kept)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "eaglegate", "couplings", "--version", "0.5.9", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_cli_scoped_json_and_all():
+    scoped_json = json.loads(_cli("--flags", TRITON, "--json").stdout)
+    everything = json.loads(_cli("--all", "--json").stdout)
+    report = analysis("0.5.9").couplings
+    # --all keeps every finding the analysis has.
+    assert len(everything["findings"]) == len(report.findings)
+    assert "launch" not in everything
+    launch = scoped_json["launch"]
+    assert launch["selects"]["worker_path"] == ["v1"] and launch["flags"]["attention_backend"] == "triton"
+    assert len(scoped_json["findings"]) + sum(launch["left_out"].values()) == len(report.findings)
+    blocking = [m for m in scoped_json["mechanisms"] if m["severity"] == "blocks-runtime-switch"]
+    assert 0 < len(blocking) <= 40
+    # Each kept finding sits under exactly one mechanism row.
+    assert {s for m in scoped_json["mechanisms"] for s in m["sites"]} == {f["site"] for f in scoped_json["findings"]}
+    text = _cli("--flags", TRITON).stdout
+    assert "selects: worker_path v1, attention_backend triton" in text
+    assert "(this launch)" in text and "(not built by this launch)" in text
+
+
+def test_cli_refuses_an_undeclared_flag_in_one_line():
+    proc = _cli("--flags", "--no-such-flag 3")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--no-such-flag" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# -- keying on small programs ----------------------------------------------------------------------
+
+KEYED = {
+    "__init__.py": "",
+    "backends.py": """
+        REGISTRY = {}
+
+        def register(name):
+            def wrap(fn):
+                REGISTRY[name] = fn
+                return fn
+            return wrap
+
+        class FastBackend:
+            pass
+
+        class SlowBackend:
+            pass
+
+        class ChainA:
+            pass
+
+        class ChainB:
+            pass
+
+        class Everywhere:
+            pass
+
+        @register("fast")
+        def create_fast(runner):
+            return FastBackend()
+
+        @register("slow")
+        def create_slow(runner):
+            return SlowBackend()
+
+        class Factory:
+            def make(self, kind):
+                table = {"fast": self._fast_draft, "slow": self._slow_draft}
+                return table[kind]()
+
+            def _fast_draft(self):
+                return DraftFast()
+
+            def _slow_draft(self):
+                return Everywhere()
+
+        class DraftFast:
+            pass
+
+        def choose(backend):
+            if backend == "fast":
+                return ChainA()
+            elif backend == "slow":
+                return ChainB()
+            return None
+
+        def anywhere():
+            return Everywhere()
+    """,
+}
+
+
+def test_keys_from_registry_dict_and_comparison(tmp_path):
+    from eaglegate.analyzer.callgraph import load_codebase
+    from eaglegate.analyzer.couplings.scope import _Keying
+
+    root = tmp_path / "synth"
+    root.mkdir()
+    for name, text in KEYED.items():
+        (root / name).write_text(textwrap.dedent(text))
+    cb, _, _ = load_codebase(tmp_path)
+    keying = _Keying(cb)
+
+    def keys(cls: str) -> set[str] | None:
+        sites = keying.cls(f"synth.backends.{cls}")
+        return None if sites is None else {key for site in sites for _, key in site}
+
+    assert keys("FastBackend") == {"fast"} and keys("SlowBackend") == {"slow"}  # registry decorator
+    assert keys("DraftFast") == {"fast"}  # dict of factories
+    assert keys("ChainA") == {"fast"} and keys("ChainB") == {"slow"}  # if/elif over one value
+    # Negative: built by a keyed factory *and* by an unkeyed function: not keyed (always kept).
+    assert keys("Everywhere") is None
+    assert keys("Factory") is None  # never built in the program
+
+
+def test_no_keys_without_a_family(tmp_path):
+    """One literal is no choice: a lone registration or comparison keys nothing."""
+    from eaglegate.analyzer.callgraph import load_codebase
+    from eaglegate.analyzer.couplings.scope import _Keying
+
+    root = tmp_path / "synth"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "one.py").write_text(textwrap.dedent("""
+        def register(name):
+            return lambda fn: fn
+
+        class Only:
+            pass
+
+        class Other:
+            pass
+
+        @register("only")
+        def create():
+            return Only()
+
+        def pick(backend):
+            if backend == "x":
+                return Other()
+    """))
+    cb, _, _ = load_codebase(tmp_path)
+    keying = _Keying(cb)
+    assert keying.cls("synth.one.Only") is None and keying.cls("synth.one.Other") is None
+
+
+def test_scoping_a_synthetic_program(tmp_path):
+    """The whole path on the synthetic SGLang of test_couplings_rules: a launch that names an
+    unknown backend keeps every finding (nothing is keyed there), and --all equals the report."""
+    from test_couplings_rules import write_program  # the synthetic SGLang the rules are tested on
+
+    a = analyze(write_program(tmp_path))
+    view = for_launch(a, "--speculative-algorithm EAGLE")
+    assert view.launch.workers
+    assert len(view.kept) == len(a.couplings.findings) and not view.left_out
+
+
+def test_cli_refuses_all_with_flags_in_one_line():
+    proc = _cli("--all", "--flags", TRITON)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--all" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
