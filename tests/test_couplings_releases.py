@@ -152,7 +152,7 @@ def test_newest_has_native_adaptive_zero_steps(report):
 def test_0_5_9_verdicts(report):
     r = report("0.5.9")
     v1, v2 = r.verdict("v1"), r.verdict("v2")
-    assert v1 is not None and v1.status == "feasible" and "EXTEND" in v1.route
+    assert v1 is not None and v1.status == "feasible" and "DECODE" in v1.route
     assert v2 is not None and v2.status == "blocked"
     for verdict in (v1, v2):
         assert verdict.findings and any(re.search(r"\.py:\d+", reason) for reason in verdict.reasons)

@@ -95,7 +95,7 @@ class Verdict:
     worker: str  # the worker's label, v1 | v2
     cls: str | None
     status: str  # feasible | feasible-natively | blocked | absent
-    route: str  # how (one-token extend, adaptive steps=0, none)
+    route: str  # how (plain decode through DECODE-mode graphs, adaptive steps=0, none)
     cost: str
     reasons: list[str]
     findings: list[Finding]

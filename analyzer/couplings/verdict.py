@@ -5,14 +5,15 @@ Read from the findings and the map, not from version numbers:
 - a worker with a `zero_steps` branch can run a step without drafting natively
   (adaptive speculation at steps=0): feasible, no code patch, a configuration;
 - else, when the target's CUDA graph is captured only in the speculative mode
-  (`capture_mode` on the target runner), a plain decode cannot use it; the step is
-  still feasible through a one-token EXTEND when the worker receives the scheduler's
-  own (mutable) batch and has a draft-extend step: the target extend runs without
-  that graph and the draft extend refreshes the draft state; the cost is an eager
-  target forward plus redoing what verify does (the `verify_appends` and
-  `early_return` findings);
+  (`capture_mode` on the target runner), a plain decode cannot replay it; the step is
+  still feasible when the worker receives the scheduler's own (mutable) batch and has
+  a draft-extend step: the worker turns the batch into a plain decode for the target,
+  which replays a second set of graphs captured in DECODE mode (the runner picks its
+  mode from the speculative algorithm it is built under), and the draft extend of the
+  next speculative step refreshes the draft state; the cost is that second capture
+  plus redoing what verify does (the `verify_appends` and `early_return` findings);
 - otherwise the worker is blocked: it only sees a copy of the batch, so it cannot turn
-  the step into an extend, and no width-1 graph or backend exists.
+  the step into a plain decode, and no width-1 graph or backend exists.
 """
 
 from __future__ import annotations
@@ -108,10 +109,11 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
         has_extend = any(s.kind == "draft_extend" for s in worker.steps)
         if verify_graph and mutable and has_extend:
             verdicts.append(Verdict(
-                label, worker.cls, "feasible", "one-token EXTEND through the worker's target and draft extend",
-                "the target extend runs eagerly (the target CUDA graph exists only for verify); the step must "
-                "also do verify's bookkeeping (KV slot, seq_lens, output tokens, finish checks) and keep the "
-                "draft state of unfinished requests",
+                label, worker.cls, "feasible",
+                "plain one-token DECODE of the target through its own DECODE-mode CUDA graphs, draft skipped",
+                "a second capture of the target's graphs (the existing ones serve verify only) and an attention "
+                "backend for them; the step must also do verify's bookkeeping (KV slot, seq_lens, output "
+                "tokens, finish checks) and keep the draft state of unfinished requests",
                 graph_reason
                 + [f"the worker receives the scheduler's batch ({worker.entry}) and has a draft-extend step"]
                 + [f"verify's bookkeeping to redo: {f.kind} {f.symbol.rsplit('.', 2)[-2]}."
@@ -122,12 +124,12 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
         reasons = graph_reason + [f"graph/backend width: {f.symbol} ({f.where})" for f in widths]
         if not mutable:
             reasons.append(f"the worker's entry {worker.entry} receives a copy of the batch, not the "
-                           "scheduler's batch: it cannot turn the step into an extend")
+                           "scheduler's batch: it cannot turn the step into a plain decode")
         if not has_extend:
             reasons.append("no draft-extend step to refresh the draft state")
         if not reasons:
             # Say what was looked for: a verdict never comes without a reason.
-            reasons.append(f"no zero-step branch in {worker.name}, and no one-token EXTEND route: the target "
+            reasons.append(f"no zero-step branch in {worker.name}, and no plain-decode route: the target "
                            "graph's speculative-only capture mode was not found on this path")
         verdicts.append(Verdict(
             label, worker.cls, "blocked", "none",
