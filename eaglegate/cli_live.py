@@ -22,7 +22,7 @@ from rich.table import Table
 from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
 from eaglegate.errors import UserError
 from eaglegate.patches.live import calibrate as cal
-from eaglegate.patches.live.client import Api, Endpoint, load_prompts, resolve_endpoint
+from eaglegate.patches.live.client import Api, load_prompts, resolve_endpoint
 from eaglegate.patches.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
 from eaglegate.patches.live.verify_live import verify_live
 
@@ -43,13 +43,6 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
-
-
-def _endpoint(url: str, api: str) -> Endpoint:
-    try:
-        return resolve_endpoint(url, _api(api))
-    except ValueError as exc:  # urllib's own complaint, e.g. "Invalid IPv6 URL"
-        raise UserError(f"not a URL: {url!r} ({exc})") from None
 
 
 def _api(value: str) -> Api:
@@ -115,7 +108,7 @@ def sweep(
 
     Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
     """
-    endpoint = _endpoint(url, api)
+    endpoint = resolve_endpoint(url, _api(api))
     levels = parse_levels(concurrency)
     prompt_list = load_prompts(prompts)
     with _progress(not as_json) as progress:
@@ -257,8 +250,8 @@ def verify_live_cmd(
     """
     if not 0 <= tolerance < 1:
         raise UserError(f"--tolerance must be in [0, 1), got {tolerance}")
-    gated = _endpoint(url, api)
-    plain = _endpoint(baseline_url, api)
+    gated = resolve_endpoint(url, _api(api))
+    plain = resolve_endpoint(baseline_url, _api(api))
     prompt_list = load_prompts(prompts)
     with _progress(not as_json) as progress:
         state: dict[str, TaskID] = {}

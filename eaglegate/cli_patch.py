@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.analyzer.source import portable_text
 from eaglegate.cli_common import (
     MAX_THRESHOLD,
     GitOpt,
@@ -18,6 +19,7 @@ from eaglegate.cli_common import (
     RevOpt,
     VersionOpt,
     err,
+    existing_folder,
     locate_tree,
     out,
     print_json,
@@ -38,7 +40,12 @@ def register(app: typer.Typer) -> None:
         ],
         output: Annotated[
             str | None,
-            typer.Option("-o", "--output", help="Write the diff here instead of to stdout."),
+            typer.Option(
+                "-o",
+                "--output",
+                help="Write the diff here instead of to stdout.",
+                callback=existing_folder,
+            ),
         ] = None,
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -95,8 +102,16 @@ def register(app: typer.Typer) -> None:
             console.print(f"{label}: {where}, {len(files)} file(s)")
             for f in files:
                 console.print(f"  {f['action']:<6} {f['path']}")
+            # A release lives in eaglegate's cache, which apply refuses to touch: copy it out.
+            where = (
+                f"copy the release out first (mkdir sglang-{patch_set.version} && cp -r "
+                f"{portable_text(str(tree.root), None)} sglang-{patch_set.version}/), "
+                f"then apply from sglang-{patch_set.version}"
+                if tree.origin == "release"
+                else f"apply from {tree.root.parent}"
+            )
             console.print(
-                f"apply from {tree.root.parent}: git apply <patch>  (or patch -p1 < <patch>)",
+                f"{where}: git apply <patch>  (or patch -p1 < <patch>)",
                 soft_wrap=True,
             )
         console.print(

@@ -108,13 +108,14 @@ def test_calibrate_finds_the_planted_crossover(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["status"] == "crosses"
     assert data["crossover"] == pytest.approx(8)
-    assert data["threshold"] == 8
+    # The gate speculates up to its threshold: 7, the last batch size below the crossover.
+    assert data["threshold"] == 7
     # Gain at n = 4 is 20 %, at n = 6 8.3 %: speculation still gains the 5 % margin at 6.
-    assert data["resume_at"] == 6 and data["hysteresis"] == 2
+    assert data["resume_at"] == 6 and data["hysteresis"] == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = invoke("calibrate", str(base), str(spec))
     assert "threshold" in text.stdout and "spec/base" in text.stdout and "█" in text.stdout
-    assert "speculation stops when the batch is larger than 8" in text.stdout
+    assert "speculation stops when the batch is larger than 7" in text.stdout
     assert "speculation resumes below 7" in text.stdout
 
 
@@ -242,9 +243,9 @@ def test_calibrate_rule_on_exact_curves() -> None:
     result = cal.calibrate(base, spec, margin=0.05)
     assert result.status == "crosses"
     assert result.crossover == pytest.approx(4 * 2**0.5)
-    assert result.threshold == 6
+    assert result.threshold == 5  # 5.66: batch 5 still gains, batch 6 loses
     # Gain 10% at 4, -10% at 8: falls to 5% a quarter of the way in log2: 4 * 2**0.25 = 4.76.
-    assert (result.resume_at, result.hysteresis) == (4, 2)
+    assert (result.resume_at, result.hysteresis) == (4, 1)
     never = cal.calibrate(base, cal.Curve.of("s", [(1, 90), (16, 1000)]))
     assert (never.status, never.threshold) == ("spec-never-wins", 1)
     always = cal.calibrate(base, cal.Curve.of("s", [(1, 200), (16, 3200)]))

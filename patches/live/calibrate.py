@@ -6,11 +6,13 @@ in docs/calibrate.md:
 
 - crossover: the first concurrency at which speculation stops beating the baseline, found
   on the union of both curves' levels with linear interpolation in log2(concurrency);
-- threshold = ceil(crossover): decode batches of this size or more run without speculation;
-- hysteresis: once plain, speculation resumes only at batch <= threshold - hysteresis,
-  where that bound is the largest concurrency at which speculation still gains `margin`
-  (5% by default). Between the two the gain is within noise, so staying plain costs at
-  most `margin` and the gate does not flap when the batch hovers at the threshold.
+- threshold: the largest batch size below the crossover, because the gate speculates up
+  to its threshold and stops above it;
+- resume_at: once plain, speculation resumes only at batch <= resume_at, the largest
+  concurrency at which speculation still gains `margin` (5% by default); the gate takes
+  it as `SGLANG_SPEC_BATCH_GATE_RESUME=resume_at + 1` ("resume below"). Between the two
+  the gain is within noise, so staying plain costs at most `margin` and the gate does not
+  flap when the batch hovers at the threshold. hysteresis = threshold - resume_at.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
         )
     i = first_loss
     crossover = _cross(grid[i - 1], gains[i - 1], grid[i], gains[i])
-    threshold = max(1, math.ceil(crossover - 1e-9))
+    # The gate speculates at batch <= threshold: the last size still below the crossover.
+    threshold = max(1, math.ceil(crossover - 1e-9) - 1)
 
     # Resume bound: the largest concurrency below the crossover where the gain is >= margin.
     # (gains[i] <= 0 < margin, so the point after the last such j is below the margin.)
@@ -176,8 +179,9 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
 
 def _cap_notes(base: Curve, spec: Curve, threshold: int) -> list[str]:
     notes = [
-        f"launch with --max-running-requests and --cuda-graph-max-bs above {threshold}, "
-        "or the gate never sees a batch that large"
+        f"the server must run batches larger than {threshold} or the gate never fires: the v1 "
+        "gate patch keeps SGLang's own caps; without it, set --max-running-requests and "
+        f"--cuda-graph-max-bs above {threshold} (speculation caps running requests at 48)"
     ]
     capped = [(c, t) for c, t in spec.points if c >= SPEC_RUNNING_CAP]
     if len(capped) >= 2:

@@ -106,7 +106,10 @@ def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
     `/generate` with api="generate") is appended.
     """
     raw = url if "://" in url else f"http://{url}"
-    parts = urlsplit(raw)
+    try:
+        parts = urlsplit(raw)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket: http://[::1
+        raise UserError(f"not a URL: {url!r} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"not an http(s) URL: {url!r}")
     try:
