@@ -31,7 +31,8 @@ from eaglegate.analyzer.parse import ParsedTree, parse_tree, reachable_files
 from eaglegate.analyzer.summary import Call
 
 # Callables outside the tree that call the functions passed to them: which arguments (a
-# position, or a keyword) they call. `key=` is called by every external callee taking it.
+# position, or a keyword) they call. `key=` is called by every external or unresolved callee
+# taking it (`sorted`, `min`, `list.sort`, `heapq.nlargest`…).
 _CALLBACK_TAKERS: dict[str, tuple[int | str, ...]] = {
     f"{BUILTIN_PREFIX}.map": (0,), f"{BUILTIN_PREFIX}.filter": (0,), f"{BUILTIN_PREFIX}.iter": (0,),
     "functools.reduce": (0,), "functools.partial": (0,), "functools.partialmethod": (0,),
@@ -86,9 +87,10 @@ class CallGraph:
                     targets.update(v[1] for v in cb.attribute(value, "__call__") if v[0] == "func")
                 elif value[0] == "ext":
                     external.append(value[1])
-            targets.update(external)
-            if external:
+            # The code behind an external or unresolved callee (`xs.sort(key=f)`) calls back.
+            if (external or not targets) and (call.args or call.kwargs) and not call.implicit:
                 targets.update(self._callbacks(caller, call, external))
+            targets.update(external)
             func = call.func
             # `self.method()` dispatches to overrides in subclasses too (template methods).
             if owner and selfname and func and func[0] == "a" and func[1] == ("n", selfname):

@@ -250,6 +250,12 @@ class Codebase:
                 for default_param, default in scope.defaults:
                     if default_param == name:
                         values.update(self.values(default, self.parent_qn(scope_qn) or scope_qn))
+            if name in scope.star_params:  # `*args` / `**kwargs`: a container of what is passed
+                bound = True
+                star = "*" if name == scope.star_params[0] else "**"
+                passed = self.argument_values(scope_qn, star)
+                if passed:
+                    values.add(("box", passed))
         if not bound and scope.kind == "module":
             for imp in scope.imports:
                 if imp.local == "*":
@@ -380,6 +386,8 @@ class Codebase:
             qn = self.qn(self.scope_module[scope_qn], expr[1])
             return {("class" if self.is_class(qn) else "func", qn)}
         if kind == "super":
+            if len(expr) > 1:  # `super(Cls, self)`: the MRO after Cls
+                return {("super", v[1]) for v in self.values(expr[1], scope_qn) if v[0] == "class"}
             owner = self.owner_class(scope_qn)
             return {("super", owner)} if owner else _EMPTY
         return _EMPTY
@@ -625,6 +633,8 @@ class Codebase:
             return self.member(base[1], name)
         if kind == "ext":
             return {("ext", f"{base[1]}.{name}")}
+        if kind == "inst" and name == "__class__":
+            return {("class", base[1])}
         if kind in ("class", "inst", "super"):
             classes = self.mro(base[1])
             if kind == "super":
@@ -668,7 +678,8 @@ class Codebase:
 
     def argument_values(self, func_qn: str, name: str) -> frozenset:
         """The functions and classes the call sites of `func_qn` pass for its parameter
-        `name`: a factory handed to a registry, a class handed to a wrapper."""
+        `name`: a factory handed to a registry, a class handed to a wrapper. `name` "*" and
+        "**" stand for what `*args` and `**kwargs` collect."""
         return self._cached(("args", func_qn, name), lambda: self._argument_values(func_qn, name))
 
     def _argument_values(self, func_qn: str, name: str) -> Iterable[Value]:
@@ -690,9 +701,15 @@ class Codebase:
             if ("func", func_qn) not in callees and not as_init:
                 continue
             bound = as_init or (call.func is not None and call.func[0] == "a")
-            passed = [ir for keyword, ir in call.kwargs if keyword == name]
+            if name == "**":  # keywords that name no parameter
+                params = {p for p, _ in self.scopes[func_qn].params}
+                passed = [ir for keyword, ir in call.kwargs if keyword not in params]
+            else:
+                passed = [ir for keyword, ir in call.kwargs if keyword == name]
+            # `*`: positions past the named parameters (parameter_for finds none)
+            wanted = None if name == "*" else name
             passed += [ir for position, ir in enumerate(call.args)
-                       if ir is not None and self.parameter_for(func_qn, position, bound) == name]
+                       if ir is not None and self.parameter_for(func_qn, position, bound) == wanted]
             for ir in passed:
                 found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
         return found

@@ -15,6 +15,7 @@ content-hash cache. Expressions become a tiny IR (`Expr`):
     ("u", (e, ...))        one of several values (conditional expression, `or`)
     ("g", base, (e, ...))  a generic type in an annotation (`Optional[X]`)
     ("super",)             `super()`
+    ("super", cls)         `super(Cls, self)`
     ("def", qual)          what a `def`, `class` or `lambda` binds (after its decorators)
     ("raw", qual)          the function a `def` defines, before its decorators
 
@@ -91,6 +92,7 @@ class Scope:
     decorators: list[str] = field(default_factory=list)
     decorator_exprs: list[Expr] = field(default_factory=list)  # as IR, outermost first
     defaults: list[tuple[str, Expr]] = field(default_factory=list)  # parameter → default value
+    star_params: tuple[str | None, str | None] = (None, None)  # `*args`, `**kwargs`
     yields: list[Expr] = field(default_factory=list)  # a generator's yielded values
     imports: list[Import] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
@@ -144,6 +146,9 @@ def expr_ir(node: ast.expr | None) -> Expr:
         func = node.func
         if isinstance(func, ast.Name) and func.id == "super" and not node.args:
             return ("super",)
+        if isinstance(func, ast.Name) and func.id == "super" and len(node.args) == 2:
+            named = expr_ir(node.args[0])
+            return ("super", named) if named is not None else None
         if (
             isinstance(func, ast.Name)
             and func.id == "getattr"
@@ -290,6 +295,7 @@ class _Summarizer(ast.NodeVisitor):
             returns=annotation_ir(node.returns),
             decorators=[ast.unparse(d) for d in node.decorator_list],
             defaults=defaults,
+            star_params=_star_params(node.args),
         )
         self._decorate(scope, node.decorator_list)
         self._bind_local(node.name, node.lineno)
@@ -313,7 +319,7 @@ class _Summarizer(ast.NodeVisitor):
         qual = getattr(node, _LAMBDA_NAME)
         params, defaults = _parameters(node.args)
         scope = Scope(qual, "lambda", node.lineno, node.end_lineno or node.lineno, self.scope.qualname,
-                      params=params, defaults=defaults)
+                      params=params, defaults=defaults, star_params=_star_params(node.args))
         self.scopes[qual] = scope
         saved, self.cond = self.cond, []
         self.stack.append(scope)
@@ -456,6 +462,10 @@ class _Summarizer(ast.NodeVisitor):
             text = ast.unparse(value_node) if _is_bool_text(value_node) else ""
             value = expr_ir(value_node)
             for target in node.targets:
+                if _same_shape(target, value_node):  # `a, b = f, g`: each name gets its own value
+                    for element, part in zip(target.elts, value_node.elts, strict=True):  # type: ignore[attr-defined]
+                        self._assign(element, expr_ir(part), node.lineno)
+                    continue
                 self._assign(target, value, node.lineno, text=text if len(text) < 200 else "")
             del self.cond[len(self.cond) - len(conds) :]
 
@@ -531,6 +541,16 @@ def _parameters(args: ast.arguments) -> tuple[list[tuple[str, Expr]], list[tuple
              *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
     defaults: list[tuple[str, Expr]] = [(a.arg, ir) for a, d in pairs if d is not None and (ir := expr_ir(d)) is not None]
     return params, defaults
+
+
+def _same_shape(target: ast.expr, value: ast.expr) -> bool:
+    return isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+        and len(target.elts) == len(value.elts) \
+        and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
+
+
+def _star_params(args: ast.arguments) -> tuple[str | None, str | None]:
+    return (args.vararg.arg if args.vararg else None, args.kwarg.arg if args.kwarg else None)
 
 
 def _branches(node: ast.expr) -> list[tuple[ast.expr, list[str]]]:

@@ -89,6 +89,25 @@ CASES = [
             op = Op()
             op()
     """}, {"main.run": {"main.Op.__call__"}}),
+    ("super_with_arguments", {"main.py": """
+        class Base:
+            def __init__(self):
+                pass
+            def step(self):
+                pass
+        class Child(Base):
+            def __init__(self):
+                super(Child, self).__init__()
+            def step(self):
+                super(Child, self).step()
+    """}, {"main.Child.__init__": {"main.Base.__init__"}, "main.Child.step": {"main.Base.step"}}),
+    ("instance_class_attribute", {"main.py": """
+        class Node:
+            def __init__(self):
+                pass
+            def copy(self):
+                return self.__class__()
+    """}, {"main.Node.copy": {"main.Node.__init__"}}),
     ("nested_class", {"main.py": """
         class Outer:
             class Inner:

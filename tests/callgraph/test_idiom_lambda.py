@@ -67,6 +67,14 @@ CASES = [
             def fire(self):
                 self.hook()
     """}, {"main.Box.fire": {"main.Box.__init__.<lambda1>"}, "main.Box.__init__.<lambda1>": {"main.work"}}),
+    ("lambda_as_class_attribute_method", {"main.py": """
+        def work():
+            pass
+        class Tool:
+            use = lambda self: work()
+        def run():
+            Tool().use()
+    """}, {"main.run": {"main.Tool.<lambda1>"}, "main.Tool.<lambda1>": {"main.work"}}),
     ("sorted_key_lambda", {"main.py": """
         def weight(x):
             return x

@@ -1,0 +1,77 @@
+"""Assignments and arguments that carry callables: tuple unpacking by position, `*args` and
+`**kwargs`, returned functions and bound methods."""
+
+from __future__ import annotations
+
+import pytest
+
+CASES = [
+    ("tuple_assignment_by_position", {"main.py": """
+        def f():
+            pass
+        def g():
+            pass
+        def run():
+            a, b = f, g
+            a()
+    """}, {"main.run": {"main.f"}}),
+    ("chained_assignment", {"main.py": """
+        def f():
+            pass
+        def run():
+            x = y = f
+            y()
+    """}, {"main.run": {"main.f"}}),
+    ("star_args", {"main.py": """
+        def f():
+            pass
+        def g():
+            pass
+        def each(*fns):
+            for fn in fns:
+                fn()
+        def run():
+            each(f, g)
+    """}, {"main.each": {"main.f", "main.g"}, "main.run": {"main.each"}}),
+    ("star_kwargs", {"main.py": """
+        def h():
+            pass
+        def call(**named):
+            named["cb"]()
+        def run():
+            call(cb=h)
+    """}, {"main.call": {"main.h"}, "main.run": {"main.call"}}),
+    ("returned_function_called", {"main.py": """
+        def g():
+            pass
+        def pick():
+            return g
+        def run():
+            pick()()
+    """}, {"main.run": {"main.pick", "main.g"}}),
+    ("bound_method_returned", {"main.py": """
+        class A:
+            def m(self):
+                pass
+            def get(self):
+                return self.m
+        def run():
+            A().get()()
+    """}, {"main.run": {"main.A.get", "main.A.m"}}),
+    ("unrelated_positional_not_bound", {"main.py": """
+        def f():
+            pass
+        def g():
+            pass
+        def call(first, second):
+            second()
+        def run():
+            call(f, g)
+    """}, {"main.call": {"main.g"}, "main.run": {"main.call"}}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_arguments(case, call_graph):
+    _, files, expected = case
+    assert call_graph(files) == expected
