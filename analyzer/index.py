@@ -252,8 +252,8 @@ class Codebase:
                         values.update(self.values(default, self.parent_qn(scope_qn) or scope_qn))
             if name in scope.star_params:  # `*args` / `**kwargs`: a container of what is passed
                 bound = True
-                star = "*" if name == scope.star_params[0] else "**"
-                passed = self.argument_values(scope_qn, star)
+                collected = "*" if name == scope.star_params[0] else "**"
+                passed = self.argument_values(scope_qn, collected)
                 if passed:
                     values.add(("box", passed))
         if not bound and scope.kind == "module":
