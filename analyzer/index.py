@@ -382,6 +382,8 @@ class Codebase:
             return self.values(expr[1], scope_qn)
         if kind == "def":
             return self.definition(self.qn(self.scope_module[scope_qn], expr[1]))
+        if kind == "in":
+            return self.values(expr[2], self.qn(self.scope_module[scope_qn], expr[1]))
         if kind == "raw":
             qn = self.qn(self.scope_module[scope_qn], expr[1])
             return {("class" if self.is_class(qn) else "func", qn)}
@@ -656,6 +658,12 @@ class Codebase:
                     values, defined = self.class_member(cls, name, instance)
                     if defined:
                         found_sub.update(values)
+            if not found_sub:
+                # Inherited from a base outside the tree (`self.start()` on a Thread subclass).
+                for cls in self.mro(base[1]):
+                    external = self.external_bases(cls)
+                    if external:
+                        return {("ext", f"{external[0]}.{name}")}
             return found_sub
         return _EMPTY
 

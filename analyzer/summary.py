@@ -18,6 +18,7 @@ content-hash cache. Expressions become a tiny IR (`Expr`):
     ("super", cls)         `super(Cls, self)`
     ("def", qual)          what a `def`, `class` or `lambda` binds (after its decorators)
     ("raw", qual)          the function a `def` defines, before its decorators
+    ("in", qual, e)        `e` evaluated in scope `qual` (`global x; x = e` lands in the module)
 
 Lambdas are scopes of kind `lambda`, named `<lambdaN>` inside the scope that holds them,
 numbered from 1 in source order. Calls the interpreter makes without a call expression
@@ -223,6 +224,7 @@ class _Summarizer(ast.NodeVisitor):
         self.cond: list[str] = []
         self.lambda_lines = lambda_lines  # lines that mention `lambda`, sorted
         self.lambda_counts: dict[str, int] = {}
+        self.declared: dict[str, dict[str, Scope]] = {}  # scope → names declared global/nonlocal → their scope
 
     # -- scopes ---------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> dict[str, Scope]:
@@ -451,7 +453,21 @@ class _Summarizer(ast.NodeVisitor):
         ir = expr_ir(target)
         # `d[key] = f` stores into the container `d` (or `self.d`): kept as target ("s", d).
         if ir is not None and (ir[0] in ("n", "a") or ir[0] == "s" and ir[1][0] in ("n", "a")):
-            self.scope.assigns.append(Assign(ir, value, lineno, tuple(self.cond), ann, text))
+            cond = tuple(self.cond)
+            self.scope.assigns.append(Assign(ir, value, lineno, cond, ann, text))
+            declared = self.declared.get(self.scope.qualname, {}).get(ir[1]) if ir[0] == "n" else None
+            if declared is not None and value is not None:  # `global x`: x lives in another scope too
+                declared.assigns.append(Assign(ir, ("in", self.scope.qualname, value), lineno, cond, ann, text))
+
+    def visit_Global(self, node: ast.Global) -> None:
+        for name in node.names:
+            self.declared.setdefault(self.scope.qualname, {})[name] = self.stack[0]
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        enclosing = [s for s in self.stack[:-1] if s.kind in ("function", "lambda")]
+        if enclosing:
+            for name in node.names:
+                self.declared.setdefault(self.scope.qualname, {})[name] = enclosing[-1]
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.visit(node.value)

@@ -58,6 +58,28 @@ CASES = [
         def run():
             A().get()()
     """}, {"main.run": {"main.A.get", "main.A.m"}}),
+    ("global_assigned_in_a_function", {"main.py": """
+        def real():
+            pass
+        handler = None
+        def install(fn):
+            global handler
+            handler = fn
+        def fire():
+            handler()
+        install(real)
+    """}, {"main": {"main.install"}, "main.fire": {"main.real"}}),
+    ("nonlocal_assigned_in_a_closure", {"main.py": """
+        def real():
+            pass
+        def outer():
+            hook = None
+            def set_hook():
+                nonlocal hook
+                hook = real
+            set_hook()
+            hook()
+    """}, {"main.outer": {"main.outer.set_hook", "main.real"}}),
     ("unrelated_positional_not_bound", {"main.py": """
         def f():
             pass

@@ -63,6 +63,22 @@ CASES = [
         def start():
             Worker()
     """}, {"main.start": {"threading.Thread.__init__"}}),
+    ("method_inherited_from_external_base", {"main.py": """
+        import threading
+        class Worker(threading.Thread):
+            def __init__(self):
+                super().__init__()
+            def go(self):
+                self.start()
+    """}, {"main.Worker.__init__": {"threading.Thread.__init__"}, "main.Worker.go": {"threading.Thread.start"}}),
+    ("method_defined_in_tree_wins_over_external_base", {"main.py": """
+        import threading
+        class Worker(threading.Thread):
+            def start(self):
+                pass
+            def go(self):
+                self.start()
+    """}, {"main.Worker.go": {"main.Worker.start"}}),
     ("builtin_call", {"main.py": """
         def size(xs):
             return len(xs)
