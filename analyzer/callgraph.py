@@ -19,15 +19,14 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
 
 from eaglegate.analyzer.index import BUILTIN_PREFIX, Codebase, Site, ordered
-from eaglegate.analyzer.parse import ParsedTree, parse_tree, reachable_files
+from eaglegate.analyzer.parse import ParsedTree, no_cyclic_gc, parse_tree, reachable_files
 from eaglegate.analyzer.summary import Call
 
 # Callables outside the tree that call the functions passed to them: which arguments (a
@@ -127,7 +126,7 @@ class CallGraph:
 
     def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None) -> set[str]:
         """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep); returns those nodes."""
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             return self._reach(roots, limit, depth)
 
     def _reach(self, roots: Iterable[str], limit: int | None, depth: int | None) -> set[str]:
@@ -149,26 +148,13 @@ class CallGraph:
         return seen
 
     def build_all(self) -> nx.DiGraph:
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             for qn in self.codebase.scopes:
                 self.expand(qn)
         return self.graph
 
     def sites(self, caller: str, callee: str) -> list[Site]:
         return list(self.graph.edges[caller, callee]["sites"])
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Resolution allocates millions of small objects (memo entries, edges) and frees almost
-    none: the cyclic GC would re-scan them over and over (it doubled `build_all`'s time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_codebase(
@@ -188,7 +174,7 @@ def load_codebase(
 
 def export(graph: nx.DiGraph) -> dict[str, object]:
     """The graph as `{"nodes": [...], "edges": [{"caller", "callee", "sites"}]}`, sorted."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _export(graph)
 
 

@@ -38,7 +38,7 @@ Expr = Optional[tuple[Any, ...]]  # noqa: UP045 (a runtime alias must work on 3.
 Cond = tuple[str, ...]
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a warm load unpickles them ~3x faster
 class Import:
     local: str  # the name bound in the importing scope
     module: str  # absolute or relative module (without leading dots)
@@ -47,7 +47,7 @@ class Import:
     lineno: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     func: Expr
     lineno: int
@@ -61,7 +61,7 @@ class Call:
     implicit: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Assign:
     target: Expr
     value: Expr
@@ -71,14 +71,14 @@ class Assign:
     text: str = ""  # source of a short boolean value, to explain conditions (`enable_overlap = not …`)
 
 
-@dataclass
+@dataclass(slots=True)
 class Return:
     value: Expr
     lineno: int
     cond: Cond
 
 
-@dataclass
+@dataclass(slots=True)
 class Scope:
     """A function, a class body, or a module's top level."""
 
@@ -102,7 +102,7 @@ class Scope:
     children: list[str] = field(default_factory=list)  # qualnames of nested defs
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleSummary:
     name: str
     path: str  # relative to the analysed root
