@@ -651,13 +651,18 @@ class Codebase:
             found_sub: set[Value] = set()
             searched = set(classes)
             for sub in sorted(self.subclasses(base[1])):
-                for cls in self.mro(sub):
-                    if cls in searched:
+                order = self.mro(sub)
+                if kind == "super":  # Python's super(): the first definition after the owner in sub's MRO
+                    order = order[order.index(base[1]) + 1:] if base[1] in order else []
+                for cls in order:
+                    if cls in searched and kind != "super":
                         continue
                     searched.add(cls)
                     values, defined = self.class_member(cls, name, instance)
                     if defined:
                         found_sub.update(values)
+                        if kind == "super":
+                            break
             if not found_sub:
                 # Inherited from a base outside the tree (`self.start()` on a Thread subclass).
                 for cls in self.mro(base[1]):

@@ -101,6 +101,24 @@ CASES = [
             def step(self):
                 super(Child, self).step()
     """}, {"main.Child.__init__": {"main.Base.__init__"}, "main.Child.step": {"main.Base.step"}}),
+    ("super_in_a_base_does_not_reach_down", {"main.py": """
+        class Base:
+            def __init__(self):
+                super().__init__()
+        class Child(Base):
+            def __init__(self):
+                super().__init__()
+    """}, {"main.Child.__init__": {"main.Base.__init__"}}),
+    ("super_in_a_mixin_follows_the_subclass_mro", {"main.py": """
+        class Mixin:
+            def setup(self):
+                super().setup()
+        class Core:
+            def setup(self):
+                pass
+        class Service(Mixin, Core):
+            pass
+    """}, {"main.Mixin.setup": {"main.Core.setup"}}),
     ("instance_class_attribute", {"main.py": """
         class Node:
             def __init__(self):
