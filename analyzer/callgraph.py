@@ -67,7 +67,7 @@ class CallGraph:
         """Resolve every call made directly in `caller`'s body."""
         cb = self.codebase
         scope = cb.scopes[caller]
-        owner = cb.owner_class(caller) if scope.kind == "function" else None
+        owner = cb.owner_class(caller) if scope.kind in ("function", "lambda") else None
         selfname = cb.self_param(caller) if owner else None
         for call in scope.calls:
             site = cb.site(caller, call.lineno, call.cond)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -215,7 +216,8 @@ def _parse_tree(
     cache.keep_generation(f"summaries/{SUMMARY_FORMAT}")
     packed = _load(f"tree-{result.digest}")
     if isinstance(packed, tuple):  # the whole tree, unchanged since the last run: one read
-        result.modules, result.failures = packed
+        blobs, result.failures = packed
+        result.modules = {m.name: m for m in map(pickle.loads, blobs)}
         return result
     for job in jobs:
         cached = _load(job[4])
@@ -240,7 +242,10 @@ def _parse_tree(
             if progress:
                 progress(done, total)
     result.failures.sort(key=lambda f: f.path)
-    _store(f"tree-{result.digest}", (result.modules, result.failures))  # type: ignore[arg-type]
+    # One pickle per module: a single pickle of the tree would hold a memo entry for every
+    # object of every module until the end (hundreds of MB on the newest release).
+    blobs = tuple(pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL) for m in result.modules.values())
+    _store(f"tree-{result.digest}", (blobs, result.failures))
     return result
 
 
