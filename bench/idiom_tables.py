@@ -30,7 +30,7 @@ def _load(path: Path):
 
 def score() -> list[dict[str, object]]:
     sys.path.insert(0, str(TABLES))
-    graph_of = _load(TABLES / "conftest.py").graph_of
+    graph_of = _load(TABLES / "callgraph_cases.py").graph_of
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["EAGLEGATE_CACHE"] = str(Path(scratch) / "cache")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("tuple_assignment_by_position", {"main.py": """
@@ -94,6 +95,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_arguments(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_arguments(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -5,6 +5,7 @@ to a builtin that does not call it (`print`, `isinstance`) is not."""
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("map", {"main.py": """
@@ -72,6 +73,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_builtins(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_builtins(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -4,6 +4,7 @@ calls what the decorator returned (a wrapper, which calls the original)."""
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("wrapper_decorator", {"main.py": """
@@ -126,6 +127,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_decorators(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_decorators(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -4,6 +4,7 @@ fetched by key, by `.get()`, or by iterating."""
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("dict_literal_by_key", {"main.py": """
@@ -108,6 +109,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_dicts(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_dicts(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("import_module_attribute", {"main.py": """
@@ -93,6 +94,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_external(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_external(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

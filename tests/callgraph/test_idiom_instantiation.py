@@ -4,6 +4,7 @@ resolution order (C3), none when only `object.__init__` runs, never the class it
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("own_init", {"main.py": """
@@ -138,6 +139,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_instantiation(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_instantiation(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("keyword_argument", {"main.py": """
@@ -71,6 +72,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_kwargs(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_kwargs(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -4,6 +4,7 @@ it, in source order): called, passed, returned and stored, and their bodies call
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("called_through_a_name", {"main.py": """
@@ -98,6 +99,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_lambda(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_lambda(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("raise_call_own_init", {"main.py": """
@@ -78,6 +79,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_raise(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_raise(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

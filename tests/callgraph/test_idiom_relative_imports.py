@@ -4,6 +4,7 @@ in a package and at the top of a tree that is no package."""
 from __future__ import annotations
 
 import pytest
+from callgraph_cases import check
 
 CASES = [
     ("from_dot_import_module", {
@@ -45,6 +46,5 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_relative_imports(case, call_graph):
-    _, files, expected = case
-    assert call_graph(files) == expected
+def test_relative_imports(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

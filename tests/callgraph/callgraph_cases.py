@@ -1,4 +1,5 @@
 """Shared by the idiom tables: each case is a small program and its complete expected call graph.
+(Not a conftest.py: the suite's tests import the top-level `conftest` by name.)
 
 A case is `(id, files, expected)`: `files` maps a path under the analysed directory (which is
 no package, so `main.py` is the module `main`) to its source; `expected` maps each caller to
@@ -34,7 +35,8 @@ def graph_of(root: Path, files: dict[str, str]) -> Graph:
     return found
 
 
-@pytest.fixture
-def call_graph(tmp_path, monkeypatch):
+def check(case: tuple[str, dict[str, str], Graph], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Assert the engine's graph of the case's program is exactly the expected one."""
+    _, files, expected = case
     monkeypatch.setenv("EAGLEGATE_CACHE", str(tmp_path / "cache"))
-    return lambda files: graph_of(tmp_path / "program", files)
+    assert graph_of(tmp_path / "program", files) == expected
