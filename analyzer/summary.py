@@ -21,10 +21,10 @@ content-hash cache. Expressions become a tiny IR (`Expr`):
     ("in", qual, e)        `e` evaluated in scope `qual` (`global x; x = e` lands in the module)
 
 Lambdas are scopes of kind `lambda`, named `<lambdaN>` inside the scope that holds them,
-numbered from 1 in source order. Calls the interpreter makes without a call expression
-are recorded as `implicit` calls: a decorator applied to a def (`dec(f)`), the iteration
-protocol of `for` loops and comprehensions (`obj.__iter__()`, then `__next__()` on what it
-returns) and `raise X` of a bare class.
+numbered from 1 in source order. Applying a decorator is recorded as the call `dec(f)`
+where the def stands. Calls the interpreter makes without a call expression are recorded
+as `implicit` calls: the iteration protocol of `for` loops and comprehensions
+(`obj.__iter__()`, then `__next__()` on what it returns) and `raise X` of a bare class.
 """
 
 from __future__ import annotations
@@ -523,6 +523,15 @@ class _Summarizer(ast.NodeVisitor):
             raised = expr_ir(node.exc)
             if raised is not None:
                 self.scope.calls.append(Call(raised, node.lineno, tuple(self.cond), implicit=True))
+        self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        # `except (A, B) as e`: `e` is an instance of A or B.
+        if node.name and node.type is not None:
+            kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            caught = _union(*(("c", ir) for ir in map(expr_ir, kinds) if ir is not None))
+            if caught is not None:
+                self.scope.assigns.append(Assign(("n", node.name), caught, node.lineno, tuple(self.cond)))
         self.generic_visit(node)
 
     def visit_Yield(self, node: ast.Yield) -> None:

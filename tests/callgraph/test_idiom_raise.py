@@ -68,6 +68,19 @@ CASES = [
                 raise AppError(3)
         """,
     }, {"main.check": {"errors.AppError.__init__"}}),
+    ("caught_exception_is_an_instance", {"main.py": """
+        class Failure(Exception):
+            def report(self):
+                pass
+        class Other(Exception):
+            def report(self):
+                pass
+        def check():
+            try:
+                pass
+            except (Failure, Other) as exc:
+                exc.report()
+    """}, {"main.check": {"main.Failure.report", "main.Other.report"}}),
     ("reraise_is_no_call", {"main.py": """
         def check():
             try:
