@@ -89,6 +89,7 @@ class Codebase:
                 self.scope_module[qn] = module
         self.packages = {name.rsplit(".", 1)[0] for name in self.modules if "." in name}
         self._memo: dict[tuple, frozenset] = {}
+        self._parents: dict[str, str | None] = {}
         self._bases: dict[str, list[str]] = {}
         self._mro: dict[str, list[str]] = {}
         self._subclasses: dict[str, set[str]] | None = None
@@ -99,7 +100,6 @@ class Codebase:
         self._attr_stores: dict[tuple[str, str], list[tuple[Expr, str]]] = {}
         # module → global name → function storing into it → what it stores
         self._module_stores: dict[str, dict[str, dict[str, list[tuple[Expr, str]]]]] = {}
-        self._store_names: set[str] = set()
         self._binding_index: dict[str, dict[str, tuple[list[Assign], list[Import], list[int]]]] = {}
 
     # -- naming ------------------------------------------------------------------------------
@@ -107,10 +107,12 @@ class Codebase:
         return f"{module.name}.{qual}" if qual else module.name
 
     def parent_qn(self, qn: str) -> str | None:
+        if qn in self._parents:  # asked for every name lookup: computed once per scope
+            return self._parents[qn]
         scope = self.scopes[qn]
-        if scope.parent is None:
-            return None
-        return self.qn(self.scope_module[qn], scope.parent)
+        parent = None if scope.parent is None else self.qn(self.scope_module[qn], scope.parent)
+        self._parents[qn] = parent
+        return parent
 
     def site(self, qn: str, lineno: int, cond: tuple[str, ...] = ()) -> Site:
         return Site(self.scope_module[qn].path, lineno, cond)
@@ -263,7 +265,7 @@ class Codebase:
                     if star:
                         bound = True
                         values.update(star)
-        if bound and name in self._stored_names():
+        if bound and self._has_stores(scope_qn, name):
             stored = self._stored(self.stores(scope_qn, name))
             if stored:
                 values.add(stored)
@@ -290,10 +292,10 @@ class Codebase:
         items = frozenset(v for ir, qn in stores for v in self.values(ir, qn))
         return ("box", items) if items else None
 
-    def _stored_names(self) -> set[str]:
+    def _has_stores(self, scope_qn: str, name: str) -> bool:
         if self._stores is None:
             self._stores = self._index_stores()
-        return self._store_names
+        return (scope_qn, name) in self._stores or name in self._module_stores.get(scope_qn, {})
 
     def stores(self, scope_qn: str, name: str) -> list[tuple[Expr, str]]:
         """What is stored into the container bound to `name` in `scope_qn`: in that scope, or,
@@ -333,7 +335,6 @@ class Codebase:
                 if value is None:
                     continue
                 if base[0] == "n":
-                    self._store_names.add(base[1])
                     table[(qn, base[1])].append((value, qn))
                     if qn != module_qn:
                         self._module_stores[module_qn][base[1]][qn].append((value, qn))
