@@ -1,5 +1,13 @@
 """The call graph (networkx): nodes are qualified names, edges keep every call site.
 
+Nodes are the tree's modules, classes and functions by qualified name; a lambda is
+`<scope>.<lambdaN>` (the Nth lambda of that scope in source order); a callee outside the
+tree keeps the name it was imported by (`numpy.zeros`), a builtin is `<builtin>.len`.
+Instantiating a class is a call to the `__init__` that runs (its own or inherited; a
+base outside the tree gives `ext.Base.__init__`), and no edge when only `object.__init__`
+runs. A function passed to a builtin or standard-library function that calls it (`map`,
+`filter`, `sorted(key=)`, `functools.partial`…) is called by the caller.
+
 Each edge `caller → callee` carries `sites`: a list of `Site(path, line, conditions)`,
 one per call expression, so a report can tell the overlap path from the normal one.
 Edges are computed on demand (`expand`), so a question about one entry point resolves
@@ -17,8 +25,24 @@ from pathlib import Path
 
 import networkx as nx
 
-from eaglegate.analyzer.index import Codebase, Site, ordered
-from eaglegate.analyzer.parse import ParsedTree, parse_tree, reachable_files
+from eaglegate.analyzer.index import BUILTIN_PREFIX, Codebase, Site, ordered
+from eaglegate.analyzer.parse import ParsedTree, no_cyclic_gc, parse_tree, reachable_files
+from eaglegate.analyzer.summary import Call
+
+# Callables outside the tree that call the functions passed to them: which arguments (a
+# position, or a keyword) they call. `key=` is called by every external or unresolved callee
+# taking it (`sorted`, `min`, `list.sort`, `heapq.nlargest`…).
+_CALLBACK_TAKERS: dict[str, tuple[int | str, ...]] = {
+    f"{BUILTIN_PREFIX}.map": (0,), f"{BUILTIN_PREFIX}.filter": (0,), f"{BUILTIN_PREFIX}.iter": (0,),
+    "functools.reduce": (0,), "functools.partial": (0,), "functools.partialmethod": (0,),
+    "itertools.starmap": (0,), "itertools.filterfalse": (0,), "itertools.takewhile": (0,),
+    "itertools.dropwhile": (0,), "itertools.accumulate": (1, "func"),
+    "threading.Thread": ("target",), "multiprocessing.Process": ("target",),
+    "atexit.register": (0,),
+}
+_KEY_ARGUMENT = "key"
+
+KIND_EXTERNAL = "external"
 
 
 @dataclass
@@ -32,7 +56,7 @@ class CallGraph:
             return
         scope = self.codebase.scopes.get(qn)
         if scope is None:
-            self.graph.add_node(qn, kind="external")
+            self.graph.add_node(qn, kind=KIND_EXTERNAL)
             return
         module = self.codebase.scope_module[qn]
         self.graph.add_node(
@@ -43,18 +67,29 @@ class CallGraph:
         """Resolve every call made directly in `caller`'s body."""
         cb = self.codebase
         scope = cb.scopes[caller]
-        owner = cb.owner_class(caller) if scope.kind == "function" else None
+        owner = cb.owner_class(caller) if scope.kind in ("function", "lambda") else None
         selfname = cb.self_param(caller) if owner else None
         for call in scope.calls:
             site = cb.site(caller, call.lineno, call.cond)
             targets: set[str] = set()
+            external: list[str] = []
             for value in ordered(cb.values(call.func, caller)):
                 if value[0] == "func":
                     targets.add(value[1])
                 elif value[0] == "class":
-                    targets.add(cb.constructor(value[1]) or value[1])
+                    init = cb.instantiation(value[1])
+                    if init is not None:
+                        targets.add(init)
+                elif call.implicit:
+                    continue
                 elif value[0] == "inst":
                     targets.update(v[1] for v in cb.attribute(value, "__call__") if v[0] == "func")
+                elif value[0] == "ext":
+                    external.append(value[1])
+            # The code behind an external or unresolved callee (`xs.sort(key=f)`) calls back.
+            if (external or not targets) and (call.args or call.kwargs) and not call.implicit:
+                targets.update(self._callbacks(caller, call, external))
+            targets.update(external)
             func = call.func
             # `self.method()` dispatches to overrides in subclasses too (template methods).
             if owner and selfname and func and func[0] == "a" and func[1] == ("n", selfname):
@@ -64,6 +99,16 @@ class CallGraph:
                         targets.add(override)
             for target in sorted(targets):  # edge order decides what a limited reach visits
                 yield target, site
+
+    def _callbacks(self, caller: str, call: Call, external: list[str]) -> set[str]:
+        """The tree's functions that the external callees call back (`map(f, xs)`)."""
+        cb = self.codebase
+        keys: set[int | str] = {_KEY_ARGUMENT}
+        for name in external:
+            keys.update(_CALLBACK_TAKERS.get(name, ()))
+        passed = [ir for position, ir in enumerate(call.args) if position in keys]
+        passed += [ir for keyword, ir in call.kwargs if keyword in keys]
+        return {v[1] for ir in passed if ir is not None for v in cb.values(ir, caller) if v[0] == "func"}
 
     def expand(self, caller: str) -> None:
         if caller in self.expanded or caller not in self.codebase.scopes:
@@ -81,11 +126,16 @@ class CallGraph:
 
     def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None) -> set[str]:
         """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep); returns those nodes."""
+        with no_cyclic_gc():
+            return self._reach(roots, limit, depth)
+
+    def _reach(self, roots: Iterable[str], limit: int | None, depth: int | None) -> set[str]:
         seen: set[str] = set()
         queue = deque((root, 0) for root in roots)
+        scopes = self.codebase.scopes
         while queue:
             current, level = queue.popleft()
-            if current in seen:
+            if current in seen or current not in scopes:  # external callees are leaves, not counted
                 continue
             seen.add(current)
             if depth is not None and level >= depth:
@@ -98,8 +148,8 @@ class CallGraph:
         return seen
 
     def build_all(self) -> nx.DiGraph:
-        for qn, scope in self.codebase.scopes.items():
-            if scope.kind in ("function", "module", "class"):
+        with no_cyclic_gc():
+            for qn in self.codebase.scopes:
                 self.expand(qn)
         return self.graph
 
@@ -124,7 +174,12 @@ def load_codebase(
 
 def export(graph: nx.DiGraph) -> dict[str, object]:
     """The graph as `{"nodes": [...], "edges": [{"caller", "callee", "sites"}]}`, sorted."""
-    nodes = sorted(n for n, data in graph.nodes(data=True) if data.get("kind") != "external")
+    with no_cyclic_gc():
+        return _export(graph)
+
+
+def _export(graph: nx.DiGraph) -> dict[str, object]:
+    nodes = sorted(n for n, data in graph.nodes(data=True) if data.get("kind") != KIND_EXTERNAL)
     edges = []
     for caller, callee, data in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1])):
         edges.append(

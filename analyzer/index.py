@@ -9,13 +9,19 @@ returns a class is followed to the class. Nothing here knows about SGLang.
 
 Values are small tuples:
 
-    ("module", name) ("class", qn) ("inst", qn) ("func", qn) ("box", frozenset)
+    ("module", name) ("class", qn) ("inst", qn) ("func", qn) ("box", frozenset) ("ext", name)
 
-`box` is a container (a registry dict, a list of classes) whose elements are known.
+`box` is a container (a registry dict, a list of classes) whose elements are known:
+literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. `ext` is
+something outside the analysed tree, named by its import path (`numpy.zeros`,
+`os.path.join`) or `<builtin>.name` for a builtin; calling it returns nothing known.
+Lambdas are functions named `<scope>.<lambdaN>`; a decorated def denotes what its
+decorators return (a wrapper), or itself when they are outside the tree.
 """
 
 from __future__ import annotations
 
+import builtins
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -41,6 +47,16 @@ _CONTAINER_TYPES = {
 }
 _MAPPING_TYPES = {"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict", "OrderedDict"}
 _PROPERTY_DECORATORS = {"property", "cached_property", "functools.cached_property"}
+_FUNCTION_KINDS = ("function", "lambda")
+_NO_BINDINGS: tuple[list, list, list] = ([], [], [])
+_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+BUILTIN_PREFIX = "<builtin>"
+# Methods of a container that give back one of its elements, or the container itself.
+_ELEMENT_METHODS = {"get", "pop", "setdefault", "popitem", "popleft"}
+_SELF_METHODS = {"values", "copy"}
+# Methods that store their argument (at this position) into the container they are called on.
+_STORE_METHODS = {"append": 0, "add": 0, "appendleft": 0, "insert": 1, "setdefault": 1}
+_EXTEND_METHODS = {"extend": 0, "update": 0}
 
 
 @dataclass(frozen=True)
@@ -73,21 +89,30 @@ class Codebase:
                 self.scope_module[qn] = module
         self.packages = {name.rsplit(".", 1)[0] for name in self.modules if "." in name}
         self._memo: dict[tuple, frozenset] = {}
+        self._parents: dict[str, str | None] = {}
         self._bases: dict[str, list[str]] = {}
+        self._mro: dict[str, list[str]] = {}
         self._subclasses: dict[str, set[str]] | None = None
         self._attr_assigns: dict[str, dict[str, list[tuple[Assign, str]]]] | None = None
         self._other_assigns: dict[str, list[tuple[Assign, str]]] | None = None
         self._calls_by_name: dict[str, list[tuple[str, Call]]] | None = None
+        self._stores: dict[tuple[str, str], list[tuple[Expr, str]]] | None = None
+        self._attr_stores: dict[tuple[str, str], list[tuple[Expr, str]]] = {}
+        # module → global name → function storing into it → what it stores
+        self._module_stores: dict[str, dict[str, dict[str, list[tuple[Expr, str]]]]] = {}
+        self._binding_index: dict[str, dict[str, tuple[list[Assign], list[Import], list[int]]]] = {}
 
     # -- naming ------------------------------------------------------------------------------
     def qn(self, module: ModuleSummary, qual: str) -> str:
         return f"{module.name}.{qual}" if qual else module.name
 
     def parent_qn(self, qn: str) -> str | None:
+        if qn in self._parents:  # asked for every name lookup: computed once per scope
+            return self._parents[qn]
         scope = self.scopes[qn]
-        if scope.parent is None:
-            return None
-        return self.qn(self.scope_module[qn], scope.parent)
+        parent = None if scope.parent is None else self.qn(self.scope_module[qn], scope.parent)
+        self._parents[qn] = parent
+        return parent
 
     def site(self, qn: str, lineno: int, cond: tuple[str, ...] = ()) -> Site:
         return Site(self.scope_module[qn].path, lineno, cond)
@@ -146,12 +171,16 @@ class Codebase:
         package = module.name if module.is_package else module.name.rpartition(".")[0]
         for _ in range(imp.level - 1):
             package = package.rpartition(".")[0]
-        return f"{package}.{imp.module}" if imp.module else package
+        return ".".join(part for part in (package, imp.module) if part)  # the root may be no package
 
     def import_values(self, module: ModuleSummary, imp: Import) -> frozenset:
         base = self._absolute(module, imp)
         if imp.name is None:
-            return frozenset({("module", base)}) if self.module_exists(base) else _EMPTY
+            return frozenset({("module", base) if self.module_exists(base) else ("ext", base)})
+        if not base:  # `from . import name` at the top of a tree that is no package
+            return frozenset({("module", imp.name) if self.module_exists(imp.name) else ("ext", imp.name)})
+        if not self.module_exists(base):  # outside the tree: keep the name
+            return frozenset({("ext", f"{base}.{imp.name}")})
         return self.member(base, imp.name)
 
     def member(self, module_name: str, name: str) -> frozenset:
@@ -185,7 +214,7 @@ class Codebase:
                     return found
             first = False
             current = self.parent_qn(current)
-        return _EMPTY
+        return {("ext", f"{BUILTIN_PREFIX}.{name}")} if name in _BUILTINS else _EMPTY
 
     def _local(self, name: str, scope_qn: str) -> tuple[frozenset, bool]:
         """Values bound to `name` in this very scope, and whether the scope binds it at all."""
@@ -194,24 +223,21 @@ class Codebase:
         values: set[Value] = set()
         bound = False
         child = f"{scope.qualname}.{name}" if scope.qualname else name
-        if child in module.scopes and scope.kind != "function":
+        if child in module.scopes and scope.kind not in _FUNCTION_KINDS:
             bound = True
-            kind = module.scopes[child].kind
-            values.add(("class" if kind == "class" else "func", self.qn(module, child)))
-        for assign in scope.assigns:
-            if assign.target == ("n", name):
-                bound = True
-                values.update(self.values(assign.value, scope_qn))
-                if assign.annotation is not None:
-                    values.update(self.type_values(assign.annotation, scope_qn))
-        for imp in scope.imports:
-            if imp.local == name:
-                bound = True
-                values.update(self.import_values(module, imp))
-        if scope.kind == "function":
-            for index, (param, annotation) in enumerate(scope.params):
-                if param != name:
-                    continue
+            values.update(self.definition(self.qn(module, child)))
+        assigns, imports, params = self._bindings(scope_qn).get(name, _NO_BINDINGS)
+        for assign in assigns:
+            bound = True
+            values.update(self.values(assign.value, scope_qn))
+            if assign.annotation is not None:
+                values.update(self.type_values(assign.annotation, scope_qn))
+        for imp in imports:
+            bound = True
+            values.update(self.import_values(module, imp))
+        if scope.kind in _FUNCTION_KINDS:
+            for index in params:
+                annotation = scope.params[index][1]
                 bound = True
                 owner = self.owner_class(scope_qn) if self.parent_qn(scope_qn) else None
                 is_method = owner is not None and self.scopes[self.parent_qn(scope_qn) or ""].kind == "class"
@@ -223,6 +249,15 @@ class Codebase:
                 values.update(typed)
                 if not typed:
                     values.update(self.argument_values(scope_qn, name))
+                for default_param, default in scope.defaults:
+                    if default_param == name:
+                        values.update(self.values(default, self.parent_qn(scope_qn) or scope_qn))
+            if name in scope.star_params:  # `*args` / `**kwargs`: a container of what is passed
+                bound = True
+                collected = "*" if name == scope.star_params[0] else "**"
+                passed = self.argument_values(scope_qn, collected)
+                if passed:
+                    values.add(("box", passed))
         if not bound and scope.kind == "module":
             for imp in scope.imports:
                 if imp.local == "*":
@@ -230,7 +265,82 @@ class Codebase:
                     if star:
                         bound = True
                         values.update(star)
+        if bound and self._has_stores(scope_qn, name):
+            stored = self._stored(self.stores(scope_qn, name))
+            if stored:
+                values.add(stored)
         return frozenset(values), bound
+
+    def _bindings(self, scope_qn: str) -> dict[str, tuple[list[Assign], list[Import], list[int]]]:
+        """The scope's assignments, imports and parameters by the name they bind."""
+        found = self._binding_index.get(scope_qn)
+        if found is None:
+            scope = self.scopes[scope_qn]
+            found = {}
+            for assign in scope.assigns:
+                if assign.target and assign.target[0] == "n":
+                    found.setdefault(assign.target[1], ([], [], []))[0].append(assign)
+            for imp in scope.imports:
+                found.setdefault(imp.local, ([], [], []))[1].append(imp)
+            for index, (param, _) in enumerate(scope.params):
+                found.setdefault(param, ([], [], []))[2].append(index)
+            self._binding_index[scope_qn] = found
+        return found
+
+    def _stored(self, stores: list[tuple[Expr, str]]) -> Value | None:
+        """A container holding what `stores` put in it (`d[k] = v`, `d.append(v)`)."""
+        items = frozenset(v for ir, qn in stores for v in self.values(ir, qn))
+        return ("box", items) if items else None
+
+    def _has_stores(self, scope_qn: str, name: str) -> bool:
+        if self._stores is None:
+            self._stores = self._index_stores()
+        return (scope_qn, name) in self._stores or name in self._module_stores.get(scope_qn, {})
+
+    def stores(self, scope_qn: str, name: str) -> list[tuple[Expr, str]]:
+        """What is stored into the container bound to `name` in `scope_qn`: in that scope, or,
+        for a module's global, in any function of the module that does not rebind the name."""
+        if self._stores is None:
+            self._stores = self._index_stores()
+        found = list(self._stores.get((scope_qn, name), ()))
+        if self.scopes[scope_qn].kind == "module":
+            for qn, items in sorted(self._module_stores.get(scope_qn, {}).get(name, {}).items()):
+                if name not in self._bindings(qn):  # a local of that function, not the global
+                    found.extend(items)
+        return found
+
+    def _index_stores(self) -> dict[tuple[str, str], list[tuple[Expr, str]]]:
+        """Every `base[k] = v`, `base.append(v)`… with `base` a name or `self.attr`, by where
+        `base` lives: (scope, name) for names, (class, attr) for instance attributes."""
+        table: dict[tuple[str, str], list[tuple[Expr, str]]] = defaultdict(list)
+        self._attr_stores = defaultdict(list)
+        self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        for qn, scope in self.scopes.items():
+            found: list[tuple[Expr, Expr]] = [(a.target[1], a.value) for a in scope.assigns
+                                              if a.target and a.target[0] == "s" and a.value is not None]
+            for call in scope.calls:
+                func = call.func
+                if func is None or func[0] != "a" or func[1][0] not in ("n", "a"):
+                    continue
+                if func[2] in _STORE_METHODS and len(call.args) > _STORE_METHODS[func[2]]:
+                    found.append((func[1], call.args[_STORE_METHODS[func[2]]]))
+                elif func[2] in _EXTEND_METHODS and call.args and call.args[0] is not None:
+                    found.append((func[1], ("s", call.args[0])))
+            if not found:
+                continue
+            owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
+            selfname = self.self_param(qn) if owner else None
+            module_qn = self.scope_module[qn].name
+            for base, value in found:
+                if value is None:
+                    continue
+                if base[0] == "n":
+                    table[(qn, base[1])].append((value, qn))
+                    if qn != module_qn:
+                        self._module_stores[module_qn][base[1]][qn].append((value, qn))
+                elif owner and base[1] == ("n", selfname):
+                    self._attr_stores[(owner, base[2])].append((value, qn))
+        return table
 
     # -- expressions ---------------------------------------------------------------------------------
     def values(self, expr: Expr, scope_qn: str) -> frozenset:
@@ -249,9 +359,21 @@ class Codebase:
                 found.update(self.attribute(base, expr[2]))
             return found
         if kind == "c":
-            return self.call_result(self.values(expr[1], scope_qn))
+            result = self.call_result(self.values(expr[1], scope_qn))
+            func = expr[1]
+            if func[0] == "a" and (func[2] in _ELEMENT_METHODS or func[2] in _SELF_METHODS or func[2] == "items"):
+                for box in self.values(func[1], scope_qn):
+                    if box[0] != "box":
+                        continue
+                    if func[2] in _ELEMENT_METHODS:
+                        result.update(box[1])
+                    elif func[2] == "items":  # pairs: an element of an element is a value
+                        result.add(("box", frozenset({box})))
+                    else:
+                        result.add(box)
+            return result
         if kind == "s":
-            return {v for box in self.values(expr[1], scope_qn) if box[0] == "box" for v in box[1]}
+            return self.elements(self.values(expr[1], scope_qn))
         if kind == "k":
             items = frozenset(v for e in expr[1] for v in self.values(e, scope_qn))
             return {("box", items)} if items else _EMPTY
@@ -260,13 +382,67 @@ class Codebase:
         if kind == "g":
             return self.values(expr[1], scope_qn)
         if kind == "def":
+            return self.definition(self.qn(self.scope_module[scope_qn], expr[1]))
+        if kind == "in":
+            return self.values(expr[2], self.qn(self.scope_module[scope_qn], expr[1]))
+        if kind == "raw":
             qn = self.qn(self.scope_module[scope_qn], expr[1])
-            scope = self.scopes.get(qn)
-            return {("class" if scope and scope.kind == "class" else "func", qn)}
+            return {("class" if self.is_class(qn) else "func", qn)}
         if kind == "super":
+            if len(expr) > 1:  # `super(Cls, self)`: the MRO after Cls
+                return {("super", v[1]) for v in self.values(expr[1], scope_qn) if v[0] == "class"}
             owner = self.owner_class(scope_qn)
             return {("super", owner)} if owner else _EMPTY
         return _EMPTY
+
+    def elements(self, containers: Iterable[Value]) -> set[Value]:
+        """What iterating over (or indexing) these values gives: a container's elements, or
+        for an instance, what its `__iter__` yields (or its iterator's `__next__` returns)."""
+        found: set[Value] = set()
+        for value in ordered(containers):
+            if value[0] == "box":
+                found.update(value[1])
+            elif value[0] == "inst":
+                for iterator in self.call_result(self.attribute(value, "__iter__")):
+                    if iterator[0] == "box":
+                        found.update(iterator[1])
+                    elif iterator[0] == "inst":
+                        found.update(self.call_result(self.attribute(iterator, "__next__")))
+        return found
+
+    def definition(self, qn: str) -> frozenset:
+        """What a `def`, `class` or lambda binds its name to: itself, or what its decorators
+        in the tree return (a wrapper); a decorator returning its argument keeps it."""
+        return self._cached(("def", qn), lambda: self._definition(qn))
+
+    def _definition(self, qn: str) -> Iterable[Value]:
+        scope = self.scopes[qn]
+        current: set[Value] = {("class" if scope.kind == "class" else "func", qn)}
+        parent = self.parent_qn(qn) or qn
+        for deco in reversed(scope.decorator_exprs):
+            if deco is None:
+                continue
+            applied: set[Value] = set()
+            for callee in ordered(self.values(deco, parent)):
+                if callee[0] == "func":
+                    applied.update(self._applied(callee[1], current))
+                elif callee[0] in ("class", "inst"):
+                    applied.update(self.call_result({callee}))
+            if applied:  # a decorator outside the tree (or one we cannot follow) keeps the def
+                current = applied
+        return current
+
+    def _applied(self, decorator_qn: str, argument: set[Value]) -> set[Value]:
+        """What calling the decorator on `argument` returns."""
+        scope = self.scopes[decorator_qn]
+        first = scope.params[0][0] if scope.params else None
+        found: set[Value] = set()
+        for ret in scope.return_values:
+            if first is not None and ret.value == ("n", first):
+                found.update(argument)
+            else:
+                found.update(self.values(ret.value, decorator_qn))
+        return found
 
     def type_values(self, annotation: Expr, scope_qn: str) -> frozenset:
         """Instances an annotation describes (`Optional[X]` → X, `Type[X]` → the class X)."""
@@ -310,6 +486,33 @@ class Codebase:
         return self._bases[class_qn]
 
     def mro(self, class_qn: str) -> list[str]:
+        """Python's method resolution order (C3) over the classes in the tree; depth first
+        where the bases admit no C3 order (Python would refuse the class)."""
+        if class_qn not in self._mro:
+            self._mro[class_qn] = [class_qn]  # cycle guard
+            self._mro[class_qn] = self._c3(class_qn) or self._depth_first(class_qn)
+        return self._mro[class_qn]
+
+    def _c3(self, class_qn: str) -> list[str] | None:
+        bases = [b for b in self.bases(class_qn) if b in self.scopes]
+        sequences = [list(self.mro(b)) for b in bases] + [list(bases)]
+        order = [class_qn]
+        while True:
+            sequences = [seq for seq in sequences if seq]
+            if not sequences:
+                return order
+            for seq in sequences:
+                head = seq[0]
+                if not any(head in other[1:] for other in sequences):
+                    break
+            else:
+                return None
+            order.append(head)
+            for seq in sequences:
+                if seq[0] == head:
+                    del seq[0]
+
+    def _depth_first(self, class_qn: str) -> list[str]:
         order: list[str] = []
         stack = [class_qn]
         while stack:
@@ -319,6 +522,19 @@ class Codebase:
             order.append(current)
             stack[0:0] = self.bases(current)
         return order
+
+    def external_bases(self, class_qn: str) -> list[str]:
+        """Bases outside the tree, by name (`torch.nn.Module`; `object` left out)."""
+        scope = self.scopes[class_qn]
+        context = self.parent_qn(class_qn) or class_qn
+        found: list[str] = []
+        for base in scope.bases:
+            if base[0] == "s":
+                base = base[1]
+            for value in ordered(self.values(base, context)):
+                if value[0] == "ext" and value[1] != f"{BUILTIN_PREFIX}.object" and value[1] not in found:
+                    found.append(value[1])
+        return found
 
     def subclasses(self, class_qn: str) -> set[str]:
         """Every class that inherits from `class_qn`, directly or not."""
@@ -367,12 +583,11 @@ class Codebase:
             defined = True
             member = module.scopes[child]
             qn = self.qn(module, child)
-            if member.kind == "class":
-                values.add(("class", qn))
-            elif instance and any(d in _PROPERTY_DECORATORS or d.endswith(".setter") for d in member.decorators):
+            if instance and member.kind == "function" and any(
+                    d in _PROPERTY_DECORATORS or d.endswith(".setter") for d in member.decorators):
                 values.update(self.returns(qn))
             else:
-                values.add(("func", qn))
+                values.update(self.definition(qn))
         for assign in scope.assigns:
             if assign.target == ("n", name):
                 defined = True
@@ -383,6 +598,12 @@ class Codebase:
                 defined = True
                 values.update(self.values(assign.value, method_qn))
                 values.update(self.type_values(assign.annotation, method_qn))
+            if self._stores is None:
+                self._stores = self._index_stores()
+            stored = self._stored(self._attr_stores.get((class_qn, name), []))
+            if stored:
+                defined = True
+                values.add(stored)
             # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
             for assign, qn in self._assigns_on_others(name):
                 if ("inst", class_qn) in self.values(assign.target[1], qn):
@@ -413,6 +634,10 @@ class Codebase:
         kind = base[0]
         if kind == "module":
             return self.member(base[1], name)
+        if kind == "ext":
+            return {("ext", f"{base[1]}.{name}")}
+        if kind == "inst" and name == "__class__":
+            return {("class", base[1])}
         if kind in ("class", "inst", "super"):
             classes = self.mro(base[1])
             if kind == "super":
@@ -427,13 +652,24 @@ class Codebase:
             found_sub: set[Value] = set()
             searched = set(classes)
             for sub in sorted(self.subclasses(base[1])):
-                for cls in self.mro(sub):
-                    if cls in searched:
+                order = self.mro(sub)
+                if kind == "super":  # Python's super(): the first definition after the owner in sub's MRO
+                    order = order[order.index(base[1]) + 1:] if base[1] in order else []
+                for cls in order:
+                    if cls in searched and kind != "super":
                         continue
                     searched.add(cls)
                     values, defined = self.class_member(cls, name, instance)
                     if defined:
                         found_sub.update(values)
+                        if kind == "super":
+                            break
+            if not found_sub:
+                # Inherited from a base outside the tree (`self.start()` on a Thread subclass).
+                for cls in self.mro(base[1]):
+                    external = self.external_bases(cls)
+                    if external:
+                        return {("ext", f"{external[0]}.{name}")}
             return found_sub
         return _EMPTY
 
@@ -456,7 +692,8 @@ class Codebase:
 
     def argument_values(self, func_qn: str, name: str) -> frozenset:
         """The functions and classes the call sites of `func_qn` pass for its parameter
-        `name`: a factory handed to a registry, a class handed to a wrapper."""
+        `name`: a factory handed to a registry, a class handed to a wrapper. `name` "*" and
+        "**" stand for what `*args` and `**kwargs` collect."""
         return self._cached(("args", func_qn, name), lambda: self._argument_values(func_qn, name))
 
     def _argument_values(self, func_qn: str, name: str) -> Iterable[Value]:
@@ -466,6 +703,8 @@ class Codebase:
         names = {short}
         if owner and short == "__init__":
             names.add(owner.rsplit(".", 1)[-1])  # `Cls(...)` binds `__init__`'s parameters
+        if parent is not None and self.scopes[parent].kind in _FUNCTION_KINDS:
+            names.add(parent.rsplit(".", 1)[-1] + "()")  # `outer(...)(arg)`: a returned function called
         sites = [site for n in sorted(names) for site in self._calls_named(n)]
         if len(sites) > _MAX_CALL_SITES:
             return _EMPTY  # a name called everywhere (`forward`): too costly, too imprecise
@@ -476,9 +715,15 @@ class Codebase:
             if ("func", func_qn) not in callees and not as_init:
                 continue
             bound = as_init or (call.func is not None and call.func[0] == "a")
-            passed = [ir for keyword, ir in call.kwargs if keyword == name]
+            if name == "**":  # keywords that name no parameter
+                params = {p for p, _ in self.scopes[func_qn].params}
+                passed = [ir for keyword, ir in call.kwargs if keyword not in params]
+            else:
+                passed = [ir for keyword, ir in call.kwargs if keyword == name]
+            # `*`: positions past the named parameters (parameter_for finds none)
+            wanted = None if name == "*" else name
             passed += [ir for position, ir in enumerate(call.args)
-                       if ir is not None and self.parameter_for(func_qn, position, bound) == name]
+                       if ir is not None and self.parameter_for(func_qn, position, bound) == wanted]
             for ir in passed:
                 found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
         return found
@@ -489,7 +734,9 @@ class Codebase:
             for qn, scope in self.scopes.items():
                 for call in scope.calls:
                     if call.args or call.kwargs:
-                        table[_last_name(call.func)].append((qn, call))
+                        func = call.func
+                        key = _last_name(func[1]) + "()" if func and func[0] == "c" else _last_name(func)
+                        table[key].append((qn, call))
             self._calls_by_name = table
         return self._calls_by_name.get(name, [])
 
@@ -500,18 +747,36 @@ class Codebase:
         def compute() -> Iterable[Value]:
             scope = self.scopes[func_qn]
             found: set[Value] = set()
-            for ret in scope.return_values:
-                found.update(self.values(ret.value, func_qn))
+            if scope.yields:  # a generator: calling it gives an iterator over what it yields
+                items = frozenset(v for y in scope.yields for v in self.values(y, func_qn))
+                if items:
+                    found.add(("box", items))
+            else:
+                for ret in scope.return_values:
+                    found.update(self.values(ret.value, func_qn))
             found.update(self.type_values(scope.returns, func_qn))
             return found
 
         return self._cached(("returns", func_qn), compute)
 
     def constructor(self, class_qn: str) -> str | None:
+        """The `__init__` in the tree that instantiating the class runs, if any."""
         for cls in self.mro(class_qn):
             init = f"{cls}.__init__"
             if init in self.scopes:
                 return init
+        return None
+
+    def instantiation(self, class_qn: str) -> str | None:
+        """What `Cls()` calls: the `__init__` that runs, in the tree or (`ext.Base.__init__`)
+        inherited from a base outside it; None when only `object.__init__` runs."""
+        for cls in self.mro(class_qn):
+            init = f"{cls}.__init__"
+            if init in self.scopes:
+                return init
+            external = self.external_bases(cls)
+            if external:
+                return f"{external[0]}.__init__"
         return None
 
     def call_result(self, callees: Iterable[Value]) -> set[Value]:
