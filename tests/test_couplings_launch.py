@@ -278,3 +278,117 @@ def test_cli_refuses_all_with_flags_in_one_line():
     proc = _cli("--all", "--flags", TRITON)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--all" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+MERGED_RULES = {
+    "__init__.py": "",
+    "algo.py": """
+        import enum
+
+        class Algo(enum.Enum):
+            NONE = 0
+            EAGLE = 1
+            NGRAM = 2
+
+            def is_ngram(self):
+                return self == Algo.NGRAM
+
+            def is_speculative(self):
+                return self != Algo.NONE
+
+        class NgramInput:
+            pass
+
+        class AnyInput:
+            pass
+
+        class Runner:
+            def spec_info(self, algo):
+                if algo.is_ngram():
+                    return NgramInput()
+                if algo.is_speculative():
+                    return AnyInput()
+    """,
+    "lora.py": """
+        REGISTRY = {}
+
+        def register(name):
+            def wrap(fn):
+                REGISTRY[name] = fn
+                return fn
+            return wrap
+
+        class TritonLora:
+            pass
+
+        class ChunkedLora:
+            pass
+
+        @register("triton")
+        def create_triton():
+            return TritonLora
+
+        @register("chunked")
+        def create_chunked():
+            return ChunkedLora
+
+        def build(name):
+            backend_type = REGISTRY[name]()
+            return backend_type()
+    """,
+    "workers.py": """
+        from synth.algo import NgramInput
+
+        class OtherWorker:
+            def step(self):
+                return NgramInput()
+    """,
+}
+
+
+def test_keys_from_a_member_predicate_a_returned_class_and_other_workers(tmp_path):
+    from eaglegate.analyzer.callgraph import load_codebase
+    from eaglegate.analyzer.couplings.scope import _Keying
+
+    root = tmp_path / "synth"
+    root.mkdir()
+    for name, text in MERGED_RULES.items():
+        (root / name).write_text(textwrap.dedent(text))
+    cb, _, _ = load_codebase(tmp_path)
+
+    def keys(keying, cls):
+        sites = keying.cls(cls)
+        return None if sites is None else {key for site in sites for _, key in site}
+
+    plain = _Keying(cb)
+    # A class handed out by registered factories (never built by its own name) takes their keys.
+    assert keys(plain, "synth.lora.TritonLora") == {"triton"}
+    assert keys(plain, "synth.lora.ChunkedLora") == {"chunked"}
+    # `algo.is_ngram()` is `self == Algo.NGRAM`: the key NGRAM of Algo's members...
+    # ...but another worker also builds NgramInput unkeyed, so it is not keyed as such.
+    assert keys(plain, "synth.algo.NgramInput") is None
+    # Once that worker is code the launch runs only through other workers, the predicate keys it.
+    elsewhere = _Keying(cb, elsewhere=frozenset({"synth.workers.OtherWorker"}))
+    assert keys(elsewhere, "synth.algo.NgramInput") == {"NGRAM"}
+    # Negative: `is_speculative()` is `self != Algo.NONE`, no single member: no key.
+    assert keys(elsewhere, "synth.algo.AnyInput") is None
+
+
+def test_a_family_is_named_by_the_setting_whose_choices_it_matches_best():
+    from eaglegate.analyzer.couplings.scope import _family_values
+
+    class Launch:
+        flags = {"lora_backend": "triton", "attention_backend": "fa3"}
+        resolved = type("R", (), {"applied": {}})()
+
+        def value(self, name):
+            return self.flags[name]
+
+    settings = type("S", (), {"choices": {
+        "attention_backend": ("ascend", "fa3", "flashinfer", "torch_native", "triton", "trtllm_mha", "wave"),
+        "lora_backend": ("ascend", "csgmv", "torch_native", "triton"),
+    }})()
+    lora_family = ("ascend", "csgmv", "flashinfer", "torch_native", "triton")
+    assert _family_values(settings, Launch(), lora_family) == (["lora_backend"], {"triton"})
+    attention_family = ("fa3", "flashinfer", "triton", "trtllm_mha", "wave")
+    assert _family_values(settings, Launch(), attention_family) == (["attention_backend"], {"fa3"})

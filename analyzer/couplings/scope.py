@@ -58,8 +58,12 @@ def calls_by_name(cb: Codebase) -> dict[str, list[tuple[str, Any]]]:
 class _Keying:
     """Which literal keys select a class or function, read from the tree."""
 
-    def __init__(self, cb: Codebase, calls: dict[str, list[tuple[str, Any]]] | None = None):
+    def __init__(self, cb: Codebase, calls: dict[str, list[tuple[str, Any]]] | None = None,
+                 elsewhere: frozenset[str] = frozenset()):
         self.cb = cb
+        # Classes the launch runs only through other workers: a construction site in them
+        # does not make a class unselected (those findings are scoped by `only_via`).
+        self.elsewhere = elsewhere
         self._registered: dict[str, tuple[str, str]] | None = None  # function → (decorator, literal)
         self._calls = calls  # last name → (caller, call)
         self._dicts: dict[str, dict[str, Keys]] = {}  # module → its dicts of literal keys
@@ -117,6 +121,8 @@ class _Keying:
         for caller, call in self._calls.get(qn.rsplit(".", 1)[-1], []):
             if value not in cb.values(call.func, caller):
                 continue
+            if self.elsewhere and cb.owner_class(caller) in self.elsewhere:
+                continue
             here = _compared(cb, caller, call.cond)
             outer = self.function(caller, depth) if depth < _KEY_DEPTH else None
             if outer:
@@ -172,8 +178,18 @@ class _Keying:
         if (qn, depth) in self._class:
             return self._class[(qn, depth)]
         self._class[(qn, depth)] = None  # cycle guard
-        self._class[(qn, depth)] = found = self._callers(qn, ("class", qn), depth)
+        found = self._callers(qn, ("class", qn), depth)
+        if found is None:
+            found = self._returned_by_registered(qn)
+        self._class[(qn, depth)] = found
         return found
+
+    def _returned_by_registered(self, qn: str) -> list[Keys] | None:
+        """`@register_lora_backend("triton") def create(): return TritonLoRABackend`: a class
+        never built by its name, handed out by functions registered under literal keys."""
+        keys = [[(self._families[name], key)] for fn, (name, key) in self._registrations().items()
+                if ("class", qn) in self.cb.returns(fn)]
+        return keys or None
 
 
 def _parse(text: str) -> ast.expr | None:
@@ -204,7 +220,47 @@ def _compared(cb: Codebase, qn: str, cond: tuple[str, ...]) -> Keys:
             family = tuple(sorted(compared.get(subject, set())))
             if len(family) >= 2 and len(values) == 1:
                 keys.append((family, next(iter(values))))
+        predicate = _member_predicate(cb, node)
+        if predicate is not None:
+            keys.append(predicate)
     return keys
+
+
+def _member_predicate(cb: Codebase, node: ast.expr) -> tuple[tuple[str, ...], str] | None:
+    """`x.is_ngram()` where every `is_ngram` of the tree is `return self == Algo.NGRAM` on an
+    enum-like class: the key NGRAM of the family of that class's members (which a setting's
+    choices then name, as for any family)."""
+    if not (isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute)):
+        return None
+    method = node.func.attr
+    found = {_member_test(cb, qn) for qn in cb.find(method) if cb.owner_class(qn)}
+    if len(found) != 1:
+        return None
+    return next(iter(found))
+
+
+def _member_test(cb: Codebase, qn: str) -> tuple[tuple[str, ...], str] | None:
+    module = cb.scope_module[qn]
+    path = cb.root / module.path
+    try:
+        tree = module_ast(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return None
+    cls_name, method = qn.rsplit(".", 2)[-2:]
+    cls = next((n for n in (tree.body if tree else []) if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
+    func = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    if cls is None or func is None or len(func.body) != 1 or not isinstance(func.body[0], ast.Return):
+        return None
+    test = func.body[0].value
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.left, ast.Name) and test.left.id == "self"):
+        return None
+    member = test.comparators[0]
+    if not (isinstance(member, ast.Attribute) and isinstance(member.value, ast.Name) and member.value.id == cls_name):
+        return None
+    members = tuple(sorted(t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets
+                           if isinstance(t, ast.Name) and t.id.isupper()))
+    return (members, member.attr) if len(members) >= 2 and member.attr in members else None
 
 
 def _comparisons(node: ast.expr | None) -> list[tuple[str, set[str]]]:
@@ -318,8 +374,8 @@ def annotate(ctx: Context, findings: list[Finding]) -> None:
     """Record on each finding what selects its code (see the module docstring)."""
     cb = ctx.codebase
     calls = calls_by_name(cb)
-    keying = _Keying(cb, calls)
     workers, alternatives = _alternatives(ctx, calls)
+    keying = _Keying(cb, calls, frozenset(alternatives))
     only: set[str] = set()
     if alternatives:
         roots = [e.function for e in ctx.spec_map.event_loops] + [
@@ -446,10 +502,15 @@ def _family_values(settings: Settings, launch: Launch, family: tuple[str, ...]) 
     """The settings whose declared choices are this family, and the keys the launch picks
     (None: not decided by the flags)."""
     members = set(family)
-    named = [name for name, choices in sorted(settings.choices.items())
-             if len(members & set(choices)) >= max(2, (len(members) + 1) // 2)]
-    if not named:
+    candidates = {name: len(members & set(choices)) / len(members | set(choices))
+                  for name, choices in sorted(settings.choices.items())
+                  if len(members & set(choices)) >= max(2, (len(members) + 1) // 2)}
+    if not candidates:
         return [], None
+    # The setting whose choices are most nearly this family: LoRA's backends share four
+    # names with the attention backends, but they are `--lora-backend`'s choices.
+    best = max(candidates.values())
+    named = [name for name, score in candidates.items() if score == best]
     active: set[str] = set()
     for name in named:
         # A setting the user gives is what the launch runs, unless post-processing is known to
