@@ -24,20 +24,7 @@ from eaglegate.analyzer.couplings.buffer import is_allocation
 from eaglegate.analyzer.couplings.dataflow import frames_chain, text_of
 from eaglegate.analyzer.couplings.model import Finding, Step
 from eaglegate.analyzer.couplings.registry import Context
-
-_CAPTURE_CALLS = {("torch", "cuda", "graph"), ("torch", "cuda", "CUDAGraph")}
-_CAPTURE_NAMES = {call[-1] for call in _CAPTURE_CALLS}
-
-
-def _dotted(expr: object) -> tuple[str, ...]:
-    parts: list[str] = []
-    while isinstance(expr, tuple) and expr and expr[0] == "a":
-        parts.append(expr[2])
-        expr = expr[1]
-    if isinstance(expr, tuple) and expr and expr[0] == "n":
-        parts.append(expr[1])
-        return tuple(reversed(parts))
-    return ()
+from eaglegate.analyzer.step_calls import capturing_functions
 
 
 def graph_runners(ctx: Context) -> dict[str, str]:
@@ -46,16 +33,8 @@ def graph_runners(ctx: Context) -> dict[str, str]:
     if isinstance(cached, dict):
         return cached
     cb = ctx.codebase
-    capturing: set[str] = set()
-    functions: set[str] = set()
-    for qn, scope in cb.scopes.items():
-        if scope.kind == "function" and any(
-                c.func and c.func[0] == "a" and c.func[2] in _CAPTURE_NAMES and _dotted(c.func) in _CAPTURE_CALLS
-                for c in scope.calls):
-            functions.add(qn)
-            owner = cb.owner_class(qn)
-            if owner is not None:
-                capturing.add(owner)
+    functions = capturing_functions(cb)
+    capturing = {owner for qn in functions if (owner := cb.owner_class(qn)) is not None}
     # A runner may hand the capture to a backend object (`self.backend.capture(…)`): the
     # classes that call a capturing method directly are runners too.
     graph = ctx.callgraph.graph
