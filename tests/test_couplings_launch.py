@@ -209,16 +209,22 @@ KEYED = {
 }
 
 
-def test_keys_from_registry_dict_and_comparison(tmp_path):
+def synthetic_codebase(tmp_path, files):
+    """The codebase of a small package `synth` made of `files` (name -> source)."""
     from eaglegate.analyzer.callgraph import load_codebase
-    from eaglegate.analyzer.couplings.scope import _Keying
 
     root = tmp_path / "synth"
     root.mkdir()
-    for name, text in KEYED.items():
+    for name, text in files.items():
         (root / name).write_text(textwrap.dedent(text))
     cb, _, _ = load_codebase(tmp_path)
-    keying = _Keying(cb)
+    return cb
+
+
+def test_keys_from_registry_dict_and_comparison(tmp_path):
+    from eaglegate.analyzer.couplings.scope import _Keying
+
+    keying = _Keying(synthetic_codebase(tmp_path, KEYED))
 
     def keys(cls: str) -> set[str] | None:
         sites = keying.cls(f"synth.backends.{cls}")
@@ -234,13 +240,9 @@ def test_keys_from_registry_dict_and_comparison(tmp_path):
 
 def test_no_keys_without_a_family(tmp_path):
     """One literal is no choice: a lone registration or comparison keys nothing."""
-    from eaglegate.analyzer.callgraph import load_codebase
     from eaglegate.analyzer.couplings.scope import _Keying
 
-    root = tmp_path / "synth"
-    root.mkdir()
-    (root / "__init__.py").write_text("")
-    (root / "one.py").write_text(textwrap.dedent("""
+    keying = _Keying(synthetic_codebase(tmp_path, {"__init__.py": "", "one.py": """
         def register(name):
             return lambda fn: fn
 
@@ -257,9 +259,7 @@ def test_no_keys_without_a_family(tmp_path):
         def pick(backend):
             if backend == "x":
                 return Other()
-    """))
-    cb, _, _ = load_codebase(tmp_path)
-    keying = _Keying(cb)
+    """}))
     assert keying.cls("synth.one.Only") is None and keying.cls("synth.one.Other") is None
 
 
@@ -347,14 +347,9 @@ MERGED_RULES = {
 
 
 def test_keys_from_a_member_predicate_a_returned_class_and_other_workers(tmp_path):
-    from eaglegate.analyzer.callgraph import load_codebase
     from eaglegate.analyzer.couplings.scope import _Keying
 
-    root = tmp_path / "synth"
-    root.mkdir()
-    for name, text in MERGED_RULES.items():
-        (root / name).write_text(textwrap.dedent(text))
-    cb, _, _ = load_codebase(tmp_path)
+    cb = synthetic_codebase(tmp_path, MERGED_RULES)
 
     def keys(keying, cls):
         sites = keying.cls(cls)

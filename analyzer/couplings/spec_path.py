@@ -21,7 +21,7 @@ from eaglegate.analyzer.couplings.dataflow import frames_chain, text_of
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
 from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.spec_map import WorkerMap
-from eaglegate.analyzer.step_calls import function_node
+from eaglegate.analyzer.step_calls import dotted, function_node
 
 _STEP_DEPTH = 2
 
@@ -148,7 +148,7 @@ class SpecPathDetector:
         for receiver, calls in sorted(receivers.items(), key=lambda item: item[1][0][0]):
             if {side for _, side, _ in calls} != {"before", "after"}:
                 continue
-            holder = ".".join(_dotted(receiver))
+            holder = ".".join(dotted(receiver)) or "?"
             for line, side, method in calls:
                 found.append(Finding(
                     self.CATEGORY, "overlap_relay", f"{hop.caller}:{holder}.{method}", path, line,
@@ -160,15 +160,6 @@ class SpecPathDetector:
                     worker.label, "blocks-runtime-switch", {"holder": holder, "side": side}))
         return found
 
-
-def _dotted(expr: object) -> list[str]:
-    parts: list[str] = []
-    while isinstance(expr, tuple) and expr and expr[0] == "a":
-        parts.append(expr[2])
-        expr = expr[1]
-    if isinstance(expr, tuple) and expr and expr[0] == "n":
-        parts.append(expr[1])
-    return list(reversed(parts))
 
 
 def _own_statements(node: ast.AST) -> list[ast.stmt]:

@@ -14,10 +14,11 @@ RAW = HERE / "raw"
 LEVELS = [1, 8, 32, 64, 128, 256]
 # Runs that tested an earlier state of the patch (the smoke run found two bugs): kept raw only.
 SMOKE = {"smoke"}
-# Absolute paths of the machine that ran the servers, as they appear in logs and args.
+# Absolute paths of the machine that ran the servers, whatever its folders: the kit's stage
+# (setup.sh's $STAGE, a folder named eg-stage) and any site-packages.
 MACHINE_PATHS = [
-    (re.compile(r"/root/eg-stage"), "$STAGE"),
-    (re.compile(r"/opt/torch/\.venv/lib/python3\.\d+/site-packages"), "<site-packages>"),
+    (re.compile(r"(?:/[\w.-]+)*/eg-stage\b"), "$STAGE"),
+    (re.compile(r"(?:/[\w.-]+)*/site-packages\b"), "<site-packages>"),
 ]
 
 

@@ -65,8 +65,8 @@ def plan(threshold, pair):
     """The product's own answer for the gated server: flags and environment."""
     out = eg("plan", "--path", f"{S}/patched", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)), "--env", "SGLANG_ENABLE_SPEC_V2=0")
-    env = dict(e.split("=", 1) for e in out.get("env") or []) if isinstance(out.get("env"), list) else (out.get("env") or {})
-    return list(out["launch_flags"]), {**V1_ENV, **{k: str(v) for k, v in env.items()}}
+    env = dict(item.split("=", 1) for item in out["env"])  # plan lists NAME=VALUE
+    return list(out["launch_flags"]), {**V1_ENV, **env}
 
 
 def common(pair):
@@ -79,11 +79,11 @@ def common(pair):
 
 
 def config(server, pair, threshold):
-    COMMON = common(pair)  # noqa: N806
+    base = common(pair)
     if server == "plain-default":
-        return "pristine", COMMON, {}
+        return "pristine", base, {}
     if server == "plain":
-        return "pristine", COMMON + ["--disable-overlap-schedule"], {}
+        return "pristine", base + ["--disable-overlap-schedule"], {}
     flags, env = plan(threshold, pair)
     if server == "eagle":
         rest, skip = [], False
@@ -94,11 +94,11 @@ def config(server, pair, threshold):
                 skip = True
             else:
                 rest.append(f)
-        return "pristine", COMMON + spec_flags(pair) + rest, V1_ENV
+        return "pristine", base + spec_flags(pair) + rest, V1_ENV
     if server == "gated":
         # Metrics cost time every step: only the equivalence server (no timing) reads them.
         metrics = ["--enable-metrics"] if pair == "context" else []
-        return "patched", COMMON + spec_flags(pair) + flags + metrics, env
+        return "patched", base + spec_flags(pair) + flags + metrics, env
     raise SystemExit(f"unknown server {server}")
 
 
