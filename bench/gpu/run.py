@@ -3,7 +3,7 @@
 Run on the GPU machine after `source .gpu/kit/setup.sh` (the kit of ../shared/gpu-sglang,
 which installs SGLang and patches a fresh copy with this checkout's eaglegate):
 
-    python3 bench/gpu/run.py --servers gated:accept,eagle:accept,plain:accept --threshold T --out $OUT
+    python3 bench/gpu/run.py --servers plain:accept,eagle:accept,gated:accept --out $OUT   # threshold: calibrate's
     python3 bench/gpu/run.py --servers plain:context,gated:context --out $OUT   # equivalence
 
 Servers (each started, loaded and killed in turn, on 127.0.0.1):
@@ -15,8 +15,10 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
                  0.5.14 on (no patch): plan's native adaptive config and flags, the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, and EAGLE-3 without them
 Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
-pair for greedy equivalence. Writes rows_<tag>.json, log_<server>.txt and, when plain and
-eagle both ran, their sweep files and `eaglegate calibrate`'s answer (the threshold).
+pair for greedy equivalence. The threshold of a gating server is, by default, the one
+`eaglegate calibrate` picks from this run's plain and speculative rows (CALIBRATE_ON).
+Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read and, for gating
+servers, stacks_<server>.txt: where the scheduler was when the probe sampled it.
 """
 import argparse
 import hashlib
@@ -28,6 +30,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -84,7 +87,8 @@ def config(server, pair, threshold):
         return "pristine", base, {}
     if server == "plain":
         return "pristine", base + ["--disable-overlap-schedule"], {}
-    flags, env = plan(threshold, pair)
+    # eagle drops the gate's flag, so any threshold gives its flags (before calibrate has one).
+    flags, env = plan(threshold or 1, pair)
     if server == "eagle":
         rest, skip = [], False
         for f in flags:  # the gated server's flags without the gate's own
@@ -124,6 +128,68 @@ def adaptive_config(server, pair, threshold):
     return "pristine", common(pair) + spec_flags(pair) + flags, env
 
 
+PROBE = f"{S}/probe"
+SITECUSTOMIZE = """\
+# bench/gpu probe: every Python process of the server dumps its threads' stacks on SIGUSR2,
+# and says it can (only those pids are signalled: SIGUSR2 kills a process without a handler).
+import faulthandler, os, signal
+faulthandler.register(signal.SIGUSR2, all_threads=True)
+_pids = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pids")
+os.makedirs(_pids, exist_ok=True)
+open(os.path.join(_pids, str(os.getpid())), "w").close()
+"""
+
+
+def probe_install():
+    """A sitecustomize on the server's PYTHONPATH that registers the stack dump."""
+    subprocess.run(["rm", "-rf", PROBE], check=True)
+    os.makedirs(f"{PROBE}/pids")
+    with open(f"{PROBE}/sitecustomize.py", "w") as f:
+        f.write(SITECUSTOMIZE)
+
+
+def scheduler_pids():
+    pids = []
+    for name in os.listdir(f"{PROBE}/pids"):
+        try:
+            cmdline = open(f"/proc/{name}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"scheduler" in cmdline:
+            pids.append(int(name))
+    return pids
+
+
+class StackSampler:
+    """Sends SIGUSR2 to the scheduler every `period` s while on; before each, appends a
+    marker line to the server's log, so the dumps that follow are known by phase."""
+
+    def __init__(self, logp):
+        self.logp, self.phase, self.period, self.count = logp, None, 1.0, 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def set(self, phase, period):
+        self.phase, self.period = phase, period
+
+    def _run(self):
+        while True:
+            phase = self.phase
+            time.sleep(self.period)
+            if phase is None or phase == "stop":
+                if phase == "stop":
+                    return
+                continue
+            with open(self.logp, "a") as f:
+                f.write(f"=== probe {phase} {self.count} t={time.time() - T0:.2f}\n")
+            self.count += 1
+            for pid in scheduler_pids():
+                try:
+                    os.kill(pid, signal.SIGUSR2)
+                except ProcessLookupError:
+                    pass
+
+
 def get(url, timeout=5):
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -140,33 +206,92 @@ def gpu_used_mib():
         return -1
 
 
+FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (\S+)')
+
+
+def stack_samples(lines):
+    """The probe's samples: (phase, frames of the scheduler's main thread, innermost first)."""
+    samples, phase, block, main = [], None, None, None
+    for ln in lines:
+        if ln.startswith("=== probe "):
+            if phase is not None:
+                samples.append((phase, main or []))
+            phase, block, main = ln.split()[2], None, None
+        elif phase is None:
+            continue
+        elif re.match(r"^(Current thread|Thread) 0x", ln):
+            block = []
+        elif block is not None and (m := FRAME.match(ln)):
+            block.append(f"{os.path.basename(m.group(1))}:{m.group(3)}")
+            if m.group(3).startswith("event_loop") and main is None:
+                main = block
+    if phase is not None:
+        samples.append((phase, main or []))
+    return samples
+
+
+def stack_report(samples, outp):
+    """Where the scheduler spent the sampled time, per phase: innermost frames, counted."""
+    with open(outp, "w") as f:
+        for phase in sorted({p for p, _ in samples}):
+            mine = [fr for p, fr in samples if p == phase]
+            top = {}
+            for frames in mine:
+                key = " <- ".join(frames[:5]) or "(no scheduler stack)"
+                top[key] = top.get(key, 0) + 1
+            f.write(f"## {phase}: {len(mine)} samples\n")
+            for key, n in sorted(top.items(), key=lambda kv: -kv[1])[:25]:
+                f.write(f"{n:5d}  {key}\n")
+        warm = [fr for p, fr in samples if p == "warm"]
+        f.write("\n## warm samples in order, 12 innermost frames\n")
+        for i, frames in enumerate(warm[:60]):
+            f.write(f"{i:3d}  {' <- '.join(frames[:12])}\n")
+
+
 def digest(logp, name, outdir):
     lines = open(logp, errors="replace").read().splitlines() if os.path.exists(logp) else []
     bad = re.compile(r"Traceback|Error|Exception|assert", re.I)
-    hits = [ln for ln in lines if bad.search(ln) and "Ignore import error" not in ln]
+    hits = [ln for ln in lines if bad.search(ln) and "Ignore import error" not in ln and not FRAME.match(ln)]
     gate = [ln for ln in lines if "batch gate" in ln]
     decode = [ln for ln in lines if "Decode batch" in ln]
+    if name.split("-")[0] in ("gated", "adaptive"):
+        gate_kept, decode_kept = gate[:400], decode[-800:]
+    else:
+        gate_kept = gate if len(gate) <= 30 else gate[:10] + ["..."] + gate[-20:]
+        decode_kept = decode[-30:]
+    stamped = [ln for ln in lines if ln.startswith("[20")]
     with open(os.path.join(outdir, f"log_{name}.txt"), "w") as f:
         f.write(f"# {len(lines)} lines\n## errors (first 40)\n" + "\n".join(hits[:40]))
-        f.write("\n## gate lines (first 10, last 20)\n" + "\n".join(gate[:10] + ["..."] + gate[-20:]))
-        f.write("\n## decode lines (last 30)\n" + "\n".join(decode[-30:]))
+        f.write("\n## start-up (first 45 timestamped lines)\n" + "\n".join(stamped[:45]))
+        f.write(f"\n## gate lines ({len(gate_kept)} of {len(gate)})\n" + "\n".join(gate_kept))
+        f.write(f"\n## decode lines ({len(decode_kept)} of {len(decode)}, the last)\n" + "\n".join(decode_kept))
         f.write("\n## graph capture\n" + "\n".join(ln for ln in lines if "Capture" in ln or "capture" in ln))
         f.write("\n## tail 40\n" + "\n".join(lines[-40:]) + "\n")
+    samples = stack_samples(lines)
+    if samples:
+        stack_report(samples, os.path.join(outdir, f"stacks_{name}.txt"))
     return {"log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
-            "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode)}
+            "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
+            "stack_samples": len(samples)}
 
 
 def serve(name, pair, threshold, a, work):
     pick = adaptive_config if name in ("adaptive", "adaptive-skip", "eagle-static") else config
     tree, args, extra_env = pick(name, pair, threshold)
-    env = {**os.environ, **extra_env, "PYTHONPATH": f"{S}/{tree}:{S}/site", "PYTHONUNBUFFERED": "1"}
+    probe = name in CALIBRATE_ON and pair == "accept"
+    path = f"{S}/{tree}:{S}/site"
+    if probe:
+        probe_install()
+        path = f"{PROBE}:{path}"
+    env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     port = 30000 + hash(name + pair) % 1000
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
            "--port", str(port)] + args
     logp = f"{S}/logs/{name}-{pair}.log"
     res = {"server": name, "pair": pair, "args": args[len(COMMON):], "env": extra_env}
     print(f"== {name} ({pair}): starting at t={time.time() - T0:.0f}s", flush=True)
-    with open(logp, "w") as lf:
+    open(logp, "w").close()
+    with open(logp, "a") as lf:  # append mode: the probe's markers interleave in order
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -177,8 +302,18 @@ def serve(name, pair, threshold, a, work):
         res["startup_s"] = round(time.time() - t, 1)
         print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
         if res["healthy"]:
-            loadgen.warm(url)
-            work(url, res)
+            sampler = StackSampler(logp) if probe else None
+            if sampler:
+                sampler.set("warm", 0.25)
+            res["warm_s"] = loadgen.warm(url)
+            print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
+            if sampler:
+                sampler.set("load", 1.0)
+            try:
+                work(url, res)
+            finally:
+                if sampler:
+                    sampler.set("stop", 0.0)
             if name == "gated":
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
@@ -224,12 +359,33 @@ def sweep_file(rows, server, path):
                 f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
 
 
+# The servers a gating server's threshold is calibrated on: the plain and speculative servers
+# it chooses between (the v1 gate needs overlap off; the native adaptive route keeps it).
+CALIBRATE_ON = {"gated": ("plain", "eagle"), "adaptive": ("plain-default", "eagle-static"),
+                "adaptive-skip": ("plain-default", "eagle-static")}
+
+
+def calibrate(rows, server, out_dir):
+    """`eaglegate calibrate` on this run's plain and speculative medians: `server`'s threshold."""
+    plain, spec = CALIBRATE_ON[server]
+    if not {plain, spec} <= {r["server"] for r in rows}:
+        raise SystemExit(f"--threshold calibrate needs {plain}:accept and {spec}:accept before {server}:accept")
+    sweep_file(rows, plain, f"{out_dir}/sweep_{plain}.jsonl")
+    sweep_file(rows, spec, f"{out_dir}/sweep_{spec}.jsonl")
+    answer = eg("calibrate", f"{out_dir}/sweep_{plain}.jsonl", f"{out_dir}/sweep_{spec}.jsonl", "--json")
+    print("== calibrate:", json.dumps(answer)[:600], flush=True)
+    return answer
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servers", required=True,
                     help="server:pair list, e.g. plain:accept,eagle:accept,gated:context "
                          "(accept: throughput rows; context: equivalence outputs)")
-    ap.add_argument("--threshold", type=int, default=32, help="the gated server's (accept pair)")
+    ap.add_argument("--threshold", default="calibrate",
+                    help="the gated server's (accept pair): a batch size, or `calibrate` (the default): "
+                         "what `eaglegate calibrate` picks from this run's plain and eagle rows, "
+                         "which must come before gated in --servers")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
     ap.add_argument("--deadline-s", type=float, default=560)
@@ -242,9 +398,11 @@ def main():
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
                         "--pairs", ",".join(pairs)], check=True)
         print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
-    version_file = f"{S}/pristine/sglang/version.py"
-    out = {"sglang": open(version_file).read().split('"')[1] if os.path.exists(version_file) else None,
-           "weights": json.load(open(f"{W}/weights.json")), "threshold": a.threshold,
+    # The version as eaglegate reads it from the tree (version.py only imports it).
+    version = eg("plan", "--path", f"{S}/pristine", "--threshold", "1", "--json")["version"]
+    out = {"sglang": version,
+           "weights": json.load(open(f"{W}/weights.json")),
+           "threshold": None if a.threshold == "calibrate" else int(a.threshold),
            "rows": [], "servers": [], "equivalence": {}}
     rows, outputs = out["rows"], {}
     for item in a.servers.split(","):
@@ -253,20 +411,15 @@ def main():
             print(f"== {item}: skipped, too little time left", flush=True)
             continue
         if pair == "accept":
-            out["servers"].append(serve(name, pair, a.threshold, a, throughput(a, rows)))
+            threshold = None if a.threshold == "calibrate" else int(a.threshold)
+            if name in CALIBRATE_ON and threshold is None:
+                out.setdefault("calibrate", calibrate(rows, name, a.out))
+                threshold = out["threshold"] = out["calibrate"]["threshold"]
+            out["servers"].append(serve(name, pair, threshold, a, throughput(a, rows)))
         else:
             def work(url, res, name=name):
                 outputs[name] = loadgen.equivalence_set(url)
             out["servers"].append(serve(name, pair, EQUIV_THRESHOLD, a, work))
-    servers = {r["server"] for r in rows}
-    if {"plain", "eagle"} <= servers:
-        sweep_file(rows, "plain", f"{a.out}/sweep_plain.jsonl")
-        sweep_file(rows, "eagle", f"{a.out}/sweep_eagle.jsonl")
-        try:
-            out["calibrate"] = eg("calibrate", f"{a.out}/sweep_plain.jsonl", f"{a.out}/sweep_eagle.jsonl", "--json")
-        except SystemExit as exc:
-            out["calibrate"] = {"error": str(exc)}
-        print("== calibrate:", json.dumps(out["calibrate"])[:600], flush=True)
     for name in outputs:
         if name != "plain" and "plain" in outputs:
             out["equivalence"][f"{name} vs plain"] = loadgen.compare(outputs["plain"], outputs[name])
