@@ -15,8 +15,10 @@ What it holds:
   `SGLANG_SPEC_BATCH_GATE_THRESHOLD`; off unless one is a positive int), and, when it
   is on, a plain-decode path for the target model: its own attention backend and its
   own CUDA graphs captured in DECODE mode (one token per request), beside the
-  TARGET_VERIFY graphs speculation uses. It also puts the gate in SGLang's decode log
-  line and, with `--enable-metrics`, in its Prometheus metrics.
+  TARGET_VERIFY graphs speculation uses. It also compiles, at start-up, the kernel a
+  plain decode batch takes its positions from (no speculative path calls it, and its
+  first call compiles for seconds), puts the gate in SGLang's decode log line and, with
+  `--enable-metrics`, in its Prometheus metrics.
 - `prepare_gated_decode` / `finish_gated_decode`: the two calls the patched batch entry
   makes. A gated step is a plain decode step of the target model alone: the version's
   own `prepare_for_decode` (plain path) allocates one KV slot per request and advances
@@ -325,6 +327,28 @@ def build_plain_decode(worker: Any) -> PlainDecode | None:
     return PlainDecode(backend, graphs)
 
 
+def compile_decode_positions(runner: Any) -> None:
+    """Run `clamp_position`, which gives a plain DECODE batch its positions, once now.
+
+    No speculative path calls it (their batches carry positions), and it compiles on its
+    first call: a torch.compile function up to 0.5.9, a JIT CUDA kernel (nvcc) since
+    0.5.10. Left to the first gated step, that compile stalls every running request for
+    seconds (7.5 s measured on the H200). Size 2 is the smallest gated batch, and the
+    size torch.compile's dynamic shapes treat as general."""
+    try:
+        import torch
+        from sglang.srt.model_executor import forward_batch_info
+    except ImportError:  # not inside SGLang
+        return
+    clamp = getattr(forward_batch_info, "clamp_position", None)
+    if clamp is None:
+        return
+    try:
+        clamp(torch.ones(2, dtype=torch.int64, device=runner.device))
+    except Exception:  # noqa: BLE001 - a failed warm-up only moves the compile to the first gated step
+        logger.exception("batch gate: clamp_position not compiled at start-up")
+
+
 def init_batch_gate(worker: Any) -> None:
     """At the end of `EAGLEWorker.__init__`: the gate, its plain-decode path, its log
     line and metrics. Does nothing when the gate is off."""
@@ -335,6 +359,7 @@ def init_batch_gate(worker: Any) -> None:
     if worker._eaglegate_plain_decode is None:
         worker._eaglegate_batch_gate = None  # no plain path: speculate always, as unpatched
         return
+    compile_decode_positions(worker.target_worker.model_runner)
     _add_to_decode_log(gate)
     if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
         gate.metrics = _GateMetrics.create(gate)

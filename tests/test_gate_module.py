@@ -47,7 +47,8 @@ class Mode:
 
 
 def test_imports_only_the_standard_library():
-    """At module level; SGLang's own prometheus_client only inside the metrics hook."""
+    """At module level; inside functions, only what SGLang's process has loaded: its own
+    prometheus_client (the metrics hook), torch and sglang (the start-up compile)."""
     tree = ast.parse(GATE_FILE.read_text())
     top, lazy = set(), set()
     for node in ast.walk(tree):
@@ -58,7 +59,7 @@ def test_imports_only_the_standard_library():
             names = {(node.module or "").split(".")[0]}
         (top if node in tree.body or _in_type_checking(tree, node) else lazy).update(names)
     assert top <= set(sys.stdlib_module_names) | {"__future__"}, top
-    assert lazy - set(sys.stdlib_module_names) == {"prometheus_client"}, lazy
+    assert lazy - set(sys.stdlib_module_names) == {"prometheus_client", "torch", "sglang"}, lazy
 
 
 def _in_type_checking(tree, node):
@@ -614,3 +615,88 @@ def test_two_attention_dp_ranks_take_the_same_step_every_time(gate):
         kinds.append(step[0])
     # Gated from the first step above 8 on either rank until both are below 7 (8 - 8 // 8).
     assert kinds == [False, True, True, True, False, False, False, True]
+
+
+# ---- start-up: the plain decode's positions kernel, compiled before the first gated step ---
+
+
+@pytest.fixture()
+def fake_sglang(monkeypatch):
+    """`torch` and SGLang's forward_batch_info as the gate imports them inside SGLang: a
+    recording `clamp_position` and a `torch.ones` that says what it was asked for."""
+    calls = []
+    torch = types.ModuleType("torch")
+    torch.int64 = "int64"
+    torch.ones = lambda *size, dtype, device: ("ones", size, dtype, device)
+    info = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
+    info.clamp_position = calls.append
+    parents = {name: types.ModuleType(name) for name in ("sglang", "sglang.srt", "sglang.srt.model_executor")}
+    parents["sglang.srt.model_executor"].forward_batch_info = info
+    for name, module in {**parents, "torch": torch, info.__name__: info}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return types.SimpleNamespace(calls=calls, info=info)
+
+
+def test_init_compiles_the_decode_positions_kernel(gate, root_handler, fake_sglang):
+    runner = ModelRunner()
+    runner.device = "cuda"
+    gate.init_batch_gate(gated_worker(runner=runner))
+    # Once, at start-up, on a batch of two int64 sequence lengths (seq_lens' dtype).
+    assert fake_sglang.calls == [("ones", (2,), "int64", "cuda")]
+
+
+def test_no_positions_compile_when_the_gate_is_off_or_has_no_plain_path(gate, root_handler, fake_sglang):
+    gate.init_batch_gate(gated_worker(threshold=None, runner=ModelRunner()))
+    gate.init_batch_gate(gated_worker(runner=ModelRunner(backend_error=RuntimeError("no backend"))))
+    assert fake_sglang.calls == []
+
+
+def test_a_failed_positions_compile_leaves_the_gate_on(gate, root_handler, fake_sglang, caplog):
+    def broken(seq_lens):
+        raise RuntimeError("nvcc not found")
+
+    fake_sglang.info.clamp_position = broken
+    runner = ModelRunner()
+    runner.device = "cuda"
+    w = gated_worker(runner=runner)
+    with caplog.at_level(logging.ERROR):
+        gate.init_batch_gate(w)
+    assert gate.gate_for(w) is not None and w._eaglegate_plain_decode is not None
+    assert "clamp_position not compiled" in caplog.text
+
+
+def _assigned_names(node):
+    return {t.id for stmt in ast.walk(node) if isinstance(stmt, ast.Assign) for t in stmt.targets if isinstance(t, ast.Name)}
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1"])
+def test_plain_decode_positions_come_from_clamp_position_and_speculation_skips_it(release_tree, version):
+    """What `compile_decode_positions` relies on, read from each release: the module binds
+    `clamp_position`; `ForwardBatch.init_new` calls it for a decode batch only when no
+    positions were set, and a speculative batch's own positions are set before that."""
+    source = release_tree(version).root / "srt/model_executor/forward_batch_info.py"
+    tree = ast.parse(source.read_text())
+    module_level = [n for n in tree.body if not isinstance(n, ast.ClassDef)]
+    bound = {n.name for n in module_level if isinstance(n, ast.FunctionDef)}
+    for node in module_level:
+        if isinstance(node, ast.If):
+            bound |= _assigned_names(node)
+    assert "clamp_position" in bound
+    forward_batch = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardBatch")
+    init_new = next(n for n in forward_batch.body if isinstance(n, ast.FunctionDef) and n.name == "init_new")
+    spec_positions = clamp_call = None
+    for node in ast.walk(init_new):
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "ret.positions":
+            value = ast.unparse(node.value)
+            if value == "ret.spec_info.positions":
+                spec_positions = node
+            elif value == "clamp_position(batch.seq_lens)":
+                clamp_call = node
+    assert spec_positions is not None and clamp_call is not None
+    assert spec_positions.lineno < clamp_call.lineno
+    guards = [
+        n.test for n in ast.walk(init_new)
+        if isinstance(n, ast.If) and any(c is clamp_call for c in ast.walk(n))
+    ]
+    assert any("is_decode()" in ast.unparse(t) for t in guards)
+    assert any(ast.unparse(t) == "ret.positions is None" for t in guards)

@@ -33,7 +33,10 @@ async def _one(session, url, ids, max_new):
 
 async def _many(url, plist, conc, max_new, timeout=600):
     sem = asyncio.Semaphore(conc)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+    # aiohttp's default connector opens at most 100 connections: C=128 and C=256 would
+    # run at 100 (runs A to D did). The semaphore is the only limit.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as s:
         async def guarded(p):
             async with sem:
                 try:

@@ -9,7 +9,8 @@ which installs SGLang and patches a fresh copy with this checkout's eaglegate):
 Servers (each started, loaded and killed in turn, on 127.0.0.1):
   plain-default  no speculation, SGLang's defaults (overlap scheduler on)
   plain          no speculation, the scheduler the v1 worker needs (--disable-overlap-schedule)
-  eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the gate
+  eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the
+                 gate, and the gated server's running cap (plain's, as logged; else max C)
   gated          EAGLE-3 on the patched tree, with exactly what `eaglegate plan` prints
   adaptive, adaptive-skip, eagle-static
                  0.5.14 on (no patch): plan's native adaptive config and flags, the same with
@@ -47,6 +48,7 @@ COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-
           "--grammar-backend", "none", "--host", "127.0.0.1", "--mem-fraction-static", "0.8",
           "--random-seed", "0", "--dtype", "bfloat16"]
 V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
+RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
 EQUIV_THRESHOLD = 16
 
 
@@ -98,7 +100,10 @@ def config(server, pair, threshold):
                 skip = True
             else:
                 rest.append(f)
-        return "pristine", base + spec_flags(pair) + rest, V1_ENV
+        # The gated server's running cap is SGLang's own without speculation; unpatched
+        # EAGLE would reset it to 48. Give it the same cap: the one plain reported.
+        cap = RUNNING_CAP.get("plain", max(LEVELS))
+        return "pristine", base + spec_flags(pair) + rest + ["--max-running-requests", str(cap)], V1_ENV
     if server == "gated":
         # Metrics cost time every step: only the equivalence server (no timing) reads them.
         metrics = ["--enable-metrics"] if pair == "context" else []
@@ -307,13 +312,9 @@ def serve(name, pair, threshold, a, work):
                 sampler.set("warm", 0.25)
             res["warm_s"] = loadgen.warm(url)
             print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
-            if sampler:
-                sampler.set("load", 1.0)
-            try:
-                work(url, res)
-            finally:
-                if sampler:
-                    sampler.set("stop", 0.0)
+            if sampler:  # the rows are measured unsampled
+                sampler.set("stop", 0.0)
+            work(url, res)
             if name == "gated":
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
@@ -332,6 +333,9 @@ def serve(name, pair, threshold, a, work):
                 break
             time.sleep(1)
         res.update(digest(logp, f"{name}-{pair}", a.out))
+        cap = re.search(r"max_running_requests=(\d+), context_len", open(logp, errors="replace").read())
+        if cap:
+            res["max_running_requests"] = RUNNING_CAP[name] = int(cap.group(1))
     return res
 
 
