@@ -259,11 +259,7 @@ def digest(logp, name, outdir):
     hits = [ln for ln in lines if bad.search(ln) and "Ignore import error" not in ln and not FRAME.match(ln)]
     gate = [ln for ln in lines if "batch gate" in ln]
     decode = [ln for ln in lines if "Decode batch" in ln]
-    if name.split("-")[0] in ("gated", "adaptive"):
-        gate_kept, decode_kept = gate[:400], decode[-800:]
-    else:
-        gate_kept = gate if len(gate) <= 30 else gate[:10] + ["..."] + gate[-20:]
-        decode_kept = decode[-30:]
+    gate_kept, decode_kept = gate[:400], decode[-800:]
     stamped = [ln for ln in lines if ln.startswith("[20")]
     with open(os.path.join(outdir, f"log_{name}.txt"), "w") as f:
         f.write(f"# {len(lines)} lines\n## errors (first 40)\n" + "\n".join(hits[:40]))
@@ -283,8 +279,12 @@ def digest(logp, name, outdir):
 def serve(name, pair, threshold, a, work):
     pick = adaptive_config if name in ("adaptive", "adaptive-skip", "eagle-static") else config
     tree, args, extra_env = pick(name, pair, threshold)
-    probe = name in CALIBRATE_ON and pair == "accept"
-    path = f"{S}/{tree}:{S}/site"
+    probe = name in a.probe and pair == "accept"
+    # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
+    # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
+    subprocess.run(["rm", "-rf", f"{S}/run-tree"], check=True)
+    subprocess.run(["cp", "-a", f"{S}/{tree}", f"{S}/run-tree"], check=True)
+    path = f"{S}/run-tree:{S}/site"
     if probe:
         probe_install()
         path = f"{PROBE}:{path}"
@@ -312,9 +312,13 @@ def serve(name, pair, threshold, a, work):
                 sampler.set("warm", 0.25)
             res["warm_s"] = loadgen.warm(url)
             print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
-            if sampler:  # the rows are measured unsampled
-                sampler.set("stop", 0.0)
-            work(url, res)
+            if sampler:  # the rows are measured unsampled unless --probe-load-hz
+                sampler.set("load", 1 / a.probe_load_hz) if a.probe_load_hz else sampler.set("stop", 0.0)
+            try:
+                work(url, res)
+            finally:
+                if sampler:
+                    sampler.set("stop", 0.0)
             if name == "gated":
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
@@ -393,10 +397,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
     ap.add_argument("--deadline-s", type=float, default=560)
+    ap.add_argument("--probe", default=",".join(CALIBRATE_ON),
+                    help="servers whose scheduler the stack probe samples (4 Hz in the warm pass)")
+    ap.add_argument("--probe-load-hz", type=float, default=0,
+                    help="also sample the probed servers while the rows are measured (0: not)")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     a.levels = [int(c) for c in a.levels.split(",")]
+    a.probe = set(a.probe.split(","))
     pairs = sorted({item.split(":")[1] for item in a.servers.split(",")})
     if not os.path.exists(f"{W}/weights.json"):
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
