@@ -12,8 +12,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RAW = HERE / "raw"
 LEVELS = [1, 8, 32, 64, 128, 256]
-# Runs that tested an earlier state of the patch (the smoke run found two bugs): kept raw only.
-SMOKE = {"smoke"}
+# The table comes from one device call that ran all four servers at every C, three repeats.
+TABLE_RUN = "E"
+# The control: EAGLE and gated from the same tree path (C=1 and 32), and the equivalence sets.
+CONTROL_RUN = "F"
+# Kept raw only, each for what it measured wrong or with older code.
+SUPERSEDED = {
+    "smoke": "an earlier state of the patch; it found two bugs, fixed since",
+    "A": "C=128 and 256 ran at 100 requests (aiohttp's connection cap), before the start-up compile",
+    "B": "C=128 and 256 ran at 100 requests (aiohttp's connection cap), before the start-up compile",
+    "C": "equivalence with DECODE graphs at the speculative batch sizes (fixed since)",
+    "D": "C=128 and 256 ran at 100 requests; its probe found the first gated step's 7.5 s compile",
+}
 # Absolute paths of the machine that ran the servers, whatever its folders: the kit's stage
 # (setup.sh's $STAGE, a folder named eg-stage) and any site-packages.
 MACHINE_PATHS = [
@@ -34,62 +44,61 @@ def scrub_raw() -> None:
 
 
 def load() -> dict:
-    runs = {}
-    for path in sorted(RAW.glob("*/rows_*.json")):
-        if path.parent.name not in SMOKE:
-            runs[path.parent.name] = json.loads(path.read_text())
-    return runs
+    return {run: json.loads((RAW / run / f"rows_{run}.json").read_text()) for run in (TABLE_RUN, CONTROL_RUN)}
 
 
 def collect() -> dict:
     runs = load()
-    rows, equivalence, calibrate, shapes, version = [], {}, None, {}, None
+    table, control = runs[TABLE_RUN], runs[CONTROL_RUN]
+    rows = []
     for run, data in runs.items():
-        version = data.get("sglang") or version
-        shapes.update((data.get("weights") or {}).get("shapes") or {})
         for row in data["rows"]:
             threshold = data.get("threshold") if row["server"] == "gated" else None
             rows.append({**row, "run": run, "threshold": threshold})
-        if data.get("calibrate") and "threshold" in data["calibrate"]:
-            calibrate = {**data["calibrate"], "run": run}
-        for key, value in (data.get("equivalence") or {}).items():
-            equivalence[f"{key} (run {run})"] = value
-    return {"sglang": version, "gpu": "1x NVIDIA H200", "model_shapes": shapes,
-            "calibrate": calibrate, "rows": rows, "equivalence": equivalence}
+    servers = {f"{s['server']}:{s['pair']} (run {run})": {k: s.get(k) for k in
+               ("args", "env", "startup_s", "warm_s", "max_running_requests", "tracebacks")}
+               for run, data in runs.items() for s in data["servers"]}
+    return {"sglang": table["sglang"], "gpu": "1x NVIDIA H200",
+            "model_shapes": (table.get("weights") or {}).get("shapes"),
+            "table_run": TABLE_RUN, "control_run": CONTROL_RUN, "superseded_runs": SUPERSEDED,
+            "calibrate": table.get("calibrate"), "servers": servers, "rows": rows,
+            "equivalence": control.get("equivalence")}
 
 
-def median(rows, server, c, threshold=None):
-    vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c and not r["errors"]
-            and (threshold is None or r.get("threshold") == threshold)]
+def median(rows, server, c, run=TABLE_RUN):
+    vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c
+            and r["run"] == run and not r["errors"]]
     return statistics.median(vals) if vals else None
+
+
+def ratio_line(label, num, den):
+    cells = ["-" if a is None or not b else f"{a / b:.0%}" for a, b in zip(num, den, strict=True)]
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def table(result: dict) -> str:
     rows = result["rows"]
-    chosen = (result["calibrate"] or {}).get("threshold")
-    head = "| output tok/s (median of 3) | " + " | ".join(f"C={c}" for c in LEVELS) + " |"
-    lines = [head, "|---" * (len(LEVELS) + 1) + "|"]
-    series = [("plain-default (SGLang's defaults, overlap on)", "plain-default", None),
-              ("plain (overlap off, the v1 scheduler)", "plain", None),
-              ("EAGLE-3 v1, unpatched", "eagle", None),
-              (f"gated, threshold {chosen} (calibrate's), plan's flags", "gated", chosen)]
-    extra = sorted({r["threshold"] for r in rows if r["server"] == "gated"} - {chosen})
-    series += [(f"gated, threshold {t} (not calibrated)", "gated", t) for t in extra]
-    for label, server, t in series:
-        vals = [median(rows, server, c, t) for c in LEVELS]
-        lines.append(f"| {label} | " + " | ".join("-" if v is None else f"{v:.0f}" for v in vals) + " |")
-    for t in [chosen, *extra]:
-        ratios = []
-        for c in LEVELS:
-            gated, plain, eagle = (median(rows, "gated", c, t), median(rows, "plain", c), median(rows, "eagle", c))
-            best = max(v for v in (plain, eagle) if v is not None) if (plain or eagle) else None
-            ratios.append("-" if gated is None or not best else f"{gated / best:.0%}")
-        lines.append(f"| gated {t} / max(plain, EAGLE) | " + " | ".join(ratios) + " |")
-    ratios = []
-    for c in LEVELS:
-        gated, default = median(rows, "gated", c, chosen), median(rows, "plain-default", c)
-        ratios.append("-" if gated is None or not default else f"{gated / default:.0%}")
-    lines.append(f"| gated {chosen} / plain-default | " + " | ".join(ratios) + " |")
+    t = result["calibrate"]["threshold"]
+    med = {s: [median(rows, s, c) for c in LEVELS] for s in ("plain-default", "plain", "eagle", "gated")}
+    best = [max(p, e) for p, e in zip(med["plain"], med["eagle"], strict=True)]
+    lines = ["| output tok/s, median of 3 (run " + TABLE_RUN + ") | " + " | ".join(f"C={c}" for c in LEVELS) + " |",
+             "|---" * (len(LEVELS) + 1) + "|"]
+    for label, server in [("plain-default (SGLang's defaults, overlap on)", "plain-default"),
+                          ("plain (overlap off: the v1 worker's scheduler)", "plain"),
+                          ("EAGLE-3 v1, unpatched, the gated server's running cap", "eagle"),
+                          (f"gated, threshold {t} (calibrate's), plan's flags", "gated")]:
+        lines.append(f"| {label} | " + " | ".join(f"{v:.0f}" for v in med[server]) + " |")
+    lines.append(ratio_line("gated / max(plain, EAGLE)", med["gated"], best))
+    lines.append(ratio_line("gated / plain-default", med["gated"], med["plain-default"]))
+    lines.append(ratio_line("plain / plain-default (what overlap is worth)", med["plain"], med["plain-default"]))
+    control = [r for r in rows if r["run"] == CONTROL_RUN]
+    levels = sorted({r["C"] for r in control})
+    lines += ["", f"| control (run {CONTROL_RUN}): one tree path, each repeat | "
+              + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
+    for server in ("eagle", "gated"):
+        cells = [" / ".join(f"{r['tok_s']:.0f}" for r in control if r["server"] == server and r["C"] == c)
+                 for c in levels]
+        lines.append(f"| {server} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

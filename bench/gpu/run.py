@@ -49,6 +49,7 @@ COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-
           "--random-seed", "0", "--dtype", "bfloat16"]
 V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
 RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
+DETERMINISTIC = False  # --deterministic
 EQUIV_THRESHOLD = 16
 
 
@@ -80,6 +81,10 @@ def common(pair):
     fraction = "0.8" if pair == "accept" else "0.5"
     flags = list(COMMON)
     flags[flags.index("--mem-fraction-static") + 1] = fraction
+    if pair == "context" and DETERMINISTIC:
+        # Batch-invariant kernels: a request's ids then cannot depend on what else is in
+        # its batch (the triton backend's kv splits and GEMM shapes otherwise do).
+        flags.append("--enable-deterministic-inference")
     return flags
 
 
@@ -401,11 +406,15 @@ def main():
                     help="servers whose scheduler the stack probe samples (4 Hz in the warm pass)")
     ap.add_argument("--probe-load-hz", type=float, default=0,
                     help="also sample the probed servers while the rows are measured (0: not)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="context servers run SGLang's --enable-deterministic-inference")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     a.levels = [int(c) for c in a.levels.split(",")]
     a.probe = set(a.probe.split(","))
+    global DETERMINISTIC
+    DETERMINISTIC = a.deterministic
     pairs = sorted({item.split(":")[1] for item in a.servers.split(",")})
     if not os.path.exists(f"{W}/weights.json"):
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
