@@ -119,9 +119,18 @@ def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
     for file in python_files(root):
         name, is_package = module_name(root, file, prefix)
         modules[name] = (file, is_package)
+    contents = {name: path.read_bytes() for name, (path, _) in modules.items()}
+    # The answer depends only on the modules' names and bytes and on the question, and
+    # scanning every file takes longer than hashing them: a second run reads it back.
+    key = hashlib.blake2b(repr(class_names).encode(), digest_size=20)
+    for name in sorted(contents):
+        key.update(f"{name}\0".encode() + hashlib.blake2b(contents[name], digest_size=20).digest())
+    entry = f"reach-{key.hexdigest()}"
+    cached = _load(entry)
+    if isinstance(cached, list):
+        return sorted(modules[name][0] for name in cached)
     defines = re.compile(rb"^[ \t]*class[ \t]+(?:" + b"|".join(re.escape(n.encode()) for n in class_names) + rb")\b",
                          re.M)
-    contents = {name: path.read_bytes() for name, (path, _) in modules.items()}
     stack = [name for name, data in contents.items() if defines.search(data)]
     seen: set[str] = set()
     while stack:
@@ -133,6 +142,7 @@ def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
         stack.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
         for imported in _imports(contents[name], name, modules[name][1]):
             stack.append(imported if imported in modules else imported.rpartition(".")[0])
+    _store(entry, sorted(seen))
     return sorted(modules[name][0] for name in seen)
 
 

@@ -228,6 +228,25 @@ def test_cache_reparses_only_changed_files(tmp_path, monkeypatch):
     assert parse_tree(pkg).parsed == 1
 
 
+def test_reachable_files_are_read_back_and_follow_a_changed_import(tmp_path, monkeypatch):
+    from eaglegate.analyzer import parse
+
+    monkeypatch.setenv("EAGLEGATE_CACHE", str(tmp_path / "cache"))
+    pkg = write_package(tmp_path, {"w.py": "from pkg.a import f\nclass Worker:\n    pass\n",
+                                   "a.py": "def f():\n    pass\n", "b.py": "x = 1\n"})
+    first = parse.reachable_files(pkg, ("Worker",))
+    assert [p.name for p in first] == ["__init__.py", "a.py", "w.py"]
+    scans = []
+    monkeypatch.setattr(parse, "_imports", lambda *args: scans.append(args) or set())
+    assert parse.reachable_files(pkg, ("Worker",)) == first and scans == []  # read back, not scanned
+    monkeypatch.undo()
+    monkeypatch.setenv("EAGLEGATE_CACHE", str(tmp_path / "cache"))
+    (pkg / "w.py").write_text("from pkg.b import x\nclass Worker:\n    pass\n")
+    assert [p.name for p in parse.reachable_files(pkg, ("Worker",))] == ["__init__.py", "b.py", "w.py"]
+    # Another question is another answer.
+    assert [p.name for p in parse.reachable_files(pkg, ("Nobody",))] == []
+
+
 def test_graph_command_exports_json_and_dot(tmp_path):
     from typer.testing import CliRunner
 

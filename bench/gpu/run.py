@@ -121,7 +121,8 @@ def adaptive_config(server, pair, threshold):
     for the pristine tree (the config file it gives, and its flags); `adaptive-skip` adds
     SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; `eagle-static` is EAGLE-3 with the same caps
     and no adaptive flags."""
-    out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
+    # eagle-static drops the adaptive flags, so any threshold gives its flags (before calibrate has one).
+    out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold or 1), "--json",
              "--flags", " ".join(spec_flags(pair)))
     if out["family"] != "native-adaptive":
         raise SystemExit(f"plan chose {out['family']}, not native-adaptive, for this SGLang")
@@ -435,7 +436,8 @@ def main():
         if pair == "accept":
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
             if name in CALIBRATE_ON and threshold is None:
-                out.setdefault("calibrate", calibrate(rows, name, a.out))
+                if "calibrate" not in out:  # adaptive and adaptive-skip share one
+                    out["calibrate"] = calibrate(rows, name, a.out)
                 threshold = out["threshold"] = out["calibrate"]["threshold"]
             out["servers"].append(serve(name, pair, threshold, a, throughput(a, rows)))
         else:
