@@ -59,7 +59,8 @@ def collect() -> dict:
                ("args", "env", "startup_s", "warm_s", "max_running_requests", "tracebacks")}
                for run, data in runs.items() for s in data["servers"]}
     return {"sglang": table["sglang"], "gpu": "1x NVIDIA H200",
-            "model_shapes": (table.get("weights") or {}).get("shapes"),
+            "model_shapes": {pair: shape for data in runs.values()
+                             for pair, shape in ((data.get("weights") or {}).get("shapes") or {}).items()},
             "table_run": TABLE_RUN, "control_run": CONTROL_RUN, "superseded_runs": SUPERSEDED,
             "calibrate": table.get("calibrate"), "servers": servers, "rows": rows,
             "equivalence": control.get("equivalence")}
