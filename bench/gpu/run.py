@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -153,7 +154,7 @@ open(os.path.join(_pids, str(os.getpid())), "w").close()
 
 def probe_install():
     """A sitecustomize on the server's PYTHONPATH that registers the stack dump."""
-    subprocess.run(["rm", "-rf", PROBE], check=True)
+    shutil.rmtree(PROBE, ignore_errors=True)
     os.makedirs(f"{PROBE}/pids")
     with open(f"{PROBE}/sitecustomize.py", "w") as f:
         f.write(SITECUSTOMIZE)
@@ -172,25 +173,25 @@ def scheduler_pids():
 
 
 class StackSampler:
-    """Sends SIGUSR2 to the scheduler every `period` s while on; before each, appends a
+    """Sends SIGUSR2 to the scheduler every `period` s until stopped; before each, appends a
     marker line to the server's log, so the dumps that follow are known by phase."""
 
-    def __init__(self, logp):
-        self.logp, self.phase, self.period, self.count = logp, None, 1.0, 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    def __init__(self, logp, phase, period):
+        self.logp, self.phase, self.period, self.count = logp, phase, period, 0
+        threading.Thread(target=self._run, daemon=True).start()
 
     def set(self, phase, period):
         self.phase, self.period = phase, period
 
+    def stop(self):
+        self.phase = None
+
     def _run(self):
-        while True:
-            phase = self.phase
+        while self.phase is not None:
             time.sleep(self.period)
-            if phase is None or phase == "stop":
-                if phase == "stop":
-                    return
-                continue
+            phase = self.phase
+            if phase is None:
+                return
             with open(self.logp, "a") as f:
                 f.write(f"=== probe {phase} {self.count} t={time.time() - T0:.2f}\n")
             self.count += 1
@@ -277,7 +278,10 @@ def digest(logp, name, outdir):
     samples = stack_samples(lines)
     if samples:
         stack_report(samples, os.path.join(outdir, f"stacks_{name}.txt"))
-    return {"log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
+    # The running cap the scheduler chose (ServerArgs prints None when it is unset).
+    cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
+    return {"max_running_requests": int(cap.group(1)) if cap else None,
+            "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
             "stack_samples": len(samples)}
 
@@ -288,8 +292,8 @@ def serve(name, pair, threshold, a, work):
     probe = name in a.probe and pair == "accept"
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
-    subprocess.run(["rm", "-rf", f"{S}/run-tree"], check=True)
-    subprocess.run(["cp", "-a", f"{S}/{tree}", f"{S}/run-tree"], check=True)
+    shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
+    shutil.copytree(f"{S}/{tree}", f"{S}/run-tree", symlinks=True)
     path = f"{S}/run-tree:{S}/site"
     if probe:
         probe_install()
@@ -313,18 +317,18 @@ def serve(name, pair, threshold, a, work):
         res["startup_s"] = round(time.time() - t, 1)
         print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
         if res["healthy"]:
-            sampler = StackSampler(logp) if probe else None
-            if sampler:
-                sampler.set("warm", 0.25)
+            sampler = StackSampler(logp, "warm", 0.25) if probe else None
             res["warm_s"] = loadgen.warm(url)
             print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
-            if sampler:  # the rows are measured unsampled unless --probe-load-hz
-                sampler.set("load", 1 / a.probe_load_hz) if a.probe_load_hz else sampler.set("stop", 0.0)
+            if sampler and a.probe_load_hz:
+                sampler.set("load", 1 / a.probe_load_hz)
+            elif sampler:  # the rows are measured unsampled unless --probe-load-hz
+                sampler.stop()
             try:
                 work(url, res)
             finally:
                 if sampler:
-                    sampler.set("stop", 0.0)
+                    sampler.stop()
             if name == "gated":
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
@@ -343,9 +347,8 @@ def serve(name, pair, threshold, a, work):
                 break
             time.sleep(1)
         res.update(digest(logp, f"{name}-{pair}", a.out))
-        cap = re.search(r"max_running_requests=(\d+), context_len", open(logp, errors="replace").read())
-        if cap:
-            res["max_running_requests"] = RUNNING_CAP[name] = int(cap.group(1))
+        if res["max_running_requests"] is not None:
+            RUNNING_CAP[name] = res["max_running_requests"]
     return res
 
 
