@@ -46,7 +46,7 @@ IS_GATED_STEP = "is_gated_step"
 FIELD = "speculative_batch_gate_threshold"
 FLAG = "--speculative-batch-gate-threshold"
 FIELD_HELP = (
-    "EAGLE (v1 worker) batch-size gate: while the running batch is larger than this, "
+    "EAGLE batch-size gate: while the running batch is larger than this, "
     "run plain one-token decode steps instead of speculating; speculation resumes once "
     "the batch shrinks below a lower mark. Off when unset; also read from "
     "SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate."
@@ -505,15 +505,21 @@ def counts_spec_metrics(source: str) -> bool:
 
 
 class _SkipGatedInSpecMetrics(cst.CSTTransformer):
-    """`if <spec>: self.update_spec_metrics(...)` → `if <spec> and not <gated step>:`."""
+    """`if <spec>: self.update_spec_metrics(...)` → `if <spec> and not <gated step>:`.
+
+    A gated step is marked on the batch by the v1 worker and on the result by the overlap
+    worker (whose batch here is a copy made before the step ran)."""
 
     def __init__(self) -> None:
         self.in_decode = 0
         self.found = 0
+        self.marks: list[str] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value == "process_batch_result_decode":
             self.in_decode += 1
+            # (self, batch, result): the objects that may carry the mark.
+            self.marks = [p.name.value for p in node.params.params[1:3]]
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
@@ -532,9 +538,8 @@ class _SkipGatedInSpecMetrics(cst.CSTTransformer):
         if not (self.in_decode and calls):
             return updated_node
         self.found += 1
-        test = cst.parse_expression(
-            f"({_code(original_node.test)}) and not getattr(batch, {GATED_STEP_ATTR!r}, False)"
-        )
+        marked = " or ".join(f"getattr({m}, {GATED_STEP_ATTR!r}, False)" for m in self.marks)
+        test = cst.parse_expression(f"({_code(original_node.test)}) and not ({marked})")
         return updated_node.with_changes(test=test)
 
 

@@ -291,8 +291,12 @@ def _plain_batch_sizes(server_args: Any) -> list[int] | None:
     return list(plain)
 
 
-def build_plain_decode(worker: Any) -> PlainDecode | None:
-    """The target's plain-decode path, or None when this version cannot build one."""
+def build_plain_decode(worker: Any, full_hidden: bool = True) -> PlainDecode | None:
+    """The target's plain-decode path, or None when this version cannot build one.
+
+    `full_hidden`: capture the graphs with full hidden states (the v1 worker's target step
+    asks for them); the overlap worker's gated step asks for none, as plain decoding does.
+    A step must ask for the mode its graphs were captured with, or SGLang recaptures them."""
     runner = worker.target_worker.model_runner
     try:
         backend = _new_attention_backend(runner)
@@ -308,7 +312,9 @@ def build_plain_decode(worker: Any) -> PlainDecode | None:
         saved_runner = _swap(
             runner, spec_algorithm=_plain_algorithm(runner.spec_algorithm), attn_backend=backend
         )
-        saved_args = _swap(runner.server_args, enable_return_hidden_states=True)
+        saved_args = (
+            _swap(runner.server_args, enable_return_hidden_states=True) if full_hidden else {}
+        )
         plain_sizes = _plain_batch_sizes(runner.server_args)
         if plain_sizes is not None:
             saved_args.update(_swap(runner.server_args, cuda_graph_bs=plain_sizes))
@@ -577,3 +583,162 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
             rows = getattr(draft_input, name, None)
             if rows is not None and hasattr(rows, "__getitem__"):
                 setattr(draft_input, name, rows[keep])
+
+
+# ---- the overlap worker (EAGLEWorkerV2) --------------------------------------------------
+#
+# Under the overlap scheduler the decode batch is prepared (its KV slots reserved) on the CPU
+# while the previous step still runs, and the worker sees a separate ModelWorkerBatch whose
+# draft input the FutureMap filled in on the GPU. So the decision is taken where the slots
+# are reserved, in the draft input's `prepare_for_decode`, and travels to the worker on
+# that draft input object (the one `get_model_worker_batch` hands over): a step reserved
+# for one token can never run as a speculative one.
+#
+# A gated step returns what a speculative step with every draft rejected returns: one token
+# per request at the start of its `speculative_num_draft_tokens`-wide row, accept length 1,
+# and a draft input whose token is the one just sampled and whose length is one longer. The
+# FutureMap relay and the result processing run unchanged: one token appended, one KV slot
+# committed. The draft's top-k and hidden-state rows pass through; its KV for the gated
+# positions is not written (docs/gate-patch.md has what that costs in acceptance).
+
+GATED_DECODE_ATTR = "eaglegate_gated"  # on the draft input: this step was reserved gated
+
+_overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
+
+
+def _overlap_gate_off_reason(worker: Any) -> str | None:
+    server_args = getattr(worker, "server_args", None)
+    if getattr(server_args, "enable_dp_attention", False):
+        # The decision is taken while the batch is prepared, before the ranks exchange their
+        # sizes: ranks could split between a plain step and draft/verify collectives.
+        return "data-parallel attention is on"
+    if getattr(server_args, "speculative_adaptive", False):
+        return "SGLang's adaptive speculation is on (it would learn from gated steps)"
+    return None
+
+
+def init_overlap_batch_gate(worker: Any) -> None:
+    """At the end of `EAGLEWorkerV2.__init__`: the gate, the target's DECODE graphs, the log
+    line and metrics. Does nothing when the gate is off."""
+    global _overlap_gate
+    _overlap_gate = None
+    gate = gate_for(worker)
+    if gate is None:
+        return
+    reason = _overlap_gate_off_reason(worker)
+    if reason is not None:
+        logger.warning("batch gate: off because %s", reason)
+        worker._eaglegate_batch_gate = None
+        return
+    worker._eaglegate_plain_decode = build_plain_decode(worker, full_hidden=False)
+    if worker._eaglegate_plain_decode is None:
+        worker._eaglegate_batch_gate = None
+        return
+    compile_decode_positions(worker.target_worker.model_runner)
+    _add_to_decode_log(gate)
+    if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
+        gate.metrics = _GateMetrics.create(gate)
+    _overlap_gate = gate
+    logger.info("batch gate: on (overlap worker), %s", gate.describe())
+
+
+def _step_eligible(batch: Any) -> bool:
+    # Logprobs and returned hidden states come from verify's own layout; a grammar's state
+    # runs one step behind under overlap, and the speculative path has no delayed sampling.
+    return not (
+        getattr(batch, "return_logprob", False)
+        or getattr(batch, "return_hidden_states", False)
+        or getattr(batch, "has_grammar", False)
+    )
+
+
+def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
+    """The per-request KV reservation of this decode step, in the draft input's
+    `prepare_for_decode`: `alloc_len` (the speculative width) when it speculates, 1 when the
+    gate runs it as a plain decode. Decides the step and marks `draft_input`. Never raises."""
+    decided = vars(draft_input).get(GATED_DECODE_ATTR) if hasattr(draft_input, "__dict__") else None
+    if decided is not None:  # a release that reads the reservation once per request
+        return 1 if decided else alloc_len
+    gated = False
+    gate = _overlap_gate
+    if gate is not None:
+        try:
+            eligible = _step_eligible(batch)
+            gated = gate.decide(len(batch.reqs)) and eligible
+            gate.record(gated)
+        except Exception:  # noqa: BLE001 - a broken decision speculates, as unpatched
+            logger.exception("batch gate: decision failed; speculating")
+            gated = False
+    try:
+        setattr(draft_input, GATED_DECODE_ATTR, gated)
+    except Exception:  # noqa: BLE001 - an input that takes no attribute speculates
+        return alloc_len
+    return 1 if gated else alloc_len
+
+
+def is_gated_decode(batch: Any) -> bool:
+    """Whether this worker batch's slots were reserved for a gated (plain) step."""
+    return bool(getattr(getattr(batch, "spec_info", None), GATED_DECODE_ATTR, False))
+
+
+def run_gated_decode(worker: Any, batch: Any) -> Any:
+    """One plain DECODE step of the target for a ModelWorkerBatch whose draft input the
+    FutureMap resolved; returns the result in the speculative layout (see above)."""
+    import copy
+
+    import torch
+
+    draft_input = batch.spec_info
+    runner = worker.target_worker.model_runner
+    device_module = torch.get_device_module(runner.device)
+    seq_lens = batch.seq_lens
+    # seq_lens was made on the schedule stream; keep it alive while this stream reads it.
+    seq_lens.record_stream(device_module.current_stream())
+    field = _token_field(draft_input)
+    tokens = getattr(draft_input, field)
+    size = int(seq_lens.shape[0])
+    new_seq_lens = seq_lens + 1
+    published = None
+    if hasattr(draft_input, "verify_done"):
+        # The next batch's preparation waits on this event for new_seq_lens, which does not
+        # depend on the forward: record it now, so the CPU does not wait for the forward.
+        published = device_module.Event()
+        published.record()
+    # A plain decode batch: the last sampled token in the slot the preparation reserved at
+    # position seq_lens, positions from seq_lens (clamp_position), no draft tree.
+    req_to_token = runner.req_to_token_pool.req_to_token
+    batch.out_cache_loc = req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
+    batch.input_ids = tokens.to(torch.int64)
+    batch.seq_lens = new_seq_lens
+    batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+    batch.seq_lens_sum = batch.seq_lens_sum + size
+    batch.spec_info = None
+    batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
+    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
+    plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
+    if plain is not None:
+        plain.enter(runner)
+    try:
+        result = worker.target_worker.forward_batch_generation(batch)
+    finally:
+        if plain is not None:
+            plain.leave()
+    sampled = result.next_token_ids
+    # Each request's row is `speculative_num_draft_tokens` wide (the stride result processing
+    # reads); its one accepted token sits at the start.
+    stride = int(worker.speculative_num_draft_tokens)
+    rows = torch.zeros((size, stride), dtype=sampled.dtype, device=sampled.device)
+    rows[:, 0] = sampled
+    next_input = copy.copy(draft_input)
+    vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
+    setattr(next_input, field, sampled.to(tokens.dtype))
+    next_input.new_seq_lens = new_seq_lens
+    if published is not None:
+        next_input.verify_done = published
+    result.next_token_ids = rows.reshape(-1)
+    result.accept_lens = torch.ones(size, dtype=torch.int32, device=sampled.device)
+    result.next_draft_input = next_input
+    if hasattr(result, "speculative_num_draft_tokens"):
+        result.speculative_num_draft_tokens = stride
+    result.eaglegate_gated_step = True  # the patched scheduler leaves it out of accept length
+    return result

@@ -1,30 +1,37 @@
-"""Build the gate `PatchSet` for one SGLang tree (the v1 `EAGLEWorker` family).
+"""Build the gate `PatchSet` for one SGLang tree: the v1 `EAGLEWorker` and the overlap
+worker `EAGLEWorkerV2`, each where the tree has it and its anchors fit.
 
-`generate_patch(tree, threshold)` reads the tree, refuses versions whose family has no
-code-patch route (with the reason and the route to take instead), runs the v1
-codemods, adds the gate module, and lists the launch flags. Files that would not
-change are left out, so on an already-patched tree the patch set is empty.
+`generate_patch(tree, threshold, worker)` reads the tree, refuses versions with no
+code-patch route (with the reason and the route to take instead), runs the codemods of
+each worker family, adds the gate module, and lists the launch flags of the worker the
+launch runs. One patched tree gates whichever worker SGLang then selects. Files that would
+not change are left out, so on an already-patched tree the patch set is empty.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.errors import UserError
-from eaglegate.patches import codemod_v1
+from eaglegate.patches import codemod_v1, codemod_v2
 from eaglegate.patches.model import FileChange, PatchSet
 
 FAMILY_V1 = "eagle-v1"
+FAMILY_V2 = "eagle-v2"
 WORKER = "srt/speculative/eagle_worker.py"
+WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
+DECODE_PREP_V2 = "srt/speculative/eagle_info_v2.py"
 SERVER_ARGS = "srt/server_args.py"
 GATE = "srt/speculative/batch_gate.py"
 # Where process_batch_result_decode counts the speculative metrics (0.5.3 on).
 SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
 
-# DESIGN.md "Gate strategies": the v1 code patch covers 0.4.x to 0.5.12.post1.
+# The v1 code patch covers 0.4.x to 0.5.12.post1 (docs/gate-patch.md); the overlap
+# worker's patch every release before native adaptive speculation whose anchors fit.
 FIRST_V1 = Version("0.4.0")
 AFTER_LAST_V1 = Version("0.5.13")
 FIRST_NATIVE_ADAPTIVE = Version("0.5.14")
@@ -42,39 +49,67 @@ def _version(tree: SourceTree) -> Version | None:
         return None  # a git checkout between tags: the file anchors decide
 
 
-def check_family(tree: SourceTree) -> str:
-    """The patch family of this tree, or a UserError that says why there is none."""
+def _v1_refusal(tree: SourceTree) -> str | None:
+    """Why the v1 patch does not apply to this tree, or None when it may."""
     version = _version(tree)
     worker = tree.root / WORKER
     if version is not None and version >= FIRST_NATIVE_ADAPTIVE or not worker.is_file():
-        raise UserError(
+        return (
             f"SGLang {tree.version} has no v1 EAGLEWorker (sglang/{WORKER} "
-            f"{'is gone' if not worker.is_file() else 'is not the serving path'}): no code patch; "
-            "`eaglegate plan` says what this version allows (native adaptive speculation from "
-            "0.5.14 on, or why its EAGLEWorkerV2 cannot be gated)"
+            f"{'is gone' if not worker.is_file() else 'is not the serving path'})"
         )
     if version is not None and not FIRST_V1 <= version < AFTER_LAST_V1:
-        raise UserError(
+        return (
             f"SGLang {tree.version} is outside the v1 gate patch's range (0.4.x to "
             "0.5.12.post1, the releases whose v1 EAGLEWorker was read for it)"
         )
-    return FAMILY_V1
+    return None
+
+
+def _v2_refusal(tree: SourceTree) -> str | None:
+    """Why the overlap worker's patch does not apply, or None when its anchors decide."""
+    version = _version(tree)
+    if not (tree.root / WORKER_V2).is_file():
+        return f"SGLang {tree.version} has no EAGLEWorkerV2 (sglang/{WORKER_V2})"
+    if version is not None and version >= FIRST_NATIVE_ADAPTIVE:
+        return (
+            f"SGLang {tree.version} has native adaptive speculation; its EAGLEWorkerV2 is "
+            "not the one this patch was written for"
+        )
+    return None
+
+
+WORKER_LABELS = {"v1": FAMILY_V1, "v2": FAMILY_V2}
+
+
+def check_family(tree: SourceTree) -> str:
+    """The patch family of this tree (`eagle-v1`, `eagle-v2` or both joined by `+`), or a
+    UserError that says why there is none. Anchors are checked by `generate_patch`."""
+    families = [f for f, why in ((FAMILY_V1, _v1_refusal(tree)), (FAMILY_V2, _v2_refusal(tree)))
+                if why is None]
+    if not families:
+        raise UserError(
+            f"{_v1_refusal(tree)}, and {_v2_refusal(tree)}: no code patch; `eaglegate plan` says "
+            "what this version allows (native adaptive speculation from 0.5.14 on)"
+        )
+    return "+".join(families)
 
 
 def _flag_exists(tree: SourceTree, flag: str) -> bool:
     return f'"{flag}"' in (tree.root / SERVER_ARGS).read_text(encoding="utf-8")
 
 
-def launch_flags(tree: SourceTree, threshold: int) -> list[str]:
-    """The flags to launch the patched SGLang with: the one place `plan`, `patch` and
-    `apply` take them from.
+def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[str]:
+    """The flags to launch the patched SGLang with, for the worker (`v1` or `v2`) the launch
+    runs: the one place `plan`, `patch` and `apply` take them from.
 
     No cap flags: the patch skips speculation's reset of the running-request cap while
     the gate is on, so SGLang chooses the running cap and the CUDA-graph batch sizes as
     it does without speculation (a smaller cap throttles plain decoding itself)."""
     flags = [codemod_v1.FLAG, str(threshold)]
-    # The gate lives in the v1 worker; 0.5.11+ default to spec v2 unless overlap is off.
-    if _flag_exists(tree, "--disable-overlap-schedule"):
+    # The v1 worker runs only with overlap off (the default up to 0.5.10, opt-out after);
+    # the overlap worker keeps SGLang's overlap scheduler.
+    if worker == "v1" and _flag_exists(tree, "--disable-overlap-schedule"):
         flags.append("--disable-overlap-schedule")
     return flags
 
@@ -101,14 +136,54 @@ def _read(tree: SourceTree, rel: str) -> bytes:
     return path.read_bytes()
 
 
-def generate_patch(tree: SourceTree, threshold: int) -> PatchSet:
-    """The gate patch for this tree at this threshold (empty when already applied)."""
+def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
+    if family == FAMILY_V1:
+        return [(WORKER, codemod_v1.patch_worker)]
+    return [(WORKER_V2, codemod_v2.patch_worker), (DECODE_PREP_V2, codemod_v2.patch_decode_prep)]
+
+
+def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:
+    before = _read(tree, rel)
+    path = f"{tree.root.name}/{rel}"
+    after = transform(before.decode("utf-8"), path).encode("utf-8")
+    return FileChange(path=path, before=before, after=after) if after != before else None
+
+
+def default_worker(tree: SourceTree) -> str:
+    """The worker (`v1` or `v2`) a launch with no flags selects in this tree, as `plan`
+    decides it from the version's own argument handling."""
+    from eaglegate.analyzer.analysis import analyze
+    from eaglegate.patches.plan import build_plan
+
+    plan = build_plan(analyze(tree))
+    return "v2" if plan.family.startswith("v2") else "v1"
+
+
+def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) -> PatchSet:
+    """The gate patch for this tree at this threshold (empty when already applied).
+
+    Both worker families are patched where the tree has them and their anchors fit; a
+    family whose anchors refuse is left out, unless `worker` names it. The launch flags are
+    those of `worker`, by default the worker a launch with no flags selects."""
     if threshold < 1:
         raise UserError("--threshold must be a positive integer")
     family = check_family(tree)
-    package = tree.root.name
     changes: list[FileChange] = []
-    edits = [(WORKER, codemod_v1.patch_worker), (SERVER_ARGS, codemod_v1.patch_server_args)]
+    patched: list[str] = []
+    refusals: list[UserError] = []
+    for name in family.split("+"):
+        try:
+            found = [_change(tree, rel, transform) for rel, transform in _edits(tree, name)]
+        except UserError as exc:
+            if worker is not None and WORKER_LABELS.get(worker) == name:
+                raise
+            refusals.append(exc)
+            continue
+        changes += [c for c in found if c is not None]
+        patched.append(name)
+    if not patched:
+        raise refusals[0]
+    edits = [(SERVER_ARGS, codemod_v1.patch_server_args)]
     scheduler_output = tree.root / SCHEDULER_OUTPUT
     if scheduler_output.is_file() and codemod_v1.counts_spec_metrics(
         scheduler_output.read_text(encoding="utf-8")
@@ -118,20 +193,22 @@ def generate_patch(tree: SourceTree, threshold: int) -> PatchSet:
         edits.append((SCHEDULER_OUTPUT, codemod_v1.patch_scheduler_metrics))
         edits.append((_spec_metrics_module(tree), codemod_v1.patch_spec_metrics_log))
     for rel, transform in edits:
-        before = _read(tree, rel)
-        path = f"{package}/{rel}"
-        after = transform(before.decode("utf-8"), path).encode("utf-8")
-        if after != before:
-            changes.append(FileChange(path=path, before=before, after=after))
+        change = _change(tree, rel, transform)
+        if change is not None:
+            changes.append(change)
     gate_path = tree.root / GATE
     existing = gate_path.read_bytes() if gate_path.is_file() else None
     gate = gate_module_source()
     if existing != gate:
-        changes.append(FileChange(path=f"{package}/{GATE}", before=existing, after=gate))
+        changes.append(FileChange(path=f"{tree.root.name}/{GATE}", before=existing, after=gate))
+    if worker is None:
+        worker = next(k for k, v in WORKER_LABELS.items() if v == patched[0])
+        if len(patched) > 1:
+            worker = default_worker(tree)
     return PatchSet(
         version=tree.version,
-        family=family,
+        family="+".join(patched),
         threshold=threshold,
         changes=changes,
-        launch_flags=launch_flags(tree, threshold),
+        launch_flags=launch_flags(tree, threshold, worker),
     )

@@ -45,7 +45,7 @@ class Decision:
 @dataclass
 class GatePlan:
     version: str
-    family: str  # v1-code-patch | v2-blocked | native-adaptive | no-eagle-worker
+    family: str  # v1-code-patch | v2-code-patch | v2-blocked | native-adaptive | no-eagle-worker
     worker: str | None
     threshold: int
     why: list[Decision] = field(default_factory=list)
@@ -129,23 +129,31 @@ def build_plan(
         plan.caveats.append("both workers remain possible: what decides between them is unknown here "
                             f"({', '.join(undecided) or 'a condition with no setting behind it'}); "
                             "planning for v1")
-    if v1:
-        _plan_v1(analysis, plan, v1)
+    native = v2 is not None and all(settings.declares(f) for f in ADAPTIVE_FLAGS) \
+        and _gate_config_accepted(analysis)
+    worker = v1 or (v2 if not native else None)
+    patch_refused: list[str] = []
+    if worker is not None:
+        _plan_code_patch(analysis, plan, worker)
         if plan.patch:  # without a patch, nothing skips speculation's cap
-            plan.caveats += _v1_caps(settings, resolved, user_flags)
-        return plan
+            plan.caveats += _patch_caps(settings, resolved, user_flags)
+            return plan
+        if worker is v1:
+            return plan
+        patch_refused, plan.blocked_by = plan.blocked_by, []
     # Without a patch, speculation's caps stay: they must leave room above the threshold.
     plan.caps = _caps(settings, resolved, user_flags, threshold)
-    if v2 and all(settings.declares(f) for f in ADAPTIVE_FLAGS) and _gate_config_accepted(analysis):
+    if v2 and native:
         _plan_adaptive(analysis, plan, v2, settings, resolved)
     elif v2:
         _plan_blocked(analysis, plan, v2, settings, user_flags, user_env, wanted)
+        plan.blocked_by = patch_refused + plan.blocked_by
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
     return plan
 
 
-def _v1_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[str]:
-    """What the v1 patch does to speculation's caps, and a user cap that would throttle."""
+def _patch_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[str]:
+    """What the patch does to speculation's caps, and a user cap that would throttle."""
     notes = []
     running = "max_running_requests"
     if running in resolved.applied and running not in flags:
@@ -168,13 +176,13 @@ def _v1_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> l
     return notes
 
 
-def _plan_v1(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
+def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
     from eaglegate.patches.diff import render_patch
     from eaglegate.patches.generate import generate_patch
 
-    plan.family, plan.worker = "v1-code-patch", worker.name
+    plan.family, plan.worker = f"{worker.label}-code-patch", worker.name
     try:
-        patch = generate_patch(analysis.tree, plan.threshold)
+        patch = generate_patch(analysis.tree, plan.threshold, worker.label)
     except UserError as exc:
         # The plan still answers (worker, caps, why); only the patch is missing.
         plan.blocked_by = [f"the gate patch does not fit this tree: {exc}"]
@@ -250,10 +258,10 @@ def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, setting
                     if v["worker_path"] == worker.label), None)
     if verdict is not None and verdict["status"] == "feasible":
         # The code leaves a route open, but the gate patch is written for the v1 worker.
-        plan.blocked_by = [f"no gate patch for {worker.name}: eaglegate's patch covers the v1 EAGLEWorker only"]
+        plan.blocked_by = [f"no gate patch for this release's {worker.name}"]
         plan.caveats.append(f"the couplings verdict for {worker.name} is feasible ({verdict['route']}): "
-                            "a patch for this worker would be possible, but eaglegate has none; "
-                            "see `eaglegate couplings` for its reasons")
+                            "a patch for this worker is possible, but eaglegate's does not fit this "
+                            "release; see `eaglegate couplings` for its reasons")
     elif verdict is not None:
         plan.blocked_by = [verdict["cost"], *verdict["reasons"]]
     else:

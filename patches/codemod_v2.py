@@ -1,0 +1,245 @@
+"""LibCST codemods that wire the batch gate into the overlap worker, `EAGLEWorkerV2`.
+
+Two transforms, each a function from source text to source text:
+
+- `patch_worker` (`srt/speculative/eagle_worker_v2.py`): the branch of
+  `EAGLEWorkerV2.forward_batch_generation` that drafts (the decode branch) starts by
+  handing a step the gate reserved as plain to `run_gated_decode`, which runs the target's
+  one-token DECODE through its own CUDA graphs and returns the speculative result layout;
+  `EAGLEWorkerV2.__init__` ends by building the gate and those graphs.
+- `patch_decode_prep` (`srt/speculative/eagle_info_v2.py`): in the draft input's
+  `prepare_for_decode`, the per-request KV reservation goes through `decode_alloc_len`,
+  which decides the step and reserves one slot per request when it is gated; where the
+  version computes the over-allocation without clamping it at zero, the clamp is added, so
+  a smaller reservation after speculative steps keeps what is already allocated (the
+  clamp 0.5.12 has itself).
+
+The server argument, the running-cap guard and the metrics edits are the v1 codemod's,
+shared. Anchors, counts and idempotency as in `codemod_v1`; line numbers are never used.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from eaglegate.errors import UserError
+from eaglegate.patches.codemod_v1 import (
+    GATE_MODULE,
+    Anchor,
+    _class,
+    _code,
+    _count_returns,
+    _imports_gate,
+    _methods,
+    _parse,
+    _walk,
+)
+
+WORKER_CLASS = "EAGLEWorkerV2"
+ENTRY = "forward_batch_generation"
+IS_GATED = "is_gated_decode"
+RUN_GATED = "run_gated_decode"
+INIT = "init_overlap_batch_gate"
+ALLOC = "decode_alloc_len"
+PREP_CLASS = "EagleDraftInputV2Mixin"
+PREP = "prepare_for_decode"
+# How releases name the per-request reservation of a speculative decode step.
+ALLOC_CALLS = ("get_alloc_len_per_decode", "get_alloc_reserve_per_decode")
+ALLOC_ATTR = "ALLOC_LEN_PER_DECODE"
+
+
+def _insert_import(module: cst.Module, before: cst.CSTNode, names: str, file: str) -> cst.Module:
+    """`from <gate module> import <names>` after the last top-level import above `before`."""
+    body = list(module.body)
+    at = body.index(before)  # type: ignore[arg-type]
+    imports = [
+        i
+        for i, stmt in enumerate(body[:at])
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    ]
+    Anchor(file, "<module>", f"top-level import statements before {_name_of(before)}").check(
+        min(len(imports), 1)
+    )
+    body.insert(imports[-1] + 1, cst.parse_statement(f"from {GATE_MODULE} import {names}\n"))
+    return module.with_changes(body=body)
+
+
+def _name_of(node: cst.CSTNode) -> str:
+    return node.name.value if isinstance(node, (cst.ClassDef, cst.FunctionDef)) else "?"
+
+
+def _replace_in(parent: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    return parent.deep_replace(old, new)  # type: ignore[return-value]
+
+
+def _check_wiring(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
+    """True when already patched; raises on a half-patched file."""
+    imported = _imports_gate(module)
+    if wired and imported:
+        return True
+    if wired != imported:
+        raise UserError(
+            f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
+            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
+            "restore the original file first"
+        )
+    return False
+
+
+def _drafts(node: cst.CSTNode, self_name: str) -> int:
+    """Calls `<self>.draft_worker.draft(...)` or `<self>._draft_worker.draft(...)` in node."""
+    return sum(
+        1
+        for n in _walk(node)
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "draft"
+        and _code(n.func.value) in (f"{self_name}.draft_worker", f"{self_name}._draft_worker")
+    )
+
+
+def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v2.py") -> str:
+    """Wire the gate into `EAGLEWorkerV2`; unchanged if already wired."""
+    module = _parse(source, file)
+    cls = _class(module, WORKER_CLASS, file)
+    entries = _methods(cls, (ENTRY,))
+    Anchor(file, f"{WORKER_CLASS}.{ENTRY}", "method definition").check(len(entries))
+    func = entries[0]
+    qual = f"{WORKER_CLASS}.{ENTRY}"
+    if _check_wiring(module, RUN_GATED in _code(func), qual, file):
+        return source
+    params = func.params.params
+    # (self, model_worker_batch): the releases whose worker receives a ModelWorkerBatch and
+    # hands its next draft input to the scheduler's FutureMap (0.5.13 added a publish hook).
+    Anchor(file, qual, "parameters (self, model_worker_batch)", 2).check(len(params))
+    self_name, batch_name = params[0].name.value, params[1].name.value
+
+    # The branch that drafts: the decode branch, whichever side of the extend test it is on.
+    branches: list[cst.IndentedBlock] = []
+    for stmt in func.body.body:
+        if isinstance(stmt, cst.If):
+            for block in (stmt.body, stmt.orelse.body if stmt.orelse is not None else None):
+                if isinstance(block, cst.IndentedBlock) and _drafts(block, self_name):
+                    branches.append(block)
+    Anchor(file, qual, f"top-level branch that calls {self_name}.draft_worker.draft(...)").check(
+        len(branches)
+    )
+    branch = branches[0]
+    gated = cst.parse_statement(
+        f"if {IS_GATED}({batch_name}):  # eaglegate: batch-size gate\n"
+        f"    return {RUN_GATED}({self_name}, {batch_name})\n"
+    )
+    new_func = _replace_in(
+        func, branch, branch.with_changes(body=[gated, *branch.body])
+    )
+
+    init = _methods(cls, ("__init__",))
+    Anchor(file, f"{WORKER_CLASS}.__init__", "method definition").check(len(init))
+    Anchor(
+        file, f"{WORKER_CLASS}.__init__", "return statements (none: the gate is built last)", 0
+    ).check(_count_returns(init[0].body))
+    init_self = init[0].params.params[0].name.value
+    build = cst.parse_statement(
+        f"{INIT}({init_self})  # eaglegate: the gate and the target's DECODE graphs\n"
+    )
+    new_init = init[0].with_changes(
+        body=init[0].body.with_changes(body=[*init[0].body.body, build])
+    )
+    replaced = {id(func): new_func, id(init[0]): new_init}
+    new_cls = cls.with_changes(
+        body=cls.body.with_changes(body=[replaced.get(id(s), s) for s in cls.body.body])
+    )
+    module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
+    return _insert_import(module, new_cls, f"{INIT}, {IS_GATED}, {RUN_GATED}", file).code
+
+
+def _is_alloc_len(node: cst.CSTNode, self_name: str) -> bool:
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+        return node.func.value in ALLOC_CALLS
+    return isinstance(node, cst.Attribute) and _code(node) == f"{self_name}.{ALLOC_ATTR}"
+
+
+def _subtracts_allocated(node: cst.CSTNode) -> bool:
+    """`<committed> + ... - <req>.kv_allocated_len`: the unclamped over-allocation."""
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Subtract)
+        and isinstance(node.right, cst.Attribute)
+        and node.right.attr.value == "kv_allocated_len"
+    )
+
+
+def _clamped_max(node: cst.CSTNode) -> bool:
+    """`max(<current allocation>, <committed> + <reservation>)`: already clamped."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "max"
+        and len(node.args) == 2
+        and "kv_committed_len" in _code(node.args[1].value)
+    )
+
+
+class _WrapAlloc(cst.CSTTransformer):
+    def __init__(self, self_name: str, batch_name: str) -> None:
+        self.self_name, self.batch_name = self_name, batch_name
+        self.alloc = 0
+        self.unclamped = 0
+        self.clamped = 0
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if _clamped_max(original_node):
+            self.clamped += 1
+        return self._wrap(original_node, updated_node)
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
+        return self._wrap(original_node, updated_node)
+
+    def _wrap(self, original: cst.CSTNode, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if not _is_alloc_len(original, self.self_name):
+            return updated
+        self.alloc += 1
+        return cst.parse_expression(f"{ALLOC}({self.self_name}, {self.batch_name}, {_code(updated)})")
+
+    def leave_BinaryOperation(
+        self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        if not _subtracts_allocated(original_node):
+            return updated_node
+        self.unclamped += 1
+        return cst.parse_expression(f"max(0, {_code(updated_node)})")
+
+
+def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_info_v2.py") -> str:
+    """Route the decode step's KV reservation through the gate; unchanged if done."""
+    module = _parse(source, file)
+    cls = _class(module, PREP_CLASS, file)
+    preps = _methods(cls, (PREP,))
+    qual = f"{PREP_CLASS}.{PREP}"
+    Anchor(file, qual, "method definition").check(len(preps))
+    func = preps[0]
+    if _check_wiring(module, ALLOC in _code(func), qual, file):
+        return source
+    params = func.params.params
+    Anchor(file, qual, "parameters (self, batch)", 2).check(len(params))
+    wrap = _WrapAlloc(params[0].name.value, params[1].name.value)
+    new_func = func.visit(wrap)
+    Anchor(
+        file,
+        qual,
+        f"the per-request reservation ({', '.join(c + '()' for c in ALLOC_CALLS)} or "
+        f"self.{ALLOC_ATTR})",
+    ).check(wrap.alloc)
+    Anchor(
+        file,
+        qual,
+        "the over-allocation: `... - r.kv_allocated_len` or `max(cur, r.kv_committed_len + ...)`",
+    ).check(wrap.unclamped + wrap.clamped)
+    new_cls = cls.with_changes(
+        body=cls.body.with_changes(body=[new_func if s is func else s for s in cls.body.body])
+    )
+    module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
+    return _insert_import(module, new_cls, ALLOC, file).code
