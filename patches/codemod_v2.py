@@ -6,6 +6,8 @@ Two transforms, each a function from source text to source text:
   `EAGLEWorkerV2.forward_batch_generation` that drafts (the decode branch) starts by
   handing a step the gate reserved as plain to `run_gated_decode`, which runs the target's
   one-token DECODE through its own CUDA graphs and returns the speculative result layout;
+  the extend branch beside it starts by handing a prefill made while the gate has
+  speculation off to `run_gated_prefill` (the target's plain prefill, no draft prefill);
   `EAGLEWorkerV2.__init__` ends by building the gate and those graphs.
 - `patch_decode_prep` (`srt/speculative/eagle_info_v2.py`): in the draft input's
   `prepare_for_decode`, the per-request KV reservation goes through `decode_alloc_len`,
@@ -39,6 +41,9 @@ WORKER_CLASS = "EAGLEWorkerV2"
 ENTRY = "forward_batch_generation"
 IS_GATED = "is_gated_decode"
 RUN_GATED = "run_gated_decode"
+IS_GATED_PREFILL = "is_gated_prefill"
+RUN_GATED_PREFILL = "run_gated_prefill"
+PREFILL_STEP = "_draft_extend_for_prefill"
 INIT = "init_overlap_batch_gate"
 ALLOC = "decode_alloc_len"
 PREP_CLASS = "EagleDraftInputV2Mixin"
@@ -67,10 +72,6 @@ def _insert_import(module: cst.Module, before: cst.CSTNode, names: str, file: st
 
 def _name_of(node: cst.CSTNode) -> str:
     return node.name.value if isinstance(node, (cst.ClassDef, cst.FunctionDef)) else "?"
-
-
-def _replace_in(parent: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
-    return parent.deep_replace(old, new)  # type: ignore[return-value]
 
 
 def _check_wiring(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
@@ -115,23 +116,46 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     Anchor(file, qual, "parameters (self, model_worker_batch)", 2).check(len(params))
     self_name, batch_name = params[0].name.value, params[1].name.value
 
-    # The branch that drafts: the decode branch, whichever side of the extend test it is on.
-    branches: list[cst.IndentedBlock] = []
-    for stmt in func.body.body:
-        if isinstance(stmt, cst.If):
-            for block in (stmt.body, stmt.orelse.body if stmt.orelse is not None else None):
-                if isinstance(block, cst.IndentedBlock) and _drafts(block, self_name):
-                    branches.append(block)
-    Anchor(file, qual, f"top-level branch that calls {self_name}.draft_worker.draft(...)").check(
-        len(branches)
+    # The test whose one branch drafts (decode) and whose other prefills the draft (extend).
+    tests = [
+        stmt
+        for stmt in func.body.body
+        if isinstance(stmt, cst.If)
+        and isinstance(stmt.orelse, cst.Else)
+        and isinstance(stmt.body, cst.IndentedBlock)
+        and isinstance(stmt.orelse.body, cst.IndentedBlock)
+        and (_drafts(stmt.body, self_name) > 0) != (_drafts(stmt.orelse.body, self_name) > 0)
+    ]
+    Anchor(
+        file, qual, f"top-level if/else with one branch calling {self_name}.draft_worker.draft(...)"
+    ).check(len(tests))
+    test = tests[0]
+    assert isinstance(test.orelse, cst.Else)
+    blocks = (test.body, test.orelse.body)
+    decode_at = 0 if _drafts(test.body, self_name) else 1
+    extend = blocks[1 - decode_at]
+    Anchor(file, qual, f"the extend branch beside it, which calls {PREFILL_STEP}").check(
+        int(PREFILL_STEP in _code(extend))
     )
-    branch = branches[0]
-    gated = cst.parse_statement(
-        f"if {IS_GATED}({batch_name}):  # eaglegate: batch-size gate\n"
-        f"    return {RUN_GATED}({self_name}, {batch_name})\n"
+    gated = {
+        decode_at: cst.parse_statement(
+            f"if {IS_GATED}({batch_name}):  # eaglegate: batch-size gate\n"
+            f"    return {RUN_GATED}({self_name}, {batch_name})\n"
+        ),
+        1 - decode_at: cst.parse_statement(
+            f"if {IS_GATED_PREFILL}({batch_name}):  # eaglegate: batch-size gate\n"
+            f"    return {RUN_GATED_PREFILL}({self_name}, {batch_name})\n"
+        ),
+    }
+    body, orelse = (
+        block.with_changes(body=[gated[i], *block.body])  # type: ignore[union-attr]
+        for i, block in enumerate(blocks)
     )
-    new_func = _replace_in(
-        func, branch, branch.with_changes(body=[gated, *branch.body])
+    new_test = test.with_changes(body=body, orelse=test.orelse.with_changes(body=orelse))
+    new_func = func.with_changes(
+        body=func.body.with_changes(
+            body=[new_test if s is test else s for s in func.body.body]
+        )
     )
 
     init = _methods(cls, ("__init__",))
@@ -151,7 +175,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
         body=cls.body.with_changes(body=[replaced.get(id(s), s) for s in cls.body.body])
     )
     module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
-    return _insert_import(module, new_cls, f"{INIT}, {IS_GATED}, {RUN_GATED}", file).code
+    names = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
+    return _insert_import(module, new_cls, names, file).code
 
 
 def _is_alloc_len(node: cst.CSTNode, self_name: str) -> bool:

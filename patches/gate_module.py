@@ -742,3 +742,62 @@ def run_gated_decode(worker: Any, batch: Any) -> Any:
         result.speculative_num_draft_tokens = stride
     result.eaglegate_gated_step = True  # the patched scheduler leaves it out of accept length
     return result
+
+
+def is_gated_prefill(batch: Any) -> bool:
+    """Whether this extend batch runs as a plain prefill: the gate has speculation off (the
+    running batch is above the threshold) and the batch asks nothing speculation must give."""
+    gate = _overlap_gate
+    if gate is None or not gate.gated:
+        return False
+    mode = getattr(batch, "forward_mode", None)
+    return bool(mode is not None and mode.is_extend() and _step_eligible(batch))
+
+
+def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any:
+    """A draft input for requests whose prefill the draft model did not see: the sampled
+    token and the lengths are real, the top-k and hidden-state rows zeros of the shapes the
+    version's FutureMap stores."""
+    import dataclasses
+
+    import torch
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    draft = worker.draft_worker
+    runner = getattr(draft, "draft_runner", None)
+    width_of = getattr(EagleDraftInput, "hidden_size_for", None)
+    dtype_of = getattr(EagleDraftInput, "dtype_for", None)
+    width = width_of(draft) if width_of else runner.model_config.hidden_size
+    dtype = dtype_of(draft) if dtype_of else runner.model_config.dtype
+    device = tokens.device
+    topk = int(getattr(worker, "topk", 1) or 1)
+    fields = {f.name: f.init for f in dataclasses.fields(EagleDraftInput)}
+    values: dict[str, Any] = {
+        _TOKEN_FIELDS[1] if _TOKEN_FIELDS[1] in fields else _TOKEN_FIELDS[0]: tokens,
+        "topk_p": torch.zeros((size, topk), dtype=torch.float32, device=device),
+        "topk_index": torch.zeros((size, topk), dtype=torch.int64, device=device),
+        "hidden_states": (
+            torch.zeros((size, width), dtype=dtype, device=device) if width else None
+        ),
+        "new_seq_lens": seq_lens,
+        "num_tokens_per_req": 1,
+        "num_tokens_for_logprob_per_req": 1,
+    }
+    rows = EagleDraftInput(**{k: v for k, v in values.items() if fields.get(k)})
+    for name, value in values.items():
+        if name in fields and not fields[name]:
+            setattr(rows, name, value)
+    return rows
+
+
+def run_gated_prefill(worker: Any, batch: Any) -> Any:
+    """The target's plain prefill of an extend batch while the gate has speculation off:
+    no full hidden states (so SGLang's piecewise prefill graphs serve it, as without
+    speculation) and no draft prefill. The draft state of these requests starts empty: they
+    speculate with poor drafts until their first speculative step refreshes it."""
+    batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
+    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
+    result = worker.target_worker.forward_batch_generation(batch)
+    tokens = result.next_token_ids
+    result.next_draft_input = _empty_draft_rows(worker, int(tokens.shape[0]), tokens, batch.seq_lens)
+    return result

@@ -11,7 +11,12 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
   plain          no speculation, the scheduler the v1 worker needs (--disable-overlap-schedule)
   eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the
                  gate, and the gated server's running cap (plain's, as logged; else max C)
-  gated          EAGLE-3 on the patched tree, with exactly what `eaglegate plan` prints
+  gated          EAGLE-3 on the patched tree, with exactly what `eaglegate plan` prints for a
+                 v1 launch (SGLANG_ENABLE_SPEC_V2=0)
+  eagle-v2       EAGLE-3 on the pristine tree, overlap worker (SGLang's default), with the
+                 running cap plain-default logged
+  gated-v2       EAGLE-3 on the patched tree, exactly what `eaglegate plan` prints for a
+                 default launch (the overlap worker's gate)
   adaptive, adaptive-skip, eagle-static
                  0.5.14 on (no patch): plan's native adaptive config and flags, the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, and EAGLE-3 without them
@@ -68,12 +73,17 @@ def eg(*args):
     return json.loads(proc.stdout)
 
 
-def plan(threshold, pair):
-    """The product's own answer for the gated server: flags and environment."""
+def plan(threshold, pair, v1=True):
+    """The product's own answer for the gated server: flags and environment. `v1`: the user
+    opts out of the overlap worker (SGLANG_ENABLE_SPEC_V2=0); else a default launch."""
+    extra = ["--env", "SGLANG_ENABLE_SPEC_V2=0"] if v1 else []
     out = eg("plan", "--path", f"{S}/patched", "--threshold", str(threshold), "--json",
-             "--flags", " ".join(spec_flags(pair)), "--env", "SGLANG_ENABLE_SPEC_V2=0")
+             "--flags", " ".join(spec_flags(pair)), *extra)
+    want = "v1-code-patch" if v1 else "v2-code-patch"
+    if out["family"] != want:
+        raise SystemExit(f"plan chose {out['family']}, not {want}: {out.get('blocked_by')}")
     env = dict(item.split("=", 1) for item in out["env"])  # plan lists NAME=VALUE
-    return list(out["launch_flags"]), {**V1_ENV, **env}
+    return list(out["launch_flags"]), ({**V1_ENV, **env} if v1 else env)
 
 
 def common(pair):
@@ -95,6 +105,15 @@ def config(server, pair, threshold):
         return "pristine", base, {}
     if server == "plain":
         return "pristine", base + ["--disable-overlap-schedule"], {}
+    if server == "eagle-v2":
+        # Unpatched EAGLE-3 on the overlap worker (SGLang's default), with the running cap
+        # plain-default logged (unpatched speculation would reset it to 48).
+        cap = RUNNING_CAP.get("plain-default", max(LEVELS))
+        return "pristine", base + spec_flags(pair) + ["--max-running-requests", str(cap)], {}
+    if server == "gated-v2":
+        flags, env = plan(threshold, pair, v1=False)  # exactly what plan prints for a default launch
+        metrics = ["--enable-metrics"] if pair == "context" else []
+        return "patched", base + spec_flags(pair) + flags + metrics, env
     # eagle drops the gate's flag, so any threshold gives its flags (before calibrate has one).
     flags, env = plan(threshold or 1, pair)
     if server == "eagle":
@@ -329,7 +348,7 @@ def serve(name, pair, threshold, a, work):
             finally:
                 if sampler:
                     sampler.stop()
-            if name == "gated":
+            if name.startswith("gated"):
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
     finally:
@@ -378,7 +397,8 @@ def sweep_file(rows, server, path):
 
 # The servers a gating server's threshold is calibrated on: the plain and speculative servers
 # it chooses between (the v1 gate needs overlap off; the native adaptive route keeps it).
-CALIBRATE_ON = {"gated": ("plain", "eagle"), "adaptive": ("plain-default", "eagle-static"),
+CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagle-v2"),
+                "adaptive": ("plain-default", "eagle-static"),
                 "adaptive-skip": ("plain-default", "eagle-static")}
 
 
@@ -420,9 +440,10 @@ def main():
     global DETERMINISTIC
     DETERMINISTIC = a.deterministic
     pairs = sorted({item.split(":")[1] for item in a.servers.split(",")})
-    if not os.path.exists(f"{W}/weights.json"):
+    missing = [p for p in pairs if not os.path.exists(f"{W}/{p}-target/config.json")]
+    if missing:  # pairs are written once per machine, each when first asked for
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
-                        "--pairs", ",".join(pairs)], check=True)
+                        "--pairs", ",".join(missing)], check=True)
         print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
     # The version as eaglegate reads it from the tree (version.py only imports it).
     version = eg("plan", "--path", f"{S}/pristine", "--threshold", "1", "--json")["version"]
@@ -447,13 +468,14 @@ def main():
             def work(url, res, name=name):
                 outputs[name] = loadgen.equivalence_set(url)
             out["servers"].append(serve(name, pair, EQUIV_THRESHOLD, a, work))
-    for name in outputs:
-        if name != "plain" and "plain" in outputs:
-            out["equivalence"][f"{name} vs plain"] = loadgen.compare(outputs["plain"], outputs[name])
-    if {"gated", "eagle"} <= outputs.keys():
-        # Where the gate speculates it runs EAGLE's own path: this tells the gate's share of
-        # any difference from plain decoding from speculation's.
-        out["equivalence"]["gated vs eagle"] = loadgen.compare(outputs["eagle"], outputs["gated"])
+    # Each server against the plain server of its scheduler, and each gated server against the
+    # EAGLE server it gates: where the gate speculates it runs EAGLE's own path, which tells
+    # the gate's share of any difference from plain decoding from speculation's.
+    for other, ref in (("eagle", "plain"), ("gated", "plain"), ("gated", "eagle"),
+                       ("eagle-v2", "plain-default"), ("gated-v2", "plain-default"),
+                       ("gated-v2", "eagle-v2")):
+        if {other, ref} <= outputs.keys():
+            out["equivalence"][f"{other} vs {ref}"] = loadgen.compare(outputs[ref], outputs[other])
     out["outputs"] = outputs
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)

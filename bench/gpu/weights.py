@@ -154,7 +154,9 @@ def main():
     ap.add_argument("--p0", type=float, default=0.8, help="target's token-0 rate (accept pair)")
     ap.add_argument("--pairs", default="accept,context")
     a = ap.parse_args()
-    report = {"shapes": {}}
+    path = os.path.join(a.out, "weights.json")
+    # Pairs written by an earlier call on this machine stay: their report is kept.
+    report = json.load(open(path)) if os.path.exists(path) else {"shapes": {}}
     cfg = llama_config(16, 4096, 32, 8, 14336)
     if "accept" in a.pairs:
         gen = torch.Generator(device="cuda").manual_seed(1234)

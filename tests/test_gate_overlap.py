@@ -1,0 +1,344 @@
+"""The overlap worker's gate (batch_gate's EAGLEWorkerV2 half), run on recording doubles.
+
+torch is replaced by a small NumPy-backed stand-in with the few tensor operations the gated
+step uses, and `sglang.srt.speculative.eagle_info` by a dataclass shaped like 0.5.12's
+`EagleDraftInput`; the gate module itself is the real file. What this establishes: where the
+decision is taken and what it reserves, what the target forward of a gated decode and of a
+gated prefill sees, the result layout the scheduler's FutureMap and result processing read,
+the resume, and that ranks of a data-parallel-attention launch never split (the gate is off
+there). What it cannot: that SGLang's kernels accept it (bench/gpu runs that on an H200).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+GATE_FILE = Path(__file__).resolve().parents[1] / "patches" / "gate_module.py"
+
+
+class T:
+    """A tensor stand-in over a NumPy array."""
+
+    def __init__(self, values, dtype=None, device="cuda"):
+        self.a = np.array(values, dtype=dtype)
+        self.device = device
+        self.streams: list = []
+
+    @property
+    def dtype(self):
+        return self.a.dtype.type
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    @staticmethod
+    def _raw(x):
+        return x.a if isinstance(x, T) else x
+
+    def __add__(self, other):
+        return T(self.a + self._raw(other), device=self.device)
+
+    def __getitem__(self, key):
+        key = tuple(map(self._raw, key)) if isinstance(key, tuple) else self._raw(key)
+        return T(self.a[key], device=self.device)
+
+    def __setitem__(self, key, value):
+        self.a[key] = self._raw(value)
+
+    def to(self, dtype):
+        return T(self.a.astype(dtype), device=self.device)
+
+    def reshape(self, *shape):
+        return T(self.a.reshape(*shape), device=self.device)
+
+    def record_stream(self, stream):
+        self.streams.append(stream)
+
+    def tolist(self):
+        return self.a.tolist()
+
+
+class Event:
+    recorded = 0
+
+    def record(self):
+        Event.recorded += 1
+        self.order = Event.recorded
+
+
+def fake_torch():
+    torch = types.ModuleType("torch")
+    torch.int64, torch.int32, torch.float32, torch.bfloat16 = np.int64, np.int32, np.float32, np.float16
+    device = types.SimpleNamespace(current_stream=lambda: "forward stream", Event=Event)
+    torch.get_device_module = lambda _device: device
+    torch.zeros = lambda shape, dtype=None, device="cuda": T(np.zeros(shape), dtype, device)
+    torch.ones = lambda shape, dtype=None, device="cuda": T(np.ones(shape), dtype, device)
+    return torch
+
+
+@dataclasses.dataclass
+class EagleDraftInput:
+    """0.5.12's draft input: the fields the gate reads and the FutureMap stores."""
+
+    topk_p: T = None
+    topk_index: T = None
+    hidden_states: T = None
+    bonus_tokens: T = None
+    num_tokens_per_req: int = -1
+    num_tokens_for_logprob_per_req: int = -1
+    new_seq_lens: T = None
+    verify_done: Event = None
+    future_indices: object = dataclasses.field(default=None, init=False)
+
+    @classmethod
+    def hidden_size_for(cls, worker):
+        return worker.draft_runner.model_config.spec_hidden_size
+
+    @classmethod
+    def dtype_for(cls, worker):
+        return worker.draft_runner.model_config.dtype
+
+
+@pytest.fixture()
+def gate(monkeypatch):
+    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_THRESHOLD", raising=False)
+    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    eagle_info = types.ModuleType("sglang.srt.speculative.eagle_info")
+    eagle_info.EagleDraftInput = EagleDraftInput
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_info", eagle_info)
+    spec = importlib.util.spec_from_file_location("batch_gate_overlap_under_test", GATE_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Algorithm(enum.Enum):
+    NONE = enum.auto()
+    EAGLE3 = enum.auto()
+
+    def is_none(self):
+        return self is Algorithm.NONE
+
+
+class Capture(enum.Enum):
+    NULL = 0
+    FULL = 2
+
+
+class Mode(enum.Enum):
+    EXTEND = 1
+    DECODE = 2
+
+    def is_extend(self):
+        return self is Mode.EXTEND
+
+
+class GraphRunner:
+    def __init__(self, runner):
+        self.mode = "DECODE" if runner.spec_algorithm.is_none() else "TARGET_VERIFY"
+        self.full_hidden = runner.server_args.enable_return_hidden_states
+        self.max_bs = 8
+
+
+class TargetWorker:
+    """Records what the target forward saw, and samples 100 + its sequence length."""
+
+    def __init__(self, runner):
+        self.model_runner = runner
+        self.seen: list[dict] = []
+
+    def forward_batch_generation(self, batch):
+        runner = self.model_runner
+        self.seen.append({
+            "input_ids": batch.input_ids.tolist(),
+            "out_cache_loc": batch.out_cache_loc.tolist(),
+            "seq_lens": batch.seq_lens.tolist(),
+            "spec_info": batch.spec_info,
+            "algorithm": batch.spec_algorithm,
+            "capture": batch.capture_hidden_mode,
+            "graphs": runner.graph_runner.mode,
+            "backend": runner.attn_backend,
+        })
+        sampled = T([100 + n for n in batch.seq_lens.tolist()], np.int64)
+        return types.SimpleNamespace(next_token_ids=sampled, speculative_num_draft_tokens=None)
+
+
+def make_worker(threshold=4, **server_args):
+    runner = types.SimpleNamespace(
+        server_args=types.SimpleNamespace(enable_return_hidden_states=False),
+        spec_algorithm=Algorithm.EAGLE3,
+        attn_backend="verify backend",
+        init_new_workspace=False,
+        device="cuda",
+        # req_to_token[r, p] = 1000 * r + p: the KV slot of request r's position p.
+        req_to_token_pool=types.SimpleNamespace(
+            req_to_token=T(np.arange(4)[:, None] * 1000 + np.arange(64)[None, :], np.int32)
+        ),
+        _get_attention_backend=lambda **kwargs: "decode backend",
+    )
+    runner.graph_runner = GraphRunner(runner)
+    args = {"speculative_batch_gate_threshold": threshold, "enable_metrics": False,
+            "enable_dp_attention": False, "speculative_adaptive": False, **server_args}
+    return types.SimpleNamespace(
+        server_args=types.SimpleNamespace(**args),
+        target_worker=TargetWorker(runner),
+        draft_worker=types.SimpleNamespace(draft_runner=types.SimpleNamespace(
+            model_config=types.SimpleNamespace(spec_hidden_size=6, dtype=np.float16))),
+        speculative_num_draft_tokens=4,
+        topk=1,
+    )
+
+
+def schedule_batch(size, **flags):
+    values = {"return_logprob": False, "return_hidden_states": False, "has_grammar": False, **flags}
+    return types.SimpleNamespace(reqs=[object()] * size, **values)
+
+
+def draft_input(size):
+    return EagleDraftInput(
+        topk_p=T(np.full((size, 1), 0.5), np.float32),
+        topk_index=T(np.full((size, 1), 7), np.int64),
+        hidden_states=T(np.ones((size, 6)), np.float16),
+        bonus_tokens=T([11 + i for i in range(size)], np.int32),
+        new_seq_lens=T([10 + i for i in range(size)], np.int64),
+    )
+
+
+def worker_batch(spec_info, size):
+    seq_lens = T([10 + i for i in range(size)], np.int64)
+    return types.SimpleNamespace(
+        forward_mode=Mode.DECODE, spec_info=spec_info, seq_lens=seq_lens,
+        seq_lens_cpu=np.array([10 + i for i in range(size)]), seq_lens_sum=sum(range(10, 10 + size)),
+        req_pool_indices=T(list(range(size)), np.int64), input_ids=None, out_cache_loc=None,
+        spec_algorithm=Algorithm.EAGLE3, capture_hidden_mode=Capture.FULL,
+    )
+
+
+def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain_decode(gate):
+    worker = make_worker(threshold=2)
+    gate.init_overlap_batch_gate(worker)
+    runner = worker.target_worker.model_runner
+    assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
+    spec = draft_input(3)
+    # The draft input's prepare_for_decode asks once per step (some releases once per request).
+    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 1
+    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 1
+    assert gate.gate_for(worker).gated_steps == 1
+    batch = worker_batch(spec, 3)
+    assert gate.is_gated_decode(batch)
+    result = gate.run_gated_decode(worker, batch)
+
+    seen = worker.target_worker.seen[-1]
+    assert seen["input_ids"] == [11, 12, 13]  # the last sampled token of each request
+    assert seen["out_cache_loc"] == [10, 1011, 2012]  # its slot at position seq_lens
+    assert seen["seq_lens"] == [11, 12, 13]
+    assert seen["spec_info"] is None and seen["algorithm"] is Algorithm.NONE
+    assert seen["capture"] is Capture.NULL  # the mode the DECODE graphs were captured with
+    assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
+    assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
+    assert batch.seq_lens_cpu.tolist() == [11, 12, 13] and batch.seq_lens_sum == 36
+
+    # The speculative layout: rows of num_draft_tokens, one accepted token at the start of each.
+    assert result.next_token_ids.tolist() == [111, 0, 0, 0, 112, 0, 0, 0, 113, 0, 0, 0]
+    assert result.accept_lens.tolist() == [1, 1, 1] and result.accept_lens.dtype is np.int32
+    assert result.speculative_num_draft_tokens == 4
+    assert result.eaglegate_gated_step is True
+    nxt = result.next_draft_input
+    assert nxt is not spec and nxt.bonus_tokens.tolist() == [111, 112, 113]
+    assert nxt.bonus_tokens.dtype is np.int32  # the dtype the FutureMap's buffer has
+    assert nxt.new_seq_lens.tolist() == [11, 12, 13]
+    assert nxt.verify_done is not None and nxt.verify_done is not spec.verify_done
+    assert nxt.topk_index is spec.topk_index and nxt.hidden_states is spec.hidden_states
+    assert gate.GATED_DECODE_ATTR not in vars(nxt)  # the next step is decided afresh
+
+
+def test_the_published_lengths_are_recorded_before_the_forward(gate):
+    worker = make_worker(threshold=1)
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(2)
+    gate.decode_alloc_len(spec, schedule_batch(2), 4)
+    batch = worker_batch(spec, 2)
+    seq_lens = batch.seq_lens
+    before = Event.recorded
+    result = gate.run_gated_decode(worker, batch)
+    assert result.next_draft_input.verify_done.order == before + 1
+    assert seq_lens.streams == ["forward stream"]  # kept alive for the forward stream
+
+
+def test_below_the_threshold_and_ineligible_batches_speculate_with_their_own_reservation(gate):
+    worker = make_worker(threshold=4)
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(3)
+    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
+    assert not gate.is_gated_decode(worker_batch(spec, 3))
+    for flag in ("return_logprob", "return_hidden_states", "has_grammar"):
+        spec = draft_input(8)
+        assert gate.decode_alloc_len(spec, schedule_batch(8, **{flag: True}), 4) == 4
+        assert not gate.is_gated_decode(worker_batch(spec, 8))
+
+
+def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(gate):
+    worker = make_worker(threshold=8)
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(3)
+    assert gate.decode_alloc_len(spec, schedule_batch(9), 4) == 1  # 9 > 8: gated
+    nxt = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
+    assert gate.decode_alloc_len(nxt, schedule_batch(8), 4) == 1  # hysteresis: still gated at 8
+    following = draft_input(3)
+    assert gate.decode_alloc_len(following, schedule_batch(6), 4) == 4  # below 7: speculate
+    assert not gate.is_gated_decode(worker_batch(following, 3))
+    assert gate.gate_for(worker).switches == 2
+
+
+@pytest.mark.parametrize("setting", ["enable_dp_attention", "speculative_adaptive"])
+def test_off_where_ranks_or_sglangs_controller_could_disagree(gate, setting):
+    """With attention data parallelism the decision would be taken per rank before the ranks
+    exchange sizes: the gate stays off on every rank, so none ever splits from the others."""
+    worker = make_worker(threshold=1, **{setting: True})
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(4)
+    assert gate.decode_alloc_len(spec, schedule_batch(64), 4) == 4
+    assert not gate.is_gated_decode(worker_batch(spec, 4))
+    assert not gate.is_gated_prefill(types.SimpleNamespace(forward_mode=Mode.EXTEND))
+
+
+def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(gate):
+    worker = make_worker(threshold=2)
+    gate.init_overlap_batch_gate(worker)
+    extend = types.SimpleNamespace(
+        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
+        input_ids=T([5, 6, 7], np.int64), out_cache_loc=T([1, 2, 3], np.int64),
+        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
+        capture_hidden_mode=Capture.NULL,
+    )
+    assert not gate.is_gated_prefill(extend)  # speculation is on: the draft prefills too
+    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 > 2: speculation off
+    assert gate.is_gated_prefill(extend)
+    result = gate.run_gated_prefill(worker, extend)
+    seen = worker.target_worker.seen[-1]
+    assert seen["algorithm"] is Algorithm.NONE and seen["capture"] is Capture.NULL
+    rows = result.next_draft_input
+    assert rows.bonus_tokens.tolist() == [120, 130] and rows.new_seq_lens.tolist() == [20, 30]
+    assert rows.topk_p.shape == (2, 1) and rows.topk_index.shape == (2, 1)
+    assert rows.hidden_states.shape == (2, 6) and rows.hidden_states.dtype is np.float16
+    assert rows.num_tokens_per_req == 1
+
+
+def test_off_unless_a_threshold_is_set(gate):
+    worker = make_worker(threshold=None)
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(3)
+    assert gate.decode_alloc_len(spec, schedule_batch(500), 4) == 4
+    assert not gate.is_gated_decode(worker_batch(spec, 3))
