@@ -66,6 +66,54 @@ def collect() -> dict:
             "equivalence": control.get("equivalence")}
 
 
+# The overlap worker's gate (0.5.12.post1, default launch): two runs of the same command
+# (accept pair, plain-default / eagle-v2 / gated-v2, threshold from calibrate on each), and the
+# equivalence run on the context pair. G2's gated-v2 predates the gated prefill (a584f2e).
+OVERLAP_RUNS = ("G2", "G3")
+OVERLAP_TABLE_RUN = "G3"
+OVERLAP_EQUIVALENCE_RUN = "G1"
+OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
+
+
+def collect_overlap() -> dict:
+    runs = {run: json.loads((RAW / run / f"rows_{run}.json").read_text())
+            for run in (*OVERLAP_RUNS, OVERLAP_EQUIVALENCE_RUN)}
+    rows = [{**row, "run": run, "sglang": data["sglang"], "pair": "accept",
+             "threshold": data.get("threshold") if row["server"] == "gated-v2" else None}
+            for run in OVERLAP_RUNS for data in [runs[run]] for row in data["rows"]]
+    medians = {run: {s: [median(rows, s, c, run) for c in LEVELS] for s in OVERLAP_SERVERS}
+               for run in OVERLAP_RUNS}
+    return {
+        "sglang": runs[OVERLAP_TABLE_RUN]["sglang"], "table_run": OVERLAP_TABLE_RUN,
+        "notes": {"G2": "gated-v2 before the gated prefill: prefills ran EAGLE's own (draft prefill, "
+                        "eager target prefill with full hidden states)",
+                  "G3": "the gate as committed: gated decode and gated prefill"},
+        "thresholds": {run: runs[run].get("threshold") for run in OVERLAP_RUNS},
+        "calibrate": {run: runs[run].get("calibrate") for run in OVERLAP_RUNS},
+        "medians": medians,
+        "rows": rows,
+        "equivalence_run": OVERLAP_EQUIVALENCE_RUN,
+        "equivalence": runs[OVERLAP_EQUIVALENCE_RUN].get("equivalence"),
+        "equivalence_threshold": 16,
+    }
+
+
+def overlap_table(result: dict) -> str:
+    ov = result["overlap_worker"]
+    lines = ["| output tok/s, median of 3, SGLang " + ov["sglang"] + " | run | "
+             + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 2) + "|"]
+    for server in OVERLAP_SERVERS:
+        for run in OVERLAP_RUNS:
+            label = server + (f", threshold {ov['thresholds'][run]}" if server == "gated-v2" else "")
+            lines.append(f"| {label} | {run} | "
+                         + " | ".join(f"{v:.0f}" if v else "-" for v in ov["medians"][run][server]) + " |")
+    for run in OVERLAP_RUNS:
+        m = ov["medians"][run]
+        best = [max(p, e) for p, e in zip(m["plain-default"], m["eagle-v2"], strict=True)]
+        lines.append(ratio_line(f"gated-v2 / max(plain-default, eagle-v2) | {run}", m["gated-v2"], best))
+    return "\n".join(lines)
+
+
 def median(rows, server, c, run=TABLE_RUN):
     vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c
             and r["run"] == run and not r["errors"]]
@@ -106,8 +154,11 @@ def table(result: dict) -> str:
 def main() -> None:
     scrub_raw()
     result = collect()
+    result["overlap_worker"] = collect_overlap()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
+    print()
+    print(overlap_table(result))
 
 
 if __name__ == "__main__":
