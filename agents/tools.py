@@ -739,8 +739,9 @@ def _threshold(threshold: int) -> int:
 
 def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
     """Where the gate's call-site edit lands in the original worker file (first changed line)."""
-    worker = next((c for c in patch.changes if c.path.endswith("speculative/eagle_worker.py")
-                   and c.before is not None), None)
+    v2 = patch.worker == "v2"
+    suffix = "speculative/eagle_worker_v2.py" if v2 else "speculative/eagle_worker.py"
+    worker = next((c for c in patch.changes if c.path.endswith(suffix) and c.before is not None), None)
     if worker is None:
         return None
     before = worker.before.decode("utf-8").splitlines()
@@ -750,6 +751,13 @@ def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
     for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
         if tag != "equal":
             edits.append({"at": f"{rel}:{i1 + 1}", "op": tag, "new": [s.strip() for s in after[j1:j2]][:3]})
+    if v2:
+        call_site = next((e for e in edits if any("is_gated_decode" in s for s in e["new"])), edits[0])
+        return {"file": rel, "where": call_site["at"], "symbol": "EAGLEWorkerV2.forward_batch_generation",
+                "what": "first in the decode branch: a step the gate reserved as plain runs the target's "
+                        "one-token DECODE through its own CUDA graphs; first in the extend branch: a "
+                        "prefill while the gate is off runs without the draft",
+                "edits": edits}
     module = importlib.import_module("eaglegate.patches.codemod_v1")
     entry = module.entry_method_name(worker.before.decode("utf-8"), worker.path)
     # The call-site edit is the one inside the entry method (the first is the import).
@@ -958,7 +966,8 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
 
 
 def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any]:
-    """The patch generator's own answer: where the v1 gate goes, or why there is no code patch."""
+    """The patch generator's own answer: where the gate goes for the worker a default launch
+    runs, or why there is no code patch."""
     try:
         gen = importlib.import_module("eaglegate.patches.generate")
     except ImportError:
@@ -969,7 +978,9 @@ def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any
         patch = gen.generate_patch(tree, threshold or 32)
     except UserError as exc:
         return {"route": "no code patch", "reason": str(exc)}
-    facts: dict[str, Any] = {"route": "code patch in the v1 EAGLEWorker", "family": family}
+    route = ("code patch in the overlap worker EAGLEWorkerV2" if patch.worker == "v2"
+             else "code patch in the v1 EAGLEWorker")
+    facts: dict[str, Any] = {"route": route, "family": family}
     point = _insertion(tree, patch)
     if point:
         facts["insertion_point"] = {k: point[k] for k in ("file", "where", "symbol", "what")}

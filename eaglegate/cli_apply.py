@@ -84,9 +84,10 @@ def register(app: typer.Typer) -> None:
             # The same patch again: nothing to do, and the patched files are no input to
             # the generator, which reads the original anchors.
             outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-            from eaglegate.patches.generate import launch_flags
+            from eaglegate.patches.generate import default_worker, launch_flags
 
-            flags = launch_flags(tree, threshold)  # the same flags as the first apply printed
+            # The same flags as the first apply printed.
+            flags = launch_flags(tree, threshold, default_worker(tree))
         else:
             # Generation must read original bytes: finish an interrupted transaction first.
             recovered = transaction.recover(parent) if current.state == "interrupted" else ""

@@ -211,4 +211,5 @@ def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) 
         threshold=threshold,
         changes=changes,
         launch_flags=launch_flags(tree, threshold, worker),
+        worker=worker,
     )

@@ -30,7 +30,8 @@ class PatchSet:
     """Every file change of one gate patch for one SGLang version."""
 
     version: str
-    family: str  # e.g. "eagle-v1"
+    family: str  # "eagle-v1", "eagle-v2" or "eagle-v1+eagle-v2"
     threshold: int
     changes: list[FileChange] = field(default_factory=list)
     launch_flags: list[str] = field(default_factory=list)
+    worker: str = "v1"  # the worker the launch flags run: "v1" or "v2" (the overlap worker)

@@ -1,10 +1,14 @@
 """`eaglegate verify`: is the gate patch in this tree sound, and does it sit on the decode path?
 
-Four checks, each with its evidence:
+Checks, each with its evidence, for every worker family the tree's patch wires (the v1
+`EAGLEWorker`, the overlap worker `EAGLEWorkerV2`, or both):
 1. every patched file parses with LibCST (the parser eaglegate rewrites with) and byte-compiles;
 2. the analyzer, re-run on the patched tree, finds a call path from the scheduler's batch
-   runner through the v1 worker's batch entry into the gate module;
-3. the behavioural check (`patches.behaviour`) with recording test doubles passes;
+   runner through the worker's batch entry into the gate module;
+3. v1: the behavioural check (`patches.behaviour`) with recording test doubles passes;
+   overlap worker: the gated decode and the gated prefill come first in their branches of
+   the batch entry, and the decode preparation reserves KV through the gate (its behaviour
+   with doubles is tests/test_gate_overlap.py; on a GPU, bench/gpu);
 4. the patch manifest, if any, says the tree is patched (not modified since).
 """
 
@@ -18,7 +22,7 @@ import networkx as nx
 
 from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.source import SourceTree
-from eaglegate.patches import behaviour, generate
+from eaglegate.patches import behaviour, codemod_v1, codemod_v2, generate
 
 
 @dataclass
@@ -43,12 +47,26 @@ class VerifyReport:
                 "checks": [vars(c) for c in self.checks], "gate_path": self.gate_path}
 
 
-PATCHED_FILES = (generate.WORKER, generate.SERVER_ARGS, generate.GATE)
+def _wired(tree: SourceTree, rel: str) -> bool:
+    path = tree.root / rel
+    return path.is_file() and codemod_v1.GATE_MODULE.encode() in path.read_bytes()
+
+
+def patched_families(tree: SourceTree) -> list[str]:
+    """The worker labels (`v1`, `v2`) whose files in this tree call the gate; v1 when none
+    does (an unpatched tree is checked, and fails, as the v1 patch)."""
+    found = [label for label, rel in (("v1", generate.WORKER), ("v2", generate.WORKER_V2))
+             if _wired(tree, rel)]
+    return found or ["v1"]
 
 
 def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     report = VerifyReport(tree.version)
-    for rel in PATCHED_FILES:
+    families = patched_families(tree)
+    files = [generate.WORKER] if "v1" in families else []
+    if "v2" in families:
+        files += [generate.WORKER_V2, generate.DECODE_PREP_V2]
+    for rel in (*files, generate.SERVER_ARGS, generate.GATE):
         path = tree.root / rel
         if not path.is_file():
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, "missing"))
@@ -62,20 +80,27 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, str(exc).splitlines()[0]))
 
     analysis = analyze(tree)
-    report.gate_path = _gate_path(analysis)
-    report.checks.append(VerifyCheck(
-        "gate on the decode path from the scheduler", bool(report.gate_path),
-        " → ".join(f"{h['callee'].rsplit('.', 2)[-2]}.{h['callee'].rsplit('.', 1)[-1]} ({h['site']})"
-                   for h in report.gate_path) or "no call path from the scheduler reaches the gate module"))
-
-    try:
-        result = behaviour.check_tree(tree.root, threshold)
-        failed = [c for c in result.checks if not c.passed]
+    for label in families:
+        path = _gate_path(analysis, label)
+        report.gate_path = report.gate_path or path
+        name = "gate on the decode path from the scheduler" + (" (overlap worker)" if label == "v2" else "")
         report.checks.append(VerifyCheck(
-            "behaviour with recording test doubles", result.ok,
-            "; ".join(f"{c.name}: {c.detail}" for c in failed) or f"{len(result.checks)} checks passed"))
-    except Exception as exc:  # a patched method that cannot even be loaded is a failed check
-        report.checks.append(VerifyCheck("behaviour with recording test doubles", False, f"{type(exc).__name__}: {exc}"))
+            name, bool(path),
+            " → ".join(f"{h['callee'].rsplit('.', 2)[-2]}.{h['callee'].rsplit('.', 1)[-1]} ({h['site']})"
+                       for h in path) or "no call path from the scheduler reaches the gate module"))
+
+    if "v1" in families:
+        try:
+            result = behaviour.check_tree(tree.root, threshold)
+            failed = [c for c in result.checks if not c.passed]
+            report.checks.append(VerifyCheck(
+                "behaviour with recording test doubles", result.ok,
+                "; ".join(f"{c.name}: {c.detail}" for c in failed) or f"{len(result.checks)} checks passed"))
+        except Exception as exc:  # a patched method that cannot even be loaded is a failed check
+            report.checks.append(VerifyCheck("behaviour with recording test doubles", False,
+                                             f"{type(exc).__name__}: {exc}"))
+    if "v2" in families:
+        report.checks.append(_overlap_wiring(tree))
 
     from eaglegate.patches.transaction import status
 
@@ -85,10 +110,51 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     return report
 
 
-def _gate_path(analysis: Any) -> list[dict[str, Any]]:
-    """Hops from the scheduler's batch runner, through the v1 entry, into the gate module."""
+def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
+    """The overlap worker's edits where they must be: re-running its codemods on the patched
+    files changes nothing (each one finds its anchors, already wired, and refuses a file
+    that is wired by half), and the gated branches come first in their branches."""
+    name = "overlap worker: gated decode and prefill first in their branches, KV reserved through the gate"
+    try:
+        for rel, transform in ((generate.WORKER_V2, codemod_v2.patch_worker),
+                               (generate.DECODE_PREP_V2, codemod_v2.patch_decode_prep)):
+            text = (tree.root / rel).read_text(encoding="utf-8")
+            if transform(text, rel) != text:
+                return VerifyCheck(name, False, f"{rel} is not fully patched")
+        worker = cst.parse_module((tree.root / generate.WORKER_V2).read_text(encoding="utf-8"))
+        firsts = _first_statements_of_branches(worker)
+    except Exception as exc:  # noqa: BLE001 - a refusal or a broken file is a failed check
+        return VerifyCheck(name, False, str(exc).splitlines()[0])
+    wanted = {codemod_v2.IS_GATED, codemod_v2.IS_GATED_PREFILL}
+    found = wanted & firsts
+    return VerifyCheck(name, found == wanted, f"first in their branches: {sorted(found)}")
+
+
+def _first_statements_of_branches(module: cst.Module) -> set[str]:
+    """Names called by the test of the first statement of each if/else branch of
+    `EAGLEWorkerV2.forward_batch_generation`."""
+    names: set[str] = set()
+    for cls in module.body:
+        if not (isinstance(cls, cst.ClassDef) and cls.name.value == codemod_v2.WORKER_CLASS):
+            continue
+        for func in cls.body.body:
+            if not (isinstance(func, cst.FunctionDef) and func.name.value == codemod_v2.ENTRY):
+                continue
+            for stmt in func.body.body:
+                if not (isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else)):
+                    continue
+                for block in (stmt.body, stmt.orelse.body):
+                    first = block.body[0] if isinstance(block, cst.IndentedBlock) else None
+                    if isinstance(first, cst.If) and isinstance(first.test, cst.Call) \
+                            and isinstance(first.test.func, cst.Name):
+                        names.add(first.test.func.value)
+    return names
+
+
+def _gate_path(analysis: Any, label: str = "v1") -> list[dict[str, Any]]:
+    """Hops from the scheduler's batch runner, through the worker's entry, into the gate module."""
     spec_map = analysis.spec_map
-    worker = spec_map.worker("v1")
+    worker = spec_map.worker(label)
     if worker is None or not worker.paths or worker.entry is None:
         return []
     graph = spec_map.callgraph
@@ -96,6 +162,8 @@ def _gate_path(analysis: Any) -> list[dict[str, Any]]:
     gate_module = f"{analysis.tree.root.name}.{generate.GATE[:-3].replace('/', '.')}"
     gate_calls = [(graph.sites(worker.entry, n)[0].lineno, n) for n in graph.graph.successors(worker.entry)
                   if n.startswith(gate_module + ".")]
+    if label == "v2":  # the overlap worker's path runs to the gated decode step
+        gate_calls = [c for c in gate_calls if c[1].endswith("." + codemod_v2.RUN_GATED)] or gate_calls
     if not gate_calls:
         return []
     # The scheduler's own loop (not a disaggregation/pipeline variant), then the first gate call.

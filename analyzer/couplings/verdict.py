@@ -43,6 +43,23 @@ def receives_scheduler_batch(ctx: Context, worker: WorkerMap) -> bool:
     return False
 
 
+def draft_input_decode_prep(ctx: Context, worker: WorkerMap) -> str | None:
+    """The draft input's own decode preparation, when the scheduler calls one on its batch
+    and it reserves the step's KV slots: there a gate can decide the step (and reserve one
+    slot per request) before the worker runs, and carry the decision on the draft input the
+    worker receives, even where the worker gets a copy of the batch."""
+    cb = ctx.codebase
+    preps = [c for c in worker.decode if c.kind == "decode_prep"]
+    if not preps:
+        return None
+    batch_class = cb.owner_class(preps[0].callee)  # the scheduler's batch prepares first
+    reserving = {c.caller for c in worker.decode if c.kind == "kv_alloc"}
+    for call in preps[1:]:
+        if cb.owner_class(call.callee) != batch_class and call.callee in reserving:
+            return call.callee
+    return None
+
+
 def _batch_types(ctx: Context, worker: WorkerMap) -> set[str]:
     """The classes of the batch object the worker's entry receives (and their bases)."""
     cb = ctx.codebase
@@ -107,6 +124,23 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
             continue
         mutable = receives_scheduler_batch(ctx, worker)
         has_extend = any(s.kind == "draft_extend" for s in worker.steps)
+        prep = None if mutable else draft_input_decode_prep(ctx, worker)
+        if verify_graph and prep and has_extend:
+            verdicts.append(Verdict(
+                label, worker.cls, "feasible",
+                "plain one-token DECODE of the target through its own DECODE-mode CUDA graphs, draft "
+                "skipped, decided where the draft input prepares the decode step",
+                "the decision at the draft input's decode preparation (one KV slot per request when "
+                "gated), carried on the draft input the worker receives; a second capture of the "
+                "target's graphs and an attention backend for them; the result in the speculative "
+                "layout (one accepted token per request) so the relay and result processing run as they are",
+                graph_reason
+                + [f"the worker receives a copy of the batch ({worker.entry}), but the draft input's "
+                   f"decode preparation {prep.rsplit('.', 2)[-2]}.{prep.rsplit('.', 1)[-1]} reserves the "
+                   "step's KV slots on the scheduler's batch"]
+                + cap_note,
+                verify_graph + widths + state[:3] + caps))
+            continue
         if verify_graph and mutable and has_extend:
             verdicts.append(Verdict(
                 label, worker.cls, "feasible",
