@@ -604,6 +604,7 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 GATED_DECODE_ATTR = "eaglegate_gated"  # on the draft input: this step was reserved gated
 
 _overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
+_last_decode_size = 0  # the running batch of the last decode step this process prepared
 
 
 def _overlap_gate_off_reason(worker: Any) -> str | None:
@@ -659,10 +660,12 @@ def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
     decided = vars(draft_input).get(GATED_DECODE_ATTR) if hasattr(draft_input, "__dict__") else None
     if decided is not None:  # a release that reads the reservation once per request
         return 1 if decided else alloc_len
+    global _last_decode_size
     gated = False
     gate = _overlap_gate
     if gate is not None:
         try:
+            _last_decode_size = len(batch.reqs)
             eligible = _step_eligible(batch)
             gated = gate.decide(len(batch.reqs)) and eligible
             gate.record(gated)
@@ -745,13 +748,20 @@ def run_gated_decode(worker: Any, batch: Any) -> Any:
 
 
 def is_gated_prefill(batch: Any) -> bool:
-    """Whether this extend batch runs as a plain prefill: the gate has speculation off (the
-    running batch is above the threshold) and the batch asks nothing speculation must give."""
+    """Whether this extend batch runs as a plain prefill: the gate has speculation off, or
+    these requests joining the running batch take it above the threshold (so its next decode
+    step will be gated), and the batch asks nothing speculation must give."""
     gate = _overlap_gate
-    if gate is None or not gate.gated:
+    if gate is None:
         return False
     mode = getattr(batch, "forward_mode", None)
-    return bool(mode is not None and mode.is_extend() and _step_eligible(batch))
+    if mode is None or not mode.is_extend() or not _step_eligible(batch):
+        return False
+    seq_lens = getattr(batch, "seq_lens", None)
+    joining = 0 if seq_lens is None else len(seq_lens)
+    # The last decode step's size may count requests that have finished since: a prefill
+    # misjudged that way only starts those requests with empty draft rows.
+    return gate.gated or _last_decode_size + joining > gate.threshold
 
 
 def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any:
@@ -764,7 +774,7 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     draft = worker.draft_worker
-    runner = getattr(draft, "draft_runner", None)
+    runner: Any = getattr(draft, "draft_runner", None)
     width_of = getattr(EagleDraftInput, "hidden_size_for", None)
     dtype_of = getattr(EagleDraftInput, "dtype_for", None)
     width = width_of(draft) if width_of else runner.model_config.hidden_size

@@ -204,7 +204,7 @@ def test_find_couplings_answers_for_the_launch_by_mechanism(tree):
     assert scoped["findings"][0]["site"] in cited
     for answer in (scoped, tools.find_couplings(tree)):
         assert _tokens(answer) < 4000
-    assert "v2 blocked: " in scoped["summary"] and "()" not in scoped["summary"]
+    assert "v2 feasible via " in scoped["summary"] and "()" not in scoped["summary"]
 
 
 def test_plan_gate_counts_the_launchs_couplings(tree):

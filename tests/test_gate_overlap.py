@@ -54,6 +54,9 @@ class T:
     def __setitem__(self, key, value):
         self.a[key] = self._raw(value)
 
+    def __len__(self):
+        return len(self.a)
+
     def to(self, dtype):
         return T(self.a.astype(dtype), device=self.device)
 
@@ -342,3 +345,19 @@ def test_off_unless_a_threshold_is_set(gate):
     spec = draft_input(3)
     assert gate.decode_alloc_len(spec, schedule_batch(500), 4) == 4
     assert not gate.is_gated_decode(worker_batch(spec, 3))
+
+
+def test_a_prefill_that_takes_the_running_batch_above_the_threshold_is_plain(gate):
+    """Its requests' next decode step will be gated: their prefill need not feed the draft."""
+    worker = make_worker(threshold=4)
+    gate.init_overlap_batch_gate(worker)
+    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 running, speculating
+
+    def extend(size):
+        return types.SimpleNamespace(forward_mode=Mode.EXTEND, return_logprob=False,
+                                     return_hidden_states=False, has_grammar=False,
+                                     seq_lens=T(list(range(20, 20 + size)), np.int64))
+
+    assert not gate.is_gated_prefill(extend(1))  # 3 + 1 = 4: not above the threshold
+    assert gate.is_gated_prefill(extend(2))  # 3 + 2 = 5 > 4
+    assert not gate.gate_for(worker).gated  # the decode steps decide the gate's state

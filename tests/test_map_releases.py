@@ -147,14 +147,14 @@ def test_workers_built_through_a_registry_of_closures_0_5_5():
             assert hop.callee.rsplit(".", 1)[-1] in line(root, hop.site.where)
     # The algorithm is looked up by name there (`cls._registry_by_name[name.upper()]`), and
     # the lookup carries the setting: the target graph's verify-only capture is found, and the
-    # verdicts match the releases on either side (v1 feasible, v2 blocked).
+    # verdicts match the releases on either side (v1 and v2 feasible).
     from eaglegate.analyzer.couplings import find_couplings
 
     report = find_couplings(release("0.5.5"), m, use_cache=False)
     modes = [f for f in report.kinds("capture_mode") if f.detail.get("role") == "target"]
     assert modes and "TARGET_VERIFY" in line(root, modes[0].where)
     assert any("upper()" in step.text for f in modes for step in f.evidence)
-    assert [(v.worker, v.status) for v in report.verdicts] == [("v1", "feasible"), ("v2", "blocked")]
+    assert [(v.worker, v.status) for v in report.verdicts] == [("v1", "feasible"), ("v2", "feasible")]
 
 
 def test_a_present_worker_nobody_builds_gets_a_note_and_no_guessed_paths(tmp_path):

@@ -56,9 +56,11 @@ def test_diff_reports_adaptive_speculation_added(diff_json):
     enabling = [f for f in appeared if f["severity"] == "enables-runtime-switch" and f["worker_path"] == "v2"]
     assert enabling, sorted({(f["category"], f["kind"]) for f in appeared})
     assert any(h.startswith("runtime switch added") for h in diff_json["headlines"])
-    # ... and v2's verdict moves from blocked to feasible through adaptive speculation.
+    # ... and v2's verdict moves from the gate's route (decided at the draft input's decode
+    # preparation) to adaptive speculation.
     v2 = next(v for v in diff_json["verdicts"] if v["worker_path"] == "v2")
-    assert v2["a"].startswith("blocked") and v2["b"].startswith("feasible") and "adaptive" in v2["b"]
+    assert v2["a"].startswith("feasible") and "draft input" in v2["a"]
+    assert v2["b"].startswith("feasible") and "adaptive" in v2["b"]
     assert any("adaptive" in h for h in diff_json["headlines"]), diff_json["headlines"]
     assert diff_json["headlines"][0].startswith("v1 EAGLEWorker removed")
 

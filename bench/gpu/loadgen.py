@@ -18,8 +18,9 @@ def prompts(n, length, seed):
     return [[rng.randrange(*VOCAB) for _ in range(length)] for _ in range(n)]
 
 
-async def _one(session, url, ids, max_new):
-    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}}
+async def _one(session, url, ids, max_new, temperature=0.0):
+    params = {"max_new_tokens": max_new, "temperature": temperature, "ignore_eos": True}
+    body = {"input_ids": ids, "sampling_params": params}
     t0 = time.perf_counter()
     async with session.post(url + "/generate", json=body) as r:
         txt = await r.text()
@@ -31,7 +32,7 @@ async def _one(session, url, ids, max_new):
             "accept": mi.get("spec_accept_length"), "verify_ct": mi.get("spec_verify_ct")}
 
 
-async def _many(url, plist, conc, max_new, timeout=600):
+async def _many(url, plist, conc, max_new, timeout=600, temperature=0.0):
     sem = asyncio.Semaphore(conc)
     # aiohttp's default connector opens at most 100 connections: C=128 and C=256 would
     # run at 100 (runs A to D did). The semaphore is the only limit.
@@ -40,7 +41,7 @@ async def _many(url, plist, conc, max_new, timeout=600):
         async def guarded(p):
             async with sem:
                 try:
-                    return await _one(s, url, p, max_new)
+                    return await _one(s, url, p, max_new, temperature)
                 except Exception as e:  # noqa: BLE001
                     return {"error": repr(e)}
         t0 = time.perf_counter()
@@ -48,16 +49,16 @@ async def _many(url, plist, conc, max_new, timeout=600):
         return list(res), time.perf_counter() - t0
 
 
-def warm(url, c=128, max_new=32):
+def warm(url, c=128, max_new=32, temperature=0.0):
     """One pass before measuring, at a batch above any threshold the benchmark uses, so
     one-time costs (kernel compilation, first replays) of every path fall outside the rows.
     Returns its wall time."""
-    return round(asyncio.run(_many(url, prompts(c, 256, 5), c, max_new))[1], 2)
+    return round(asyncio.run(_many(url, prompts(c, 256, 5), c, max_new, temperature=temperature))[1], 2)
 
 
-def bench(url, c, plen=256, max_new=128, seed=1000):
+def bench(url, c, plen=256, max_new=128, seed=1000, temperature=0.0):
     n = 8 if c == 1 else max(16, 2 * c)
-    res, wall = asyncio.run(_many(url, prompts(n, plen, seed), c, max_new))
+    res, wall = asyncio.run(_many(url, prompts(n, plen, seed), c, max_new, temperature=temperature))
     ok = [r for r in res if "error" not in r]
     toks = sum(len(r["ids"] or []) for r in ok)
     acc = [r["accept"] for r in ok if r.get("accept") is not None]

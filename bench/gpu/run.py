@@ -89,7 +89,7 @@ def plan(threshold, pair, v1=True):
 def common(pair):
     # The context pair's 1-layer draft needs an eighth of its 8-layer target's KV pool, a
     # larger share than the accept pair's: leave room for it.
-    fraction = "0.8" if pair == "accept" else "0.5"
+    fraction = "0.5" if pair == "context" else "0.8"
     flags = list(COMMON)
     flags[flags.index("--mem-fraction-static") + 1] = fraction
     if pair == "context" and DETERMINISTIC:
@@ -371,26 +371,37 @@ def serve(name, pair, threshold, a, work):
     return res
 
 
+# Sampling temperature per pair: the `real` pair's acceptance comes from the target sampling
+# token 0 with a probability below one (weights.py calibrates it); the others are greedy.
+TEMPERATURE = {"real": 1.0}
+
+
 def throughput(a, rows):
     def work(url, res):
+        temperature = TEMPERATURE.get(res["pair"], 0.0)
         for c in a.levels:
+            # A short untimed pass at this concurrency first: the first wave at a new batch
+            # size compiles and captures what later waves reuse (run G3's first repeats ran
+            # at half speed on every server).
+            loadgen.warm(url, c=c, max_new=8, temperature=temperature)
             for rep in range(a.repeats):
                 if time.time() - T0 > a.deadline_s - 45:
                     res["cut_short"] = True
                     return
-                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c)
-                row.update(server=res["server"], repeat=rep)
+                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature)
+                row.update(server=res["server"], repeat=rep, pair=res["pair"])
                 rows.append(row)
                 print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
                       f"accept={row['mean_accept_len']}", flush=True)
     return work
 
 
-def sweep_file(rows, server, path):
+def sweep_file(rows, server, pair, path):
     """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads."""
     with open(path, "w") as f:
         for c in LEVELS:
-            vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c and not r["errors"]]
+            vals = [r["tok_s"] for r in rows if r["server"] == server and r["pair"] == pair
+                    and r["C"] == c and not r["errors"]]
             if vals:
                 f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
 
@@ -402,13 +413,13 @@ CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagl
                 "adaptive-skip": ("plain-default", "eagle-static")}
 
 
-def calibrate(rows, server, out_dir):
+def calibrate(rows, server, pair, out_dir):
     """`eaglegate calibrate` on this run's plain and speculative medians: `server`'s threshold."""
     plain, spec = CALIBRATE_ON[server]
-    if not {plain, spec} <= {r["server"] for r in rows}:
-        raise SystemExit(f"--threshold calibrate needs {plain}:accept and {spec}:accept before {server}:accept")
-    sweep_file(rows, plain, f"{out_dir}/sweep_{plain}.jsonl")
-    sweep_file(rows, spec, f"{out_dir}/sweep_{spec}.jsonl")
+    if not {plain, spec} <= {r["server"] for r in rows if r["pair"] == pair}:
+        raise SystemExit(f"--threshold calibrate needs {plain}:{pair} and {spec}:{pair} before {server}:{pair}")
+    sweep_file(rows, plain, pair, f"{out_dir}/sweep_{plain}.jsonl")
+    sweep_file(rows, spec, pair, f"{out_dir}/sweep_{spec}.jsonl")
     answer = eg("calibrate", f"{out_dir}/sweep_{plain}.jsonl", f"{out_dir}/sweep_{spec}.jsonl", "--json")
     print("== calibrate:", json.dumps(answer)[:600], flush=True)
     return answer
@@ -457,11 +468,11 @@ def main():
         if time.time() - T0 > a.deadline_s - 110:
             print(f"== {item}: skipped, too little time left", flush=True)
             continue
-        if pair == "accept":
+        if pair in ("accept", "real"):
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
             if name in CALIBRATE_ON and threshold is None:
                 if "calibrate" not in out:  # adaptive and adaptive-skip share one
-                    out["calibrate"] = calibrate(rows, name, a.out)
+                    out["calibrate"] = calibrate(rows, name, pair, a.out)
                 threshold = out["threshold"] = out["calibrate"]["threshold"]
             out["servers"].append(serve(name, pair, threshold, a, throughput(a, rows)))
         else:
@@ -476,6 +487,8 @@ def main():
                        ("gated-v2", "eagle-v2")):
         if {other, ref} <= outputs.keys():
             out["equivalence"][f"{other} vs {ref}"] = loadgen.compare(outputs[ref], outputs[other])
+    for row in rows:
+        row["sglang"] = version
     out["outputs"] = outputs
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
