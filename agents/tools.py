@@ -44,9 +44,10 @@ from eaglegate.agents.schemas import (
     Tree,
 )
 from eaglegate.analyzer import source
-from eaglegate.analyzer.analysis import Analysis, analyze
+from eaglegate.analyzer.analysis import Analysis
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.couplings.scope import for_launch
+from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
 from eaglegate.errors import UserError
 
@@ -160,7 +161,7 @@ class Session:
             found = self._analyses.get(key)
             if found is None or self._stamps.get(key) != stamp:
                 self.forget(tree)
-                found = analyze(tree)
+                found = analyze_checked(tree)
                 self._analyses[key] = found
                 self._stamps[key] = stamp
             return found

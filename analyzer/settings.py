@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.source import read_python
 from eaglegate.errors import UserError
 
 
@@ -117,7 +118,7 @@ def read_settings(codebase: Codebase) -> Settings:
         arg_module = _is_arg_module(name)
         if not arg_module and not name.endswith("environ"):
             continue
-        tree = ast.parse((codebase.root / module.path).read_text(encoding="utf-8-sig"))
+        tree = ast.parse(read_python(codebase.root / module.path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for stmt in node.body:

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             if recovered:
                 err.print(f"[yellow]{recovered}[/yellow]", highlight=False)
             # Imported lazily: generation loads the codemods, which status and revert never need.
-            from eaglegate.analyzer.analysis import analyze
+            from eaglegate.analyzer.needed import analyze_checked as analyze
             from eaglegate.patches.generate import generate_patch
 
             # The map's files must parse (the scheduler, the workers): a gate patched into a

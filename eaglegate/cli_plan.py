@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
         """
-        from eaglegate.analyzer.analysis import analyze
+        from eaglegate.analyzer.needed import analyze_checked as analyze
         from eaglegate.patches.plan import ADAPTIVE_FLAGS, build_plan
         from eaglegate.reports.terminal import render_plan
 

@@ -16,7 +16,7 @@ from typing import Any
 import libcst as cst
 import networkx as nx
 
-from eaglegate.analyzer.analysis import analyze
+from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.patches import behaviour, generate
 
@@ -61,7 +61,7 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
         except (cst.ParserSyntaxError, SyntaxError) as exc:
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, str(exc).splitlines()[0]))
 
-    analysis = analyze(tree)
+    analysis = analyze_checked(tree)
     report.gate_path = _gate_path(analysis)
     report.checks.append(VerifyCheck(
         "gate on the decode path from the scheduler", bool(report.gate_path),
