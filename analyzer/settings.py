@@ -135,7 +135,7 @@ def read_settings(codebase: Codebase) -> Settings:
                                 listed = _choices(inner, tree) if isinstance(inner, ast.Call) else ()
                                 if listed:
                                     choices.setdefault(stmt.target.id, listed)
-                                    if _literal_choices(inner):
+                                    if isinstance(inner, ast.Call) and _literal_choices(inner):
                                         closed.add(stmt.target.id)
                     elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
                         env_type = _call_name(stmt.value.func)

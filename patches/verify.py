@@ -47,18 +47,22 @@ PATCHED_FILES = (generate.WORKER, generate.SERVER_ARGS, generate.GATE)
 
 
 def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
+    from eaglegate.patches.transaction import find_marks, status
+
     report = VerifyReport(tree.version)
-    for rel in PATCHED_FILES:
+    # The v1 files, and any other file that carries the gate's marks (another patch's edits).
+    marked = [p.split("/", 1)[1] for p in find_marks(tree.root.parent).files]
+    for rel in dict.fromkeys([*PATCHED_FILES, *marked]):
         path = tree.root / rel
         if not path.is_file():
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, "missing"))
             continue
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()  # bytes: both parsers honour a BOM or a PEP 263 coding line
         try:
-            cst.parse_module(text)
-            compile(text, str(path), "exec")
+            cst.parse_module(data)
+            compile(data, str(path), "exec")
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", True))
-        except (cst.ParserSyntaxError, SyntaxError) as exc:
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError) as exc:
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, str(exc).splitlines()[0]))
 
     analysis = analyze_checked(tree)
@@ -77,11 +81,12 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     except Exception as exc:  # a patched method that cannot even be loaded is a failed check
         report.checks.append(VerifyCheck("behaviour with recording test doubles", False, f"{type(exc).__name__}: {exc}"))
 
-    from eaglegate.patches.transaction import status
-
     state = status(tree.root.parent)
-    if state.state != "pristine":  # no manifest: applied by `git apply`/`patch`, nothing to compare
+    if state.manifest is not None:
         report.checks.append(VerifyCheck("manifest agrees", state.state == "patched", state.state))
+    elif state.files:  # applied by `git apply`/`patch`: the marks in the files are all there is
+        report.checks.append(VerifyCheck("gate module and the edits that import it are both there",
+                                         state.state == "patched", state.note))
     return report
 
 
