@@ -15,8 +15,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from test_faults_apply import eaglegate, error_line
+
 from txhelpers import VERSION, copy_full, tree_hash
 
 STATE = "sglang.eaglegate"
