@@ -158,14 +158,15 @@ def apply(
         # clean`): backing those bytes up as "originals" would make revert restore the gate.
         found = find_marks(parent)
         marked_before = [c.path for c in patch.changes if c.before is not None and _carries_marks(c.before)]
-        if found.files and patch.changes or marked_before:
+        if found.files or marked_before:
+            if all(_read(layout.target(c.path)) == c.after for c in patch.changes):
+                return Outcome("apply", [], "the files already hold this patch (no eaglegate manifest: it "
+                               "was applied by other means); nothing changed; `eaglegate revert` restores "
+                               "the originals")
             raise UserError(
                 f"{_names(marked_before or found.files)} already carry the gate's edits but no eaglegate "
                 "manifest records them (applied by `git apply`/`patch`, or the manifest was lost): "
                 "`eaglegate revert` restores the originals first; nothing was written")
-        if found.files:
-            return Outcome("apply", [], "the files already hold the gate (no eaglegate manifest: it was "
-                           "applied by other means); nothing changed; `eaglegate revert` restores the originals")
     if not patch.changes:
         return Outcome("apply", [], "nothing to write: the patch holds no file change")
     with _locked(layout, "apply"):

@@ -71,7 +71,7 @@ def test_a_gate_applied_with_git_apply_is_patched_and_reverts(site, tmp_path):
 
     # apply: the files already hold it; nothing is written, nothing is recorded.
     again = ok("apply", "--path", str(site), "--threshold", "32")
-    assert "already hold the gate" in again.stdout
+    assert "already hold this patch" in again.stdout
     assert tree_hash(site) == patched
 
     reverted = ok("revert", "--path", str(site))
@@ -93,7 +93,7 @@ def test_a_manifest_deleted_after_apply_keeps_the_originals(site):
 
     # Before: this apply dropped the backups, and the next revert had no originals left.
     again = ok("apply", "--path", str(site), "--threshold", "64")
-    assert "already hold the gate (no eaglegate manifest" in again.stdout, again.stdout
+    assert "already hold this patch (no eaglegate manifest" in again.stdout, again.stdout
     assert tree_hash(site) == patched  # the backups too
 
     # One edited file back at its original by hand: a partly patched tree is refused.
