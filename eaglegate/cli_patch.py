@@ -23,7 +23,6 @@ from eaglegate.cli_common import (
     locate_tree,
     out,
     print_json,
-    progress_bar,
 )
 from eaglegate.patches.model import THRESHOLD_HELP
 
@@ -64,14 +63,10 @@ def register(app: typer.Typer) -> None:
         Example: eaglegate patch --version 0.5.9 --threshold 32 -o gate.patch
         """
         # Imported here: they load LibCST, which every other command can do without.
-        from eaglegate.analyzer.needed import analyze_checked
         from eaglegate.patches.diff import render_patch
         from eaglegate.patches.generate import generate_patch
 
         tree = locate_tree(path, python, git, rev, version)
-        # The diff rests on the map's files as apply's does: one that does not parse stops it.
-        with progress_bar("parsing", enabled=not as_json and output is not None) as progress:
-            analyze_checked(tree, progress)
         patch_set = generate_patch(tree, threshold)
         diff = render_patch(patch_set)
         if output is not None:

@@ -1033,8 +1033,10 @@ def _drop_matching_backups(layout: Layout) -> str:
     if not layout.backups.is_dir():
         _drop_manifest_temps(layout)
         return ""
+    # A temp file is a backup write killed before its rename: no target was touched yet.
     kept = [b.relative_to(layout.backups).as_posix() for b in sorted(layout.backups.rglob("*"))
-            if b.is_file() and _read(b) != _read(layout.target(b.relative_to(layout.backups).as_posix()))]
+            if b.is_file() and TEMP_MARK not in b.name
+            and _read(b) != _read(layout.target(b.relative_to(layout.backups).as_posix()))]
     if kept:
         return f"; stray backups kept in {layout.backups} (they differ from {_names(kept)})"
     _drop_orphan_backups(layout)
