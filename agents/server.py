@@ -8,15 +8,21 @@ serving after it. Nothing but protocol reaches stdout: the SDK points fd 1 at st
 while it serves, and our logging goes to stderr.
 """
 
+import io
+import json
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
+import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.shared.message import SessionMessage
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from eaglegate import __version__
 from eaglegate.agents import tools
@@ -31,7 +37,7 @@ from eaglegate.agents.schemas import (
     SymbolOut,
 )
 from eaglegate.errors import UserError
-from eaglegate.patches.model import THRESHOLD_HELP
+from eaglegate.patches.model import MAX_THRESHOLD, THRESHOLD_HELP
 
 log = logging.getLogger("eaglegate.agents")
 PLAYBOOK = Path(__file__).with_name("PLAYBOOK.md")
@@ -53,7 +59,7 @@ Detail = Annotated[int, Field(
     description="0: compact (summary and key file:line facts), 1: conditions and evidence, 2: full records.")]
 PageNo = Annotated[int, Field(ge=1, le=tools.MAX_PAGE, strict=True, description="1-based page; answers give next_page.")]
 Threshold = Annotated[int, Field(
-    ge=1, le=1_000_000, strict=True, description=THRESHOLD_HELP)]
+    ge=1, le=MAX_THRESHOLD, strict=True, description=THRESHOLD_HELP)]
 Confirm = Annotated[bool, Field(strict=True, description="Must be true: this call writes SGLang's files.")]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -75,10 +81,31 @@ def _call(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         raise ToolError(f"{fn.__name__} failed: {type(exc).__name__}: {exc}") from exc
 
 
+class _Server(MCPServer):
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        # The SDK drops an argument the tool does not declare; `eaglegate tool` refuses it.
+        if name in tools.TOOLS:
+            try:
+                tools.check_arguments(name, arguments)
+                if arguments.get("threshold") is not None:
+                    tools.check_threshold(arguments["threshold"])  # one bound, one message
+            except UserError as exc:
+                raise ToolError(str(exc)) from None
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            # pydantic's report spans lines; the model gets one per refused argument.
+            first = exc.__cause__.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ToolError(f"{name}: {where}: {first['msg']}, not {first.get('input')!r}") from exc
+
+
 def build_server(session: tools.Session | None = None) -> MCPServer:
     """The eaglegate MCP server with its tools, report resources and playbook prompt."""
     session = session or tools.SESSION
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         name="eaglegate",
         version=__version__,
         instructions=(
@@ -152,7 +179,7 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     @server.tool(annotations=READ_ONLY)
     def plan_gate(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                   python: Python = None,
-                  threshold: Annotated[int | None, Field(ge=1, le=1_000_000, strict=True, description="The batch size to gate at (default 32).")] = None,
+                  threshold: Annotated[int | None, Field(ge=1, le=MAX_THRESHOLD, strict=True, description="The batch size to gate at (default 32).")] = None,
                   flags: Annotated[str, Field(max_length=2000, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
                   env: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(max_length=32, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
                   ) -> PlanOut:
@@ -224,7 +251,88 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     return server
 
 
+# JSON-RPC 2.0's error codes for what never reaches a handler.
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
+
+
+def protocol_error(line: str) -> dict[str, Any] | None:
+    """The JSON-RPC error answer to a line the SDK cannot take as a message, or None.
+
+    The SDK drops such a line without a word, and a client waiting on its id hangs: every
+    request that carries an id gets an answer. A notification (no id) gets none."""
+    if not line.strip():
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError as exc:
+        return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+    try:
+        mcp_types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        return None
+    except ValidationError:
+        pass
+    if not isinstance(message, dict):
+        return _error(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+    ident = message.get("id")
+    if not isinstance(ident, (str, int)) or isinstance(ident, bool):
+        if "id" not in message and isinstance(message.get("method"), str):
+            return None  # a notification: JSON-RPC answers none
+        return _error(None, INVALID_REQUEST, "Invalid Request: no valid id")
+    if isinstance(message.get("method"), str) and "params" in message \
+            and not isinstance(message["params"], dict):
+        return _error(ident, INVALID_PARAMS, "Invalid params: MCP takes params as an object")
+    return _error(ident, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request")
+
+
+def _error(ident: str | int | None, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+class _CheckedLines:
+    """The wire's lines for the SDK, less those it cannot take: each of those is answered
+    here (through the SDK's own writer, so answers never interleave mid-line)."""
+
+    def __init__(self, lines: Any) -> None:
+        self.lines = lines
+        self.write_stream: Any = None
+        self.ready = anyio.Event()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        async for line in self.lines:
+            answer = protocol_error(line)
+            if answer is None:
+                yield line
+                continue
+            await self.ready.wait()
+            await self.write_stream.send(SessionMessage(mcp_types.jsonrpc_message_adapter.validate_python(answer)))
+
+
+async def _serve_stdio(server: MCPServer) -> None:
+    from mcp.server.stdio import stdio_server
+
+    # The wire stays on a private descriptor; fd 0 reads the null device, so no handler
+    # or child (pip, git, another interpreter) can take a line meant for the server.
+    wire = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        text = io.TextIOWrapper(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")
+        lines = _CheckedLines(anyio.wrap_file(text))
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.write_stream = write_stream
+            lines.ready.set()
+            lowlevel = server._lowlevel_server
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    finally:
+        os.dup2(wire, 0)
+        os.close(wire)
+
+
 def serve(log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING") -> None:
     """Serve over stdio until the client closes the pipe."""
     logging.getLogger().setLevel(log_level)
-    build_server().run("stdio")
+    anyio.run(_serve_stdio, build_server())

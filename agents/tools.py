@@ -44,11 +44,14 @@ from eaglegate.agents.schemas import (
     Tree,
 )
 from eaglegate.analyzer import source
-from eaglegate.analyzer.analysis import Analysis, analyze
+from eaglegate.analyzer.analysis import Analysis
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.couplings.scope import for_launch
+from eaglegate.analyzer.needed import analyze_checked
+from eaglegate.analyzer.settings import parse_env, parse_flags
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
 from eaglegate.errors import UserError
+from eaglegate.patches.model import MAX_THRESHOLD
 
 MAX_DETAIL = 2
 MAX_PAGE_SIZE = 100
@@ -160,7 +163,7 @@ class Session:
             found = self._analyses.get(key)
             if found is None or self._stamps.get(key) != stamp:
                 self.forget(tree)
-                found = analyze(tree)
+                found = analyze_checked(tree)
                 self._analyses[key] = found
                 self._stamps[key] = stamp
             return found
@@ -731,9 +734,9 @@ def _check_patch_inputs(tree: source.SourceTree) -> None:
     _check_inside(tree, [f"{tree.root.name}/{rel}" for rel in rels])
 
 
-def _threshold(threshold: int) -> int:
-    if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= 1_000_000:
-        raise AgentError(f"threshold must be a positive integer batch size, not {threshold!r}")
+def check_threshold(threshold: int) -> int:
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= MAX_THRESHOLD:
+        raise AgentError(f"threshold must be an integer batch size from 1 to {MAX_THRESHOLD}, not {threshold!r}")
     return threshold
 
 
@@ -782,7 +785,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
                    page_size: int = 4, session: Session = SESSION) -> PatchOut:
     """The gate patch for this tree (nothing is written): files, insertion point, flags, diff."""
     check_detail(detail)
-    _threshold(threshold)
+    check_threshold(threshold)
     generate, render_file = _patch_api()
     tree = session.locate(args)
     _check_patch_inputs(tree)
@@ -830,7 +833,7 @@ def _check_inside(tree: source.SourceTree, rels: list[str]) -> None:
 def apply_patch(args: TreeArgs, threshold: int, confirm: bool = False,
                 session: Session = SESSION) -> ChangeOut:
     """Install the gate patch, atomically with a manifest; writes only with confirm=True."""
-    _threshold(threshold)
+    check_threshold(threshold)
     if confirm is not True:
         raise AgentError("apply_patch changes SGLang's files: call it again with confirm: true "
                          "(generate_patch shows the diff first); nothing was written")
@@ -898,12 +901,15 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
               env: list[str] | None = None, session: Session = SESSION) -> PlanOut:
     """One call: which worker runs, what blocks switching speculation off, and where the gate goes."""
     if threshold is not None:
-        _threshold(threshold)
+        check_threshold(threshold)
     flags = _text("flags", flags, 2000) or ""
     env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
     tree = session.locate(args)
     with session.lock:
         analysis = session.analysis(tree)
+        # A malformed launch is the caller's error, not a part of the answer that failed.
+        parse_flags(analysis.settings, flags)
+        parse_env(analysis.settings, env)
         sm = analysis.spec_map
         workers = [_worker_facts(analysis, w, 0) for w in sm.workers]
         for facts in workers:
@@ -1052,20 +1058,26 @@ TOOLS: dict[str, Callable[..., Any]] = {
 _TREE_KEYS = ("version", "path", "git", "rev", "python")
 
 
-def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:
-    """Call a tool by its MCP name with its MCP arguments (what `eaglegate tool` does)."""
+def check_arguments(name: str, arguments: dict[str, Any]) -> None:
+    """Refuse an argument the tool does not take (the MCP server asks here too, so both
+    refuse alike; a silently dropped argument would answer another question)."""
     import inspect
 
+    accepted = set(inspect.signature(TOOLS[name]).parameters) - {"args", "session"}
+    unknown = sorted(set(arguments) - accepted - set(_TREE_KEYS))
+    if unknown:
+        raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
+                         f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+
+
+def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:
+    """Call a tool by its MCP name with its MCP arguments (what `eaglegate tool` does)."""
     fn = TOOLS.get(name)
     if fn is None:
         raise AgentError(f"no tool {name!r}; the tools are {', '.join(TOOLS)}")
     if not isinstance(arguments, dict):
         raise AgentError("arguments must be a JSON object")
-    accepted = set(inspect.signature(fn).parameters) - {"args", "session"}
-    unknown = sorted(set(arguments) - accepted - set(_TREE_KEYS))
-    if unknown:
-        raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
-                         f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+    check_arguments(name, arguments)
     tree = TreeArgs(**{k: arguments[k] for k in _TREE_KEYS if k in arguments})
     rest = {k: v for k, v in arguments.items() if k not in _TREE_KEYS}
     result: dict[str, Any] = fn(tree, session=session, **rest)

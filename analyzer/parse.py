@@ -21,6 +21,7 @@ from pathlib import Path
 from eaglegate import __version__
 from eaglegate.analyzer import cache
 from eaglegate.analyzer import summary as summarizer
+from eaglegate.analyzer.source import decode_python
 from eaglegate.analyzer.summary import ModuleSummary, ParseFailure, summarize
 
 # Summaries are named by the code that makes them: a changed summarizer never reads old ones.
@@ -172,9 +173,11 @@ def _summarize_one(job: tuple[str, str, str, bool, str]) -> ModuleSummary | Pars
     path, name, rel, is_package, digest = job
     data = Path(path).read_bytes()
     try:
-        text = data.decode("utf-8-sig")  # Python accepts a BOM; so do we
+        text = decode_python(data)  # a BOM or a PEP 263 coding line, as Python reads them
     except UnicodeDecodeError as exc:
-        return ParseFailure(rel, 0, f"not UTF-8: {exc.reason}")
+        return ParseFailure(rel, 0, f"not {exc.encoding}: {exc.reason} at byte {exc.start}")
+    except SyntaxError as exc:  # a coding line naming an encoding Python does not know
+        return ParseFailure(rel, exc.lineno or 0, str(exc.msg))
     result = summarize(text, name, rel, is_package)
     _store(digest, result)
     return result

@@ -11,11 +11,13 @@ under an unknown condition is reported as a caveat, never applied).
 from __future__ import annotations
 
 import ast
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.source import read_python
 from eaglegate.errors import UserError
 
 
@@ -61,6 +63,9 @@ class Settings:
     # Flags that take no value (`action="store_true"`, `nargs="?"`...); a bool default says so too.
     switches: set[str] = field(default_factory=set)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting → its `choices=` list
+    # Settings whose choices are a literal list in the declaration itself: argparse refuses
+    # anything else. A list kept in a module-level name may be extended by plugins at run time.
+    closed_choices: set[str] = field(default_factory=set)
     # The settings class's methods that only return an expression (`is_attention_backend_not_set`).
     predicates: dict[str, ast.expr] = field(default_factory=dict)
 
@@ -101,6 +106,7 @@ def read_settings(codebase: Codebase) -> Settings:
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
     choices: dict[str, tuple[str, ...]] = {}
+    closed: set[str] = set()
     predicates: dict[str, ast.expr] = {}
     for failure in codebase.parsed.failures:
         if _is_arg_module(failure.path):
@@ -112,7 +118,7 @@ def read_settings(codebase: Codebase) -> Settings:
         arg_module = _is_arg_module(name)
         if not arg_module and not name.endswith("environ"):
             continue
-        tree = ast.parse((codebase.root / module.path).read_text(encoding="utf-8-sig"))
+        tree = ast.parse(read_python(codebase.root / module.path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for stmt in node.body:
@@ -129,6 +135,8 @@ def read_settings(codebase: Codebase) -> Settings:
                                 listed = _choices(inner, tree) if isinstance(inner, ast.Call) else ()
                                 if listed:
                                     choices.setdefault(stmt.target.id, listed)
+                                    if isinstance(inner, ast.Call) and _literal_choices(inner):
+                                        closed.add(stmt.target.id)
                     elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
                         env_type = _call_name(stmt.value.func)
                         if env_type in _ENV_TYPES and stmt.value.args:
@@ -146,6 +154,8 @@ def read_settings(codebase: Codebase) -> Settings:
                 listed = _choices(node, tree)
                 for flag in declared if listed else ():
                     choices[flag[2:].replace("-", "_")] = listed
+                    if _literal_choices(node):
+                        closed.add(flag[2:].replace("-", "_"))
         if not arg_module:
             continue
         for qual, scope in module.scopes.items():
@@ -160,7 +170,12 @@ def read_settings(codebase: Codebase) -> Settings:
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
     return Settings(defaults, flags, env_defaults, assignments, switches=switches, choices=choices,
-                    predicates=predicates)
+                    predicates=predicates, closed_choices=closed)
+
+
+def _literal_choices(call: ast.Call) -> bool:
+    node = next((kw.value for kw in call.keywords if kw.arg == "choices"), None)
+    return isinstance(node, (ast.List, ast.Tuple, ast.Set))
 
 
 def _choices(call: ast.Call, module: ast.Module) -> tuple[str, ...]:
@@ -226,7 +241,10 @@ def _call_name(func: ast.expr) -> str:
 def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
     """`--speculative-algorithm EAGLE3 --disable-overlap-schedule` → settings, checked against the declared flags."""
     values: dict[str, Any] = {}
-    tokens = shlex.split(text or "")
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as exc:  # an unbalanced quote: the shell would not run this line either
+        raise UserError(f"--flags is not a valid command line ({exc}): {text}") from None
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -246,6 +264,10 @@ def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
         default = settings.defaults.get(setting)
         if raw is None and flag not in settings.switches and not isinstance(default, bool):
             raise UserError(f"{flag} needs a value in --flags ({flag} VALUE or {flag}=VALUE)")
+        allowed = settings.choices.get(setting, ())
+        if raw is not None and setting in settings.closed_choices and raw not in allowed:
+            # What SGLang's own argparse answers: the version declares its choices.
+            raise UserError(f"{flag} {raw!r} is not one of this SGLang's choices: {', '.join(allowed)}")
         values[setting] = True if raw is None else _typed(raw, default)
         i += 1
     return values
@@ -262,12 +284,18 @@ def _typed(raw: str, default: Any) -> Any:
     return raw
 
 
+# What a shell (and `env NAME=VALUE`) accepts as a variable's name.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def parse_env(settings: Settings, items: list[str]) -> dict[str, Any]:
     env: dict[str, Any] = {}
     for item in items:
         name, sep, raw = item.partition("=")
         if not sep:
             raise UserError(f"--env takes NAME=VALUE, got {item!r}")
+        if not _ENV_NAME.fullmatch(name):
+            raise UserError(f"--env {item!r}: {name!r} is not a valid environment variable name")
         default = settings.env_defaults.get(name)
         # A variable this version does not declare is read as a boolean when it looks like one.
         looks_boolean = default is None and raw.lower() in ("0", "1", "true", "false")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import io
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import tokenize
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -383,3 +385,17 @@ def _read(file: Path) -> str:
         return file.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def decode_python(data: bytes) -> str:
+    """A module's bytes as Python reads them: a BOM, a PEP 263 coding line, else UTF-8.
+
+    Raises UnicodeDecodeError when the bytes are not in that encoding, SyntaxError for a
+    coding line Python does not know.
+    """
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
+def read_python(path: str | Path) -> str:
+    return decode_python(Path(path).read_bytes())

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.source import read_python
 
 if TYPE_CHECKING:
     from eaglegate.analyzer.spec_map import Question
@@ -473,6 +474,6 @@ def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionD
 def module_ast(path: str, mtime_ns: int) -> ast.Module | None:
     """One parse per file version (the mtime keys it: trees are patched in place)."""
     try:
-        return ast.parse(Path(path).read_text(encoding="utf-8-sig"))
+        return ast.parse(read_python(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None

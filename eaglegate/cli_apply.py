@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.cli_common import (
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
             if recovered:
                 err.print(f"[yellow]{recovered}[/yellow]", highlight=False)
             # Imported lazily: generation loads the codemods, which status and revert never need.
-            from eaglegate.analyzer.analysis import analyze
+            from eaglegate.analyzer.needed import analyze_checked as analyze
             from eaglegate.patches.generate import generate_patch
 
             # The map's files must parse (the scheduler, the workers): a gate patched into a
@@ -110,7 +111,7 @@ def register(app: typer.Typer) -> None:
             print_json({**outcome.to_json(), "launch_flags": flags,
                         "status": transaction.status(parent).to_json()})
             return
-        out.print(outcome.message, highlight=False)
+        out.print(outcome.message, highlight=False, soft_wrap=True)
         for rel in outcome.changed:
             out.print(f"  {rel}", highlight=False)
         if flags:
@@ -141,7 +142,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(outcome.to_json())
             return
-        out.print(outcome.message, highlight=False)
+        out.print(outcome.message, highlight=False, soft_wrap=True)
         for rel in outcome.changed:
             out.print(f"  {rel}", highlight=False)
 
@@ -174,4 +175,4 @@ def register(app: typer.Typer) -> None:
             out.print(f"  {f.state:<9} {f.path}{'  (added)' if f.created else ''}", highlight=False)
         for line in (st.note, f"busy: {st.busy}" if st.busy else ""):
             if line:
-                err.print(f"[dim]{line}[/dim]", highlight=False)
+                err.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)

@@ -19,6 +19,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from eaglegate.analyzer import source
+from eaglegate.patches.model import (
+    MAX_THRESHOLD as MAX_THRESHOLD,  # the commands' --threshold bound
+)
 
 # Piped or redirected output (`| grep`, `> file`) keeps whole lines: rich would wrap it at
 # 80 columns. COLUMNS, when set, still decides.
@@ -60,9 +63,6 @@ OutputOpt = Annotated[
     Path | None,
     typer.Option("-o", "--output", help="Write here instead of stdout.", callback=existing_folder),
 ]
-
-# A batch size: SGLang keeps batch sizes in int32 tensors, so a larger threshold is a typo.
-MAX_THRESHOLD = 2**31 - 1
 
 
 def locate_tree(

@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
-        from eaglegate.analyzer.analysis import analyze
         from eaglegate.analyzer.couplings.scope import for_launch
+        from eaglegate.analyzer.needed import analyze_checked as analyze
         from eaglegate.errors import UserError
         from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 

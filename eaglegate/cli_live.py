@@ -6,7 +6,8 @@ Thin typer layers over `eaglegate.patches.live.sweep`, `.calibrate` and `.verify
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.progress import (
@@ -26,6 +27,8 @@ from eaglegate.patches.live.client import Api, load_prompts, resolve_endpoint
 from eaglegate.patches.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
 from eaglegate.patches.live.verify_live import verify_live
 
+T = TypeVar("T")
+
 PromptsOpt = Annotated[
     str | None,
     typer.Option("--prompts", help="A file with one prompt per line (text, or JSON with 'prompt').",
@@ -43,6 +46,14 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
+
+
+def _text_file(read: Callable[[Any], T], path: Any, what: str) -> T:
+    """`read(path)`, with a file that is not UTF-8 text (binary, UTF-16) refused in one line."""
+    try:
+        return read(path)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _api(value: str) -> Api:
@@ -110,7 +121,7 @@ def sweep(
     """
     endpoint = resolve_endpoint(url, _api(api))
     levels = parse_levels(concurrency)
-    prompt_list = load_prompts(prompts)
+    prompt_list = _text_file(load_prompts, prompts, "prompts file")
     with _progress(not as_json) as progress:
         records = run_sweep(
             endpoint, levels, prompt_list, output, model=model, max_tokens=max_tokens,
@@ -190,8 +201,8 @@ def calibrate(
     else:
         if not baseline or not spec:
             raise UserError("give two sweep files (baseline, spec), or --estimate with model parameters")
-        base_curve = _curve(f"baseline ({baseline})", read_results(baseline))
-        spec_curve = _curve(f"speculative ({spec})", read_results(spec))
+        base_curve = _curve(f"baseline ({baseline})", _text_file(read_results, baseline, "results file"))
+        spec_curve = _curve(f"speculative ({spec})", _text_file(read_results, spec, "results file"))
     result = cal.calibrate(base_curve, spec_curve, margin=margin)
     rows = cal.display_rows(base_curve, spec_curve, result)
     if png:
@@ -252,7 +263,7 @@ def verify_live_cmd(
         raise UserError(f"--tolerance must be in [0, 1), got {tolerance}")
     gated = resolve_endpoint(url, _api(api))
     plain = resolve_endpoint(baseline_url, _api(api))
-    prompt_list = load_prompts(prompts)
+    prompt_list = _text_file(load_prompts, prompts, "prompts file")
     with _progress(not as_json) as progress:
         state: dict[str, TaskID] = {}
 

@@ -37,12 +37,14 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate map --version 0.5.9
         """
+        from eaglegate.analyzer.needed import check_needed
         from eaglegate.analyzer.spec_map import build_map
         from eaglegate.reports.terminal import render_map
 
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             spec_map = build_map(tree, progress=progress)
+        check_needed(spec_map)
         if as_json:
             print_json(spec_map.to_json())
         else:

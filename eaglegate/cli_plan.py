@@ -20,6 +20,7 @@ from eaglegate.cli_common import (
     print_json,
     progress_bar,
 )
+from eaglegate.errors import UserError
 from eaglegate.patches.model import THRESHOLD_HELP
 
 
@@ -41,14 +42,20 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
         """
-        from eaglegate.analyzer.analysis import analyze
-        from eaglegate.patches.plan import build_plan
+        from eaglegate.analyzer.needed import analyze_checked as analyze
+        from eaglegate.patches.plan import ADAPTIVE_FLAGS, build_plan
         from eaglegate.reports.terminal import render_plan
 
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = analyze(tree, progress)
         plan = build_plan(analysis, threshold, flags, env or [])
+        if config_out and plan.adaptive_config is None:
+            # Only a native-adaptive plan has a config; writing nothing and saying nothing
+            # would leave the user launching with a file that is not there.
+            raise UserError(f"--config-out: the plan for SGLang {tree.version} under these flags is "
+                            f"{plan.family}, which has no adaptive config (native adaptive speculation "
+                            f"needs a version that declares {ADAPTIVE_FLAGS[0]}); nothing was written")
         if config_out and plan.adaptive_config is not None:
             config_out.write_text(json.dumps(plan.adaptive_config, indent=2) + "\n", encoding="utf-8")
             err.print(f"wrote {config_out}")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# A batch size: SGLang keeps batch sizes in int32 tensors, so a larger threshold is a typo.
+# The one bound of the whole product (CLI, `eaglegate tool`, MCP).
+MAX_THRESHOLD = 2**31 - 1
+
 # How every command words the threshold (the gate's hysteresis, patches/gate_module.py).
 THRESHOLD_HELP = (
     "Speculation stops when the running batch is larger than this and resumes once it "

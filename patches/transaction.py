@@ -153,6 +153,20 @@ def apply(
     if git_mode and Layout.beside(parent).manifest.exists():
         raise UserError("this tree was patched without --git; run `eaglegate revert` first")
     _check_writable(layout, paths)
+    if load(layout) is None:
+        # No record, but the files may hold the gate (`git apply`, a lost manifest, `git
+        # clean`): backing those bytes up as "originals" would make revert restore the gate.
+        found = find_marks(parent)
+        marked_before = [c.path for c in patch.changes if c.before is not None and _carries_marks(c.before)]
+        if found.files or marked_before:
+            if all(_read(layout.target(c.path)) == c.after for c in patch.changes):
+                return Outcome("apply", [], "the files already hold this patch (no eaglegate manifest: it "
+                               "was applied by other means); nothing changed; `eaglegate revert` restores "
+                               "the originals")
+            raise UserError(
+                f"{_names(marked_before or found.files)} already carry the gate's edits but no eaglegate "
+                "manifest records them (applied by `git apply`/`patch`, or the manifest was lost): "
+                "`eaglegate revert` restores the originals first; nothing was written")
     if not patch.changes:
         return Outcome("apply", [], "nothing to write: the patch holds no file change")
     with _locked(layout, "apply"):
@@ -185,16 +199,21 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
     parent = Path(package_parent).resolve()
     layout, repo = _find_layout(parent)
     manifest = load(layout)
-    if manifest is None and not layout.backups.exists() and not layout.lock.exists():
+    found = find_marks(parent) if manifest is None else Marks()
+    if manifest is None and not found.files and not layout.backups.exists() and not layout.lock.exists():
         # Nothing recorded, nothing running: answer without writing (a read-only tree is fine).
         return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here")
-    _check_writable(layout, [r.path for r in manifest.files] if manifest else [])
+    _check_writable(layout, [r.path for r in manifest.files] if manifest else found.files)
+    adopted = ""  # where the originals of a patch found without a manifest come from
     with _locked(layout, "revert"):
         _drop_manifest_temps(layout)
         manifest = load(layout)
         if manifest is None:
-            _drop_orphan_backups(layout)
-            return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here")
+            found_patch = _adopt(layout, repo)
+            if found_patch is None:
+                return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here"
+                               + _drop_matching_backups(layout))
+            manifest, adopted = found_patch
         if manifest.state != APPLIED:
             was = "apply" if manifest.state == APPLYING else "revert"
             # A journal in "reverting" means revert (maybe forced) was already decided.
@@ -240,6 +259,9 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
                 raise UserError(f"{_describe(undone.error)}; the revert was undone, "
                                 "the tree is as it was") from None
         where = f"; HEAD back on {manifest.git['base']}" if manifest.git else ""
+        if adopted:
+            return Outcome("revert", changed, f"reverted a gate patch no eaglegate manifest recorded: "
+                           f"{len(changed)} files restored from {adopted}")
         return Outcome("revert", changed, f"reverted the gate patch (threshold {manifest.threshold}): "
                        f"{len(changed)} files restored{where}", branch=manifest.git.get("branch", ""))
 
@@ -267,6 +289,11 @@ def status(package_parent: Path) -> Status:
     busy = _lock_holder(layout)
     manifest = load(layout)
     if manifest is None:
+        found = find_marks(parent)
+        if found.files:
+            return Status(found.state, parent, files=[FileStatus(p, "marked", p == found.module)
+                                                      for p in found.files],
+                          busy=busy, note=_unrecorded_note(layout, found))
         note = ""
         if layout.backups.exists():
             note = "stray backups of an apply killed before its journal was written (removed by the next apply or revert)"
@@ -845,3 +872,172 @@ def _git_roll_back(repo: git.Repo, layout: Layout, manifest: Manifest) -> None:
             and str(tip.message).startswith(COMMIT_MARK))
         if ours:  # a branch the user built on is theirs: keep it
             repo.git.branch("-D", branch)
+
+
+# ---------------------------------------------------------------- the gate's marks in the files
+
+# What the gate leaves in SGLang's files, whichever patch wrote them (v1, v2) and however
+# it was applied: the added module (its docstring's first line), the edits that import it,
+# and the `# eaglegate:` comments and names beside the edits.
+GATE_MODULE = f"{PACKAGE}/srt/speculative/batch_gate.py"
+GATE_HEADER = b"Batch-size gate for EAGLE speculative decoding (added to SGLang by eaglegate)"
+_MARKS = (b"sglang.srt.speculative.batch_gate", b"eaglegate")
+UNRECORDED = "unrecorded"  # the manifest family of a patch found in the files, adopted by revert
+
+
+def _carries_marks(data: bytes | None) -> bool:
+    return data is not None and any(mark in data for mark in _MARKS)
+
+
+@dataclass
+class Marks:
+    files: list[str] = field(default_factory=list)  # POSIX, relative to the package's parent
+    module: str = ""  # the gate module, when present
+
+    @property
+    def state(self) -> str:
+        # Whole: the module is there and something imports it; one without the other is half a gate.
+        imports = any(p != self.module for p in self.files)
+        return "patched" if self.module and imports else "partly-patched"
+
+
+def find_marks(parent: Path) -> Marks:
+    """The files under `sglang/srt` that carry the gate's marks (a byte search, no parse:
+    about 0.3 s on 0.5.9's 880 files)."""
+    found = Marks()
+    srt = parent / PACKAGE / "srt"
+    for path in sorted(srt.rglob("*.py")) if srt.is_dir() else ():
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if not _carries_marks(data):
+            continue
+        rel = path.relative_to(parent).as_posix()
+        found.files.append(rel)
+        if rel == GATE_MODULE and GATE_HEADER in data:
+            found.module = rel
+    return found
+
+
+def _unrecorded_note(layout: Layout, found: Marks) -> str:
+    where = ["no eaglegate manifest: applied by `git apply`/`patch`, or its manifest was removed"]
+    if layout.backups.is_dir():
+        where.append(f"eaglegate's backups of an earlier apply are in {layout.backups}")
+    repo = _open_repo(layout.parent) if _git_dirs(layout.parent) else None
+    if _head_bytes(repo, layout.parent / PACKAGE / "__init__.py") is not None:
+        where.append("in a git checkout whose HEAD holds the package")
+    if found.state != "patched":
+        where.append("the gate module and the edits that import it are not both there")
+    return "; ".join(where) + "; `eaglegate revert` restores the originals"
+
+
+def _head_bytes(repo: git.Repo | None, target: Path) -> bytes | None:
+    """The file as HEAD holds it, or None (no repo, no commit, untracked)."""
+    if repo is None or not repo.head.is_valid():
+        return None
+    root = Path(repo.working_tree_dir or ".").resolve()
+    try:
+        blob = repo.head.commit.tree / target.resolve().relative_to(root).as_posix()
+        return bytes(blob.data_stream.read())
+    except (KeyError, ValueError):
+        return None
+
+
+def _release_reference(parent: Path) -> tuple[Path | None, list[tuple[str, bytes]], str]:
+    """The pristine release of the tree's version: its package parent, what the gate patch
+    generated from it writes (path, after) and, when there is none, why."""
+    version = read_package_version(parent / PACKAGE)
+    if not version:
+        return None, [], "the tree's version is unknown"
+    from eaglegate.analyzer.source import from_release
+
+    try:
+        tree = from_release(version)
+    except UserError as exc:
+        return None, [], f"release {version} is not available ({exc})"
+    try:
+        from eaglegate.patches.generate import generate_patch
+
+        written = [(c.path, c.after) for c in generate_patch(tree, 32).changes]
+    except UserError:
+        written = []  # a version with no code patch: the marks alone say what was written
+    return tree.root.parent, written, ""
+
+
+def _adopt(layout: Layout, repo: git.Repo | None) -> tuple[Manifest, str] | None:
+    """Record the gate found in the files as an eaglegate apply: the original bytes of each
+    file it wrote go to the backups, then a manifest in state "applied" points at them, so
+    the normal revert (crash-safe, undone on a failed write) restores them. None when no
+    file holds the gate. Refuses, writing nothing, when an original cannot be proven."""
+    parent = layout.parent
+    found = find_marks(parent)
+    if not found.files:
+        return None
+    if repo is None and _git_dirs(parent):
+        repo = _open_repo(parent)
+    release, written, why_not = _release_reference(parent)
+    tracked = _head_bytes(repo, parent / PACKAGE / "__init__.py") is not None
+    # Files the patch writes without a mark (a one-line metrics fix) count when they hold
+    # exactly the patch's bytes.
+    candidates = list(found.files) + [p for p, after in written
+                                      if p not in found.files and _read(layout.target(p)) == after]
+    records: list[FileRecord] = []
+    originals: dict[str, bytes] = {}
+    lost: list[str] = []
+    for rel in candidates:
+        target = layout.target(rel)
+        current = _read(target)
+        if current is None:
+            continue
+        sources = [_read(layout.backups / rel), _head_bytes(repo, target),
+                   _read(release / rel) if release is not None else None]
+        original = next((s for s in sources if s is not None and not _carries_marks(s)), None)
+        # Absent from a reference that holds the package: the patch created it (so did the module).
+        absent = (tracked and sources[1] is None) or (release is not None and sources[2] is None)
+        if original is None and not (absent or rel == found.module):
+            lost.append(rel)
+            continue
+        if original == current:
+            continue
+        if original is not None:
+            originals[rel] = original
+        records.append(FileRecord(rel, sha256(original), sha256(current) or "", original is None))
+    if lost:
+        refs = [f"no backup holds {'it' if len(lost) == 1 else 'them'}",
+                "no git checkout" if repo is None else "HEAD holds the gate too or lacks the file",
+                why_not or "the release holds no unpatched copy"]
+        raise UserError(f"cannot restore {_names(lost)}: {', '.join(refs)}; restore "
+                        f"{'it' if len(lost) == 1 else 'them'} by hand (e.g. reinstall SGLang); nothing was written")
+    if not records:
+        return None
+    version = read_package_version(parent / PACKAGE) or "unknown"
+    sources_used = [s for s, ok in (("eaglegate's backups", layout.backups.is_dir()), ("git HEAD", tracked),
+                                    (f"release {version}", release is not None)) if ok]
+    manifest = Manifest(version, UNRECORDED, 0, _now(), APPLIED, records)
+    try:
+        for rel, data in originals.items():
+            backup = layout.backups / rel
+            _makedirs(backup.parent)
+            _write_atomic(backup, data)  # the same bytes where a stray backup was the source
+        _write_atomic(layout.manifest, encode(manifest))
+    except OSError as exc:
+        raise UserError(f"{_describe(exc)}; nothing in the tree was changed") from None
+    _step("journal adopted")
+    return manifest, " / ".join(sources_used)
+
+
+def _drop_matching_backups(layout: Layout) -> str:
+    """Stray backups go only when every file already holds their bytes: else they may be
+    the last copy of an original (a manifest removed by hand)."""
+    if not layout.backups.is_dir():
+        _drop_manifest_temps(layout)
+        return ""
+    # A temp file is a backup write killed before its rename: no target was touched yet.
+    kept = [b.relative_to(layout.backups).as_posix() for b in sorted(layout.backups.rglob("*"))
+            if b.is_file() and TEMP_MARK not in b.name
+            and _read(b) != _read(layout.target(b.relative_to(layout.backups).as_posix()))]
+    if kept:
+        return f"; stray backups kept in {layout.backups} (they differ from {_names(kept)})"
+    _drop_orphan_backups(layout)
+    return ""

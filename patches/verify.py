@@ -20,7 +20,7 @@ from typing import Any
 import libcst as cst
 import networkx as nx
 
-from eaglegate.analyzer.analysis import analyze
+from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.patches import behaviour, codemod_v1, codemod_v2, generate
 
@@ -61,25 +61,29 @@ def patched_families(tree: SourceTree) -> list[str]:
 
 
 def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
+    from eaglegate.patches.transaction import find_marks, status
+
     report = VerifyReport(tree.version)
     families = patched_families(tree)
     files = [generate.WORKER] if "v1" in families else []
     if "v2" in families:
         files += [generate.WORKER_V2, generate.DECODE_PREP_V2]
-    for rel in (*files, generate.SERVER_ARGS, generate.GATE):
+    # Any other file that carries the gate's marks (edits of a patch this one does not know).
+    marked = [p.split("/", 1)[1] for p in find_marks(tree.root.parent).files]
+    for rel in dict.fromkeys([*files, generate.SERVER_ARGS, generate.GATE, *marked]):
         path = tree.root / rel
         if not path.is_file():
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, "missing"))
             continue
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()  # bytes: both parsers honour a BOM or a PEP 263 coding line
         try:
-            cst.parse_module(text)
-            compile(text, str(path), "exec")
+            cst.parse_module(data)
+            compile(data, str(path), "exec")
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", True))
-        except (cst.ParserSyntaxError, SyntaxError) as exc:
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError) as exc:
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, str(exc).splitlines()[0]))
 
-    analysis = analyze(tree)
+    analysis = analyze_checked(tree)
     for label in families:
         path = _gate_path(analysis, label)
         report.gate_path = report.gate_path or path
@@ -102,11 +106,12 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     if "v2" in families:
         report.checks.append(_overlap_wiring(tree))
 
-    from eaglegate.patches.transaction import status
-
     state = status(tree.root.parent)
-    if state.state != "pristine":  # no manifest: applied by `git apply`/`patch`, nothing to compare
+    if state.manifest is not None:
         report.checks.append(VerifyCheck("manifest agrees", state.state == "patched", state.state))
+    elif state.files:  # applied by `git apply`/`patch`: the marks in the files are all there is
+        report.checks.append(VerifyCheck("gate module and the edits that import it are both there",
+                                         state.state == "patched", state.note))
     return report
 
 

@@ -567,6 +567,6 @@ def build_report(analysis: Any, with_couplings: bool = True) -> Report:
 def report_for(tree: Any, progress: Callable[[int, int], None] | None = None,
                with_couplings: bool = True) -> Report:
     """Analyse a located tree and build its report (the CLI's one library call)."""
-    from eaglegate.analyzer.analysis import analyze
+    from eaglegate.analyzer.needed import analyze_checked
 
-    return build_report(analyze(tree, progress), with_couplings)
+    return build_report(analyze_checked(tree, progress), with_couplings)

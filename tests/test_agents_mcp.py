@@ -252,7 +252,7 @@ def test_hostile_arguments_are_tool_errors(release_0_5_9, tmp_path):
             ("map_paths", {**tree, "detail": "full"}, "valid integer"),
             ("map_paths", {**tree, "page": [1]}, "valid integer"),
             ("apply_patch", {**tree, "threshold": 32, "confirm": "yes"}, "valid boolean"),
-            ("generate_patch", {**tree, "threshold": -4}, "greater than or equal"),
+            ("generate_patch", {**tree, "threshold": -4}, "from 1 to 2147483647, not -4"),
             ("explain_symbol", {**tree, "symbol": "os.system('x')"}, "dotted Python name"),
             ("explain_symbol", {**tree}, "exactly one of"),
             ("map_paths", {"version": "../../etc"}, "not a version"),

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from eaglegate.analyzer.couplings.model import Chain, Step
 from eaglegate.analyzer.index import Codebase
+from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.summary import expr_ir
 
 SPEC_PREFIX = "speculative_"
@@ -256,8 +257,8 @@ class SpecFlow:
         if module not in self._texts:
             path = self.root / self.cb.modules[module].path
             try:
-                self._texts[module] = path.read_text(encoding="utf-8-sig")
-            except (OSError, UnicodeDecodeError):
+                self._texts[module] = read_python(path)
+            except (OSError, UnicodeDecodeError, SyntaxError):
                 self._texts[module] = ""
         return self._texts[module]
 

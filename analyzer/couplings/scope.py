@@ -32,6 +32,7 @@ from eaglegate.analyzer.couplings.model import CouplingReport, Finding
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.launch import Launch
 from eaglegate.analyzer.settings import UNKNOWN, Settings
+from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.step_calls import module_ast
 
 if TYPE_CHECKING:  # the detectors' context: only the cold analysis builds one
@@ -140,8 +141,8 @@ class _Keying:
         name = qn.rsplit(".", 1)[-1]
         if module not in self._texts:
             try:
-                self._texts[module] = (self.cb.root / self.cb.modules[module].path).read_text(encoding="utf-8-sig")
-            except (OSError, UnicodeDecodeError):
+                self._texts[module] = read_python(self.cb.root / self.cb.modules[module].path)
+            except (OSError, UnicodeDecodeError, SyntaxError):
                 self._texts[module] = ""
         # Parse a module only when the name stands behind a literal key (`"triton": self._create…`).
         if not re.search(rf"""["']\s*:\s*(?:[\w]+\.)*{re.escape(name)}\b""", self._texts[module]):
