@@ -269,40 +269,51 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
     body[branch_at[0] : branch_at[0] + 1] = [prepare, new_branch]
     new_func = func.with_changes(body=func.body.with_changes(body=body))
 
+    new_cls = replace_methods(cls, {id(func): new_func, **end_init_with(cls, INIT, file)})
+    module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
+    return insert_gate_import(module, new_cls, f"{FINISH}, {INIT}, {PREPARE}", file).code
+
+
+def end_init_with(cls: cst.ClassDef, call: str, file: str) -> dict[int, cst.FunctionDef]:
+    """`cls.__init__` ending with `<call>(self)` (it must not return early), keyed by the id
+    of the method it replaces."""
     init = _methods(cls, ("__init__",))
-    Anchor(file, "EAGLEWorker.__init__", "method definition").check(len(init))
+    qual = f"{cls.name.value}.__init__"
+    Anchor(file, qual, "method definition").check(len(init))
     init_params = init[0].params.params
-    Anchor(file, "EAGLEWorker.__init__", "a `self` parameter").check(min(len(init_params), 1))
-    Anchor(
-        file, "EAGLEWorker.__init__", "return statements (none: the gate is built last)", 0
-    ).check(_count_returns(init[0].body))
-    init_self = init_params[0].name.value
+    Anchor(file, qual, "a `self` parameter").check(min(len(init_params), 1))
+    Anchor(file, qual, "return statements (none: the gate is built last)", 0).check(
+        _count_returns(init[0].body)
+    )
     build = cst.parse_statement(
-        f"{INIT}({init_self})  # eaglegate: the gate and the target's DECODE graphs\n"
+        f"{call}({init_params[0].name.value})  # eaglegate: the gate and the target's DECODE graphs\n"
     )
-    new_init = init[0].with_changes(
-        body=init[0].body.with_changes(body=[*init[0].body.body, build])
-    )
-    replaced = {id(func): new_func, id(init[0]): new_init}
-    new_cls = cls.with_changes(
+    body = init[0].body.with_changes(body=[*init[0].body.body, build])
+    return {id(init[0]): init[0].with_changes(body=body)}
+
+
+def replace_methods(cls: cst.ClassDef, replaced: dict[int, cst.FunctionDef]) -> cst.ClassDef:
+    """`cls` with the methods whose id is a key of `replaced` swapped for its values."""
+    return cls.with_changes(
         body=cls.body.with_changes(body=[replaced.get(id(s), s) for s in cls.body.body])
     )
 
-    module_body = list(module.body)
-    cls_at = module_body.index(cls)
-    import_at = [
+
+def insert_gate_import(module: cst.Module, before: cst.ClassDef, names: str, file: str) -> cst.Module:
+    """`from <gate module> import <names>` after the last top-level import above `before`."""
+    body = list(module.body)
+    at = body.index(before)
+    imports = [
         i
-        for i, stmt in enumerate(module_body[:cls_at])
+        for i, stmt in enumerate(body[:at])
         if isinstance(stmt, cst.SimpleStatementLine)
         and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
     ]
-    Anchor(file, "<module>", "top-level import statements before EAGLEWorker", 1).check(
-        min(len(import_at), 1)
+    Anchor(file, "<module>", f"top-level import statements before {before.name.value}", 1).check(
+        min(len(imports), 1)
     )
-    gate_import = cst.parse_statement(f"from {GATE_MODULE} import {FINISH}, {INIT}, {PREPARE}\n")
-    module_body[cls_at] = new_cls
-    module_body.insert(import_at[-1] + 1, gate_import)
-    return module.with_changes(body=module_body).code
+    body.insert(imports[-1] + 1, cst.parse_statement(f"from {GATE_MODULE} import {names}\n"))
+    return module.with_changes(body=body)
 
 
 class _AfterArgument(cst.CSTTransformer):

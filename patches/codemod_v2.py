@@ -30,11 +30,13 @@ from eaglegate.patches.codemod_v1 import (
     Anchor,
     _class,
     _code,
-    _count_returns,
     _imports_gate,
     _methods,
     _parse,
     _walk,
+    end_init_with,
+    insert_gate_import,
+    replace_methods,
 )
 
 WORKER_CLASS = "EAGLEWorkerV2"
@@ -51,27 +53,6 @@ PREP = "prepare_for_decode"
 # How releases name the per-request reservation of a speculative decode step.
 ALLOC_CALLS = ("get_alloc_len_per_decode", "get_alloc_reserve_per_decode")
 ALLOC_ATTR = "ALLOC_LEN_PER_DECODE"
-
-
-def _insert_import(module: cst.Module, before: cst.CSTNode, names: str, file: str) -> cst.Module:
-    """`from <gate module> import <names>` after the last top-level import above `before`."""
-    body = list(module.body)
-    at = body.index(before)  # type: ignore[arg-type]
-    imports = [
-        i
-        for i, stmt in enumerate(body[:at])
-        if isinstance(stmt, cst.SimpleStatementLine)
-        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-    ]
-    Anchor(file, "<module>", f"top-level import statements before {_name_of(before)}").check(
-        min(len(imports), 1)
-    )
-    body.insert(imports[-1] + 1, cst.parse_statement(f"from {GATE_MODULE} import {names}\n"))
-    return module.with_changes(body=body)
-
-
-def _name_of(node: cst.CSTNode) -> str:
-    return node.name.value if isinstance(node, (cst.ClassDef, cst.FunctionDef)) else "?"
 
 
 def _check_wiring(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
@@ -158,25 +139,10 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
         )
     )
 
-    init = _methods(cls, ("__init__",))
-    Anchor(file, f"{WORKER_CLASS}.__init__", "method definition").check(len(init))
-    Anchor(
-        file, f"{WORKER_CLASS}.__init__", "return statements (none: the gate is built last)", 0
-    ).check(_count_returns(init[0].body))
-    init_self = init[0].params.params[0].name.value
-    build = cst.parse_statement(
-        f"{INIT}({init_self})  # eaglegate: the gate and the target's DECODE graphs\n"
-    )
-    new_init = init[0].with_changes(
-        body=init[0].body.with_changes(body=[*init[0].body.body, build])
-    )
-    replaced = {id(func): new_func, id(init[0]): new_init}
-    new_cls = cls.with_changes(
-        body=cls.body.with_changes(body=[replaced.get(id(s), s) for s in cls.body.body])
-    )
+    new_cls = replace_methods(cls, {id(func): new_func, **end_init_with(cls, INIT, file)})
     module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
     names = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
-    return _insert_import(module, new_cls, names, file).code
+    return insert_gate_import(module, new_cls, names, file).code
 
 
 def _is_alloc_len(node: cst.CSTNode, self_name: str) -> bool:
@@ -267,4 +233,4 @@ def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_inf
         body=cls.body.with_changes(body=[new_func if s is func else s for s in cls.body.body])
     )
     module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
-    return _insert_import(module, new_cls, ALLOC, file).code
+    return insert_gate_import(module, new_cls, ALLOC, file).code
