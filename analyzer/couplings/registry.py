@@ -167,7 +167,9 @@ def detectors() -> list[Detector]:
     from eaglegate.analyzer.couplings.runtime_check import RuntimeCheckDetector
     from eaglegate.analyzer.couplings.spec_path import SpecPathDetector
     from eaglegate.analyzer.couplings.state_rows import StateRowsDetector
+    from eaglegate.analyzer.couplings.step_work import StepWorkDetector
 
     # cuda_graph first: it names the graph runners, which buffer reads from the scratch space.
     return [CudaGraphDetector(), RuntimeCheckDetector(), BufferDetector(), DraftStateDetector(),
-            StateRowsDetector(), ModeCheckDetector(), SpecPathDetector(), ConfigCapDetector()]
+            StateRowsDetector(), ModeCheckDetector(), SpecPathDetector(), StepWorkDetector(),
+            ConfigCapDetector()]
