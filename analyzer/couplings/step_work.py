@@ -98,8 +98,12 @@ def state_classes(ctx: Context) -> dict[str, tuple[Chain, list[tuple[str, str, s
     for worker in ctx.workers:
         package = (worker.cls or "").rsplit(".", 2)[0] + "."
         family = set(cb.mro(worker.cls or ""))
-        # The classes that own a step (v2's draft worker) are workers, not state.
+        # The classes that own a step (v2's draft worker) and those the worker builds in its
+        # set-up (its model runner) are the worker's collaborators, not per-batch state.
         family |= {cb.owner_class(s.function) or "" for s in worker.steps}
+        for setup in ctx.flow._setup_methods(worker.cls or ""):
+            if setup in graph:
+                family |= {cb.owner_class(c) or "" for c in graph.successors(setup) if c.endswith(".__init__")}
         steps = ctx.step_functions(worker, ("draft", "verify", "draft_extend"), depth=2)
         if worker.entry:
             steps |= ctx.near([worker.entry], 1)
@@ -217,7 +221,9 @@ class StepWorkDetector:
                     (*shaped[runner], Step(f"built: {text_of(call.node)}", facts.path, call.line)),
                     f"{qn.rsplit('.', 1)[-1]} builds {runner.rsplit('.', 1)[-1]}, which captures its graphs at "
                     "the speculative width",
-                    ctx.worker_path(qn), "blocks-runtime-switch", {"runner": runner, "part_of": _runner_kind(runners, runner)}))
+                    ctx.worker_path(qn), "blocks-runtime-switch",
+                    # A registry call (`{"cuda": A, "npu": B}[device](self)`) builds one of several.
+                    {"runner": runner, "runners": built, "part_of": _runner_kind(runners, runner)}))
         for qn in sorted(capturing_functions(cb)):
             runner = cb.owner_class(qn)
             if runner not in shaped or qn not in flow.functions:
