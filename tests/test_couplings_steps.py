@@ -211,3 +211,19 @@ def test_releases_asserts_on_the_state_and_the_overlap_token_resolution(version)
     resolve = [f for f in r.kinds("guarded_assert") if "_resolve_spec_overlap_token" in f.symbol]
     assert resolve and all(source_line(version, f).strip().startswith("assert ") for f in resolve)
     assert all("speculative_algorithm" in f.evidence[0].text for f in resolve)
+
+
+def test_scheduler_routes_by_the_mode(steps):
+    routes = {text(steps, f) for f in steps.kinds("mode_branch")}
+    assert "if self.spec_algorithm is not None:" in routes
+    assert "if self.enable_overlap:" not in routes  # overlap is not speculation
+    assert all(f.symbol.endswith("Scheduler.run_batch") for f in steps.kinds("mode_branch"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_run_batch_routes_by_the_mode(version):
+    found = _named(report(version), "mode_branch", "Scheduler.run_batch")
+    assert found, version
+    for f in found:
+        assert "spec_algorithm" in source_line(version, f) and "speculative_algorithm" in f.evidence[0].text
