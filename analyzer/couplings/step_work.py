@@ -122,6 +122,8 @@ def state_classes(ctx: Context) -> dict[str, tuple[Chain, list[tuple[str, str, s
         chain = _state_chain(ctx, cls)
         if chain is not None:
             found[cls] = (chain, sorted(sites))
+            for module in {cb.scope_module[cls].name, *(cb.scope_module[m].name for _, _, m in sites)}:
+                ctx.flow.load(module)  # the report names what it read
     ctx.scratch["state_classes"] = found
     return found
 
@@ -320,6 +322,7 @@ class StepWorkDetector:
                     if node is None or callee in seen:
                         continue
                     seen.add(callee)
+                    flow.load(cb.scope_module[callee].name)  # the report names what it read
                     path = cb.scope_module[callee].path
                     test = f"not ({frame.text})" if frame.negated else frame.text
                     for stmt in _own_statements(node):
