@@ -227,3 +227,14 @@ def test_releases_run_batch_routes_by_the_mode(version):
     assert found, version
     for f in found:
         assert "spec_algorithm" in source_line(version, f) and "speculative_algorithm" in f.evidence[0].text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+def test_releases_adaptive_tiers_build_their_own_target_graphs(version):
+    """From 0.5.14 the v2 worker builds a runtime state per adaptive tier: a target graph runner
+    sized by that tier's steps and draft tokens."""
+    tiers = _named(report(version), "runner_build", "EAGLEWorkerV2.build_adaptive_runtime_state")
+    assert tiers, version
+    assert any({"speculative_num_steps", "speculative_num_draft_tokens"} <= set(f.detail["sized_by"]) for f in tiers)
+    assert all(f.worker_path == "v2" and "GraphRunner" in source_line(version, f) for f in tiers)

@@ -225,7 +225,12 @@ class StepWorkDetector:
                     "the speculative width",
                     ctx.worker_path(qn), "blocks-runtime-switch",
                     # A registry call (`{"cuda": A, "npu": B}[device](self)`) builds one of several.
-                    {"runner": runner, "runners": built, "part_of": _runner_kind(runners, runner)}))
+                    # `sized_by`: the arguments that carry a speculative value, or that are
+                    # passed by a setting's name (an adaptive tier's `speculative_num_steps=`:
+                    # one runner per tier).
+                    {"runner": runner, "runners": built, "part_of": _runner_kind(runners, runner),
+                     "sized_by": sorted({str(k) for k, chain, _ in call.args
+                                         if chain is not None or isinstance(k, str) and is_source_attr(k)})}))
         for qn in sorted(capturing_functions(cb)):
             runner = cb.owner_class(qn)
             if runner not in shaped or qn not in flow.functions:
@@ -317,7 +322,13 @@ class StepWorkDetector:
                 if guard is None or "speculative_algorithm" not in guard[1][0].text:
                     continue
                 frame, chain = guard
-                for callee in sorted(v[1] for v in call.callees if v[0] == "func"):
+                # The caller's own helpers (`self._resolve…()` under `elif batch.is_spec_v2`):
+                # shared utilities called under a mode test elsewhere are not the spec path's.
+                own = [v[1] for v in call.callees if v[0] == "func" and v[1] in cb.scopes
+                       and cb.owner_class(v[1]) == facts.owner
+                       and cb.scope_module[v[1]].name == facts.module if facts.owner is None
+                       or v[0] == "func" and v[1] in cb.scopes and cb.owner_class(v[1]) == facts.owner]
+                for callee in sorted(own):
                     node = function_node(cb, callee)
                     if node is None or callee in seen:
                         continue
