@@ -119,6 +119,10 @@ class WorkerMap:
     decode: list[Call] = field(default_factory=list)
     results: list[Call] = field(default_factory=list)
     relay: list[Call] = field(default_factory=list)
+    # The call chain: the entry's calls into the worker's package and the model, through its
+    # helpers and steps; and the scheduler's own calls from the loop and result processing.
+    chain: list[Call] = field(default_factory=list)
+    scheduler_calls: list[Call] = field(default_factory=list)
 
     @property
     def present(self) -> bool:
@@ -139,6 +143,8 @@ class WorkerMap:
             "decode_preparation": [c.to_json() for c in self.decode],
             "result_processing": [c.to_json() for c in self.results],
             "around_entry": [c.to_json() for c in self.relay],
+            "call_chain": [c.to_json() for c in self.chain],
+            "scheduler_calls": [c.to_json() for c in self.scheduler_calls],
             "note": self.note,
         }
 
@@ -431,6 +437,13 @@ def _deeper(details: StepCalls, worker: WorkerMap, scheduler: str, reached: set[
     worker.results = details.result_processing(main.event_loop, reached, scheduler_family)
     last = main.hops[-1]
     worker.relay = details.relay(last.caller, last.callee, last.site)
+    if worker.entry:
+        worker.chain = details.chain(worker.entry, [s.function for s in worker.steps], package)
+    processing = [c.callee for c in worker.results if c.kind == "result"]
+    # Every loop of the scheduler's own that reaches the worker (0.5.12's v2 runs from both).
+    loops = sorted({p.event_loop for p in worker.paths if p.event_loop.startswith(scheduler + ".")}) \
+        or [main.event_loop]
+    worker.scheduler_calls = details.scheduler_calls([*loops, *processing], scheduler_family)
 
 
 def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: set[str]) -> list[WorkerPath]:

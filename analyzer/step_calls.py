@@ -396,6 +396,47 @@ class StepCalls:
             found += early_exits(self.cb, qn)
         return found
 
+    def chain(self, entry: str, steps: list[str], package: str) -> list[Call]:
+        """The worker's call chain from its entry: each call the entry, its own helpers (the
+        target extend) and its steps make into the worker's package (`call`: tree building,
+        the verify input's preparation and sampling), and the model calls they make
+        (`model`: the target worker's and the draft runner's forwards), in site order."""
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        roots = [entry]
+        listed = {entry}
+        for root in roots:
+            cg.expand(root)
+            if root not in cg.graph:
+                continue
+            for callee in sorted(cg.graph.successors(root), key=lambda c: cg.sites(root, c)[0].lineno):
+                if callee not in cb.scopes or self.runner_method(callee):
+                    continue
+                site = cg.sites(root, callee)[0]
+                if cb.scope_module[callee].name.startswith(package):
+                    found.append(Call("call", root, callee, site))
+                    # The entry's own calls and the steps are followed one level further.
+                    if callee not in listed and (root == entry or callee in steps):
+                        listed.add(callee)
+                        roots.append(callee)
+                elif self.replay_below(callee) is not None:
+                    found.append(Call("model", root, callee, site))
+        return one_per_site(found)
+
+    def scheduler_calls(self, functions: list[str], family: set[str]) -> list[Call]:
+        """The scheduler's own calls from the functions given (its event loops, result
+        processing): deferred sampling, the overlap token resolution, with their conditions."""
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        for caller in functions:
+            cg.expand(caller)
+            if caller not in cg.graph:
+                continue
+            for callee in sorted(cg.graph.successors(caller), key=lambda c: cg.sites(caller, c)[0].lineno):
+                if callee in cb.scopes and (cb.owner_class(callee) or "") in family:
+                    found.append(Call("call", caller, callee, cg.sites(caller, callee)[0]))
+        return one_per_site(found)
+
     def relay(self, caller: str, entry: str, site: Site) -> list[Call]:
         """The calls the scheduler makes beside the worker's entry, in the same branch."""
         cb = self.cb

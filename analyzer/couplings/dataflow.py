@@ -793,6 +793,9 @@ class _Walker:
                     if qn not in flow.functions:
                         flow.load(cb.scope_module[qn].name)
                     flow._callers[qn].add(self.qn)
+                    # A property is read, never called: nothing else would analyse it.
+                    if qn in flow.functions and not flow.functions[qn].analysed:
+                        flow._mark(qn)
                     return flow.ret_taint.get(qn)
                 return None
         return None

@@ -11,6 +11,8 @@ value (the algorithm, a step count):
   scheduler appending output tokens only when speculation is off);
 - `verify_appends`: a worker's verify step growing one of those containers itself (the
   v1 verify appending output tokens);
+- `mode_branch`: in the scheduler's own step functions (what its event loops call), a
+  branch on the algorithm that routes the batch (how `run_batch` calls the worker);
 - `zero_steps`: a worker branch testing a speculative count against 0: the worker has
   a native path with no drafting (adaptive speculation at steps=0).
 """
@@ -57,6 +59,8 @@ class ModeCheckDetector:
             worker_steps[worker.label] = steps
             scope |= steps
         worker_classes = {c for w in ctx.workers for c in ctx.codebase.mro(w.cls or "")}
+        # The scheduler's own step functions, which its event loops call directly.
+        scheduler_steps = ctx.near(loops, 1)
         findings: list[Finding] = []
         off_containers: dict[str, tuple[BranchFact, str, str]] = {}
         for qn in sorted(scope):
@@ -87,6 +91,13 @@ class ModeCheckDetector:
                         {"test": branch.test, "containers": sorted(partial)}))
                     for name in partial:
                         off_containers.setdefault(name, (branch, facts.path, qn))
+                if not branch.early_exit and not partial and qn in scheduler_steps \
+                        and "speculative_algorithm" in branch.chain[0].text:
+                    findings.append(Finding(
+                        self.CATEGORY, "mode_branch", qn, facts.path, branch.line, (*branch.chain, test_step),
+                        f"{qn.rsplit('.', 1)[-1]} routes the batch by whether speculation is on, not by the "
+                        "step: a step gated inside the worker keeps this route",
+                        where, "compatible", {"test": branch.test}))
                 if _zero_test(branch.node.test) and (facts.owner or "") in worker_classes:
                     findings.append(Finding(
                         self.CATEGORY, "zero_steps", qn, facts.path, branch.line, (*branch.chain, test_step),

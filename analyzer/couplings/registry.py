@@ -151,6 +151,10 @@ def build_context(spec_map: SpecMap) -> Context:
     for worker in workers:
         roots = ([worker.entry] if worker.entry else []) + [s.function for s in worker.steps]
         steps |= ctx.near(roots, 2)
+    # And the scheduler's own step functions (what its event loops call directly): their mode
+    # tests (which way run_batch calls the worker, when overlap is off for a batch) hold
+    # whether or not a width reaches them.
+    steps |= ctx.near(loops, 1)
     ctx.flow = SpecFlow(cb, candidates, also_record={qn for qn in steps if qn in cb.scopes},
                         reached=reached | steps)
     ctx.flow.seed()
@@ -167,7 +171,9 @@ def detectors() -> list[Detector]:
     from eaglegate.analyzer.couplings.runtime_check import RuntimeCheckDetector
     from eaglegate.analyzer.couplings.spec_path import SpecPathDetector
     from eaglegate.analyzer.couplings.state_rows import StateRowsDetector
+    from eaglegate.analyzer.couplings.step_work import StepWorkDetector
 
     # cuda_graph first: it names the graph runners, which buffer reads from the scratch space.
     return [CudaGraphDetector(), RuntimeCheckDetector(), BufferDetector(), DraftStateDetector(),
-            StateRowsDetector(), ModeCheckDetector(), SpecPathDetector(), ConfigCapDetector()]
+            StateRowsDetector(), ModeCheckDetector(), SpecPathDetector(), StepWorkDetector(),
+            ConfigCapDetector()]

@@ -474,7 +474,10 @@ def mechanisms(findings: list[Finding]) -> list[Mechanism]:
 
     groups: dict[tuple[str, str, str], list[Finding]] = {}
     for finding in findings:
-        groups.setdefault((finding.category, finding.kind, _owner(finding)), []).append(finding)
+        # A finding may be one more site of another kind's mechanism (`part_of`): the
+        # construction and capture of a runner captured at the speculative width.
+        kind = str(finding.detail.get("part_of", finding.kind))
+        groups.setdefault((finding.category, kind, _owner(finding)), []).append(finding)
     rows = []
     for (category, kind, owner), members in groups.items():
         severity = min((f.severity for f in members), key=SEVERITIES.index)

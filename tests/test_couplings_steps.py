@@ -1,0 +1,240 @@
+"""The couplings inside the steps (analyzer/couplings/step_work.py): run-time allocations at
+the speculative width and the helpers they come from, graph runners built and captured at
+it, the speculative state and its preparations, asserts on that state and under mode tests.
+
+Each rule on the recall program (test_couplings_recall's synthetic SGLang) grown by the
+sites the rule is about, with a positive and a negative case; then on three real releases,
+each finding checked at the line of the release's own source that holds it, with its
+evidence starting from a speculative setting.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_couplings_recall import RECALL_FILES, _program, source_line, text
+
+from eaglegate.analyzer.couplings import CouplingReport, find_couplings
+
+from conftest import release
+
+STEP_FILES = dict(RECALL_FILES)
+STEP_FILES["worker.py"] = RECALL_FILES["worker.py"].replace('''        def fast_topk(values, k):''', '''        def alloc_slots(n):
+            return list(range(n))
+
+        def fast_topk(values, k):''').replace('''                info: DraftInput = batch.spec_info
+                assert info is not None
+''', '''                info: DraftInput = batch.spec_info
+                assert info is not None
+                alloc_slots(len(batch.reqs) * self.steps * self.topk)
+                alloc_slots(len(batch.reqs))
+                assert isinstance(info, DraftInput)
+                info.prepare_next(self.topk)
+''')
+STEP_FILES["batch.py"] = RECALL_FILES["batch.py"].replace('''            def reset(self):''', '''            def prepare_next(self, topk):
+                return list(range(topk))
+
+            def describe(self):
+                return list(range(3))
+
+            def reset(self):''').replace('''        import torch
+''', '''        import torch
+
+        from synth.server_args import ServerArgs
+''').replace('''            def prepare_for_decode(self):''', '''            def tokens_next_decode(self, server_args: ServerArgs):
+                if self.spec_algorithm is None:
+                    return len(self.reqs)
+                return len(self.reqs) * server_args.speculative_num_draft_tokens
+
+            def mode_name(self, server_args: ServerArgs):
+                return server_args.speculative_algorithm
+
+            def prepare_for_decode(self):''')
+STEP_FILES["runner.py"] = RECALL_FILES["runner.py"].replace('''        class ModelRunner:''', '''        class FixedRunner:
+            def __init__(self):
+                self.width = 8
+                self.capture()
+
+            def capture(self):
+                return torch.cuda.CUDAGraph()
+
+        class ModelRunner:''').replace('''                self.graph_runner = GraphRunner(self)''', '''                self.graph_runner = GraphRunner(self)
+                self.fixed_runner = FixedRunner()''')
+STEP_FILES["scheduler.py"] = RECALL_FILES["scheduler.py"].replace('''                batch.prepare_for_decode()''', '''                batch.tokens_next_decode(self.server_args)
+                batch.mode_name(self.server_args)
+                batch.prepare_for_decode()''').replace('''                self.process_result(batch)
+''', '''                self.process_result(batch)
+                if self.spec_algorithm is not None:
+                    self.spec_metrics(batch)
+                self.plain_metrics(batch)
+
+            def spec_metrics(self, batch: ScheduleBatch):
+                assert batch.reqs is not None
+
+            def plain_metrics(self, batch: ScheduleBatch):
+                assert batch.reqs is not None
+''', 1)
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory) -> CouplingReport:
+    return find_couplings(_program(tmp_path_factory.mktemp("steps"), STEP_FILES), use_cache=False)
+
+
+def test_step_allocation_sized_by_the_width(steps):
+    found = {text(steps, f) for f in steps.kinds("step_alloc")}
+    assert "alloc_slots(len(batch.reqs) * self.steps * self.topk)" in found
+    assert "alloc_slots(len(batch.reqs))" not in found  # not spec-sized
+    finding = next(f for f in steps.kinds("step_alloc") if "self.steps" in text(steps, f))
+    assert finding.evidence[0].text.endswith(("speculative_num_steps", "speculative_eagle_topk"))
+    assert finding.severity == "compatible" and finding.worker_path == "v1"
+    assert not [f for f in steps.kinds("step_alloc") if f.symbol.endswith(".alloc_slots")]  # the allocator itself
+
+
+def test_allocation_length_helper(steps):
+    helpers = {f.symbol.rsplit(".", 1)[-1]: f for f in steps.kinds("alloc_len")}
+    assert "tokens_next_decode" in helpers
+    assert "speculative_num_draft_tokens" in text(steps, helpers["tokens_next_decode"])
+    assert "mode_name" not in helpers  # returns the algorithm: a mode, not a size
+
+
+def test_runner_built_and_captured_at_the_width(steps):
+    builds = steps.kinds("runner_build")
+    assert [f.detail["runner"].rsplit(".", 1)[-1] for f in builds] == ["GraphRunner"]
+    assert text(steps, builds[0]) == "self.graph_runner = GraphRunner(self)"
+    assert "speculative_" in builds[0].evidence[0].text
+    captures = {f.symbol.rsplit(".", 2)[-2] for f in steps.kinds("graph_capture")}
+    assert captures == {"GraphRunner"}  # FixedRunner captures at fixed sizes
+    # Sites of the runner's own mechanism, not rows of their own.
+    assert all(f.detail["part_of"] in ("capture_mode", "capture_width") for f in builds)
+
+
+def test_state_class_and_its_preparations(steps):
+    classes = {f.symbol.rsplit(".", 1)[-1] for f in steps.kinds("state_class")}
+    assert classes == {"DraftInput"}  # not the worker's model runner, not the batch
+    prepared = {f.symbol.rsplit(".", 1)[-1]: f for f in steps.kinds("state_prepare")}
+    assert "prepare_next" in prepared and "describe" not in prepared  # describe: no step calls it
+    assert any("EAGLEWorker.draft" in s.text for s in prepared["prepare_next"].evidence)
+
+
+def test_asserts_on_the_state_and_under_a_mode_test(steps):
+    state = {text(steps, f) for f in steps.kinds("state_assert")}
+    assert "assert isinstance(info, DraftInput)" in state
+    assert "assert batch is not None" not in state
+    guarded = {f.symbol.rsplit(".", 1)[-1] for f in steps.kinds("guarded_assert")}
+    assert "spec_metrics" in guarded and "plain_metrics" not in guarded
+    finding = next(f for f in steps.kinds("guarded_assert") if f.symbol.endswith("spec_metrics"))
+    assert "speculative_algorithm" in finding.evidence[0].text
+    assert any(s.text.startswith("if ") for s in finding.evidence)
+
+
+# -- real releases -------------------------------------------------------------------------------
+
+RELEASES = ["0.5.4", "0.5.9", "0.5.12.post1"]
+_reports: dict[str, CouplingReport] = {}
+
+
+def report(version: str) -> CouplingReport:
+    if version not in _reports:
+        _reports[version] = find_couplings(release(version))
+    return _reports[version]
+
+
+def _named(r: CouplingReport, kind: str, method: str) -> list:
+    return [f for f in r.kinds(kind) if f.symbol.endswith(method)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_draft_step_reserves_steps_times_topk(version):
+    found = _named(report(version), "step_alloc", "EAGLEWorker._draft_preprocess_decode") or \
+        _named(report(version), "step_alloc", "EAGLEWorker.draft")
+    assert found, version
+    lines = [source_line(version, f) for f in found]
+    assert any("alloc_token_slots(" in line or "alloc_paged_token_slots_extend(" in line for line in lines)
+    assert all(f.evidence[0].text.rsplit(".", 1)[-1].startswith("speculative_") for f in found)
+    assert all(f.worker_path == "v1" for f in found)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10", "0.5.12.post1"])
+def test_releases_allocation_length_helpers(version):
+    r = report(version)
+    helpers = {f.symbol.rsplit(".", 1)[-1]: f for f in r.kinds("alloc_len")}
+    assert {"get_alloc_len_per_decode", "new_tokens_required_next_decode"} <= set(helpers)
+    for f in helpers.values():
+        assert "speculative_" in source_line(version, f)
+    # v2's decode preparation reserves from it.
+    v2 = _named(r, "step_alloc", "EagleDraftInputV2Mixin.prepare_for_decode")
+    assert v2 and any("alloc_len_per_decode" in step.text for f in v2 for step in f.evidence)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_both_workers_build_and_capture_runners(version):
+    r = report(version)
+    builds = {(f.symbol.rsplit(".", 2)[-2], runner.rsplit(".", 1)[-1])
+              for f in r.kinds("runner_build") for runner in f.detail["runners"]}
+    assert ("EAGLEWorker", "EAGLEDraftCudaGraphRunner") in builds
+    assert ("EagleDraftWorker", "EAGLEDraftCudaGraphRunner") in builds
+    for f in r.kinds("runner_build"):
+        line = source_line(version, f)
+        # The runner's name, or the registry it is looked up in (the call spans lines).
+        assert any(runner.rsplit(".", 1)[-1] in line for runner in f.detail["runners"]) or "GraphRunner" in line
+    captures = {f.symbol.rsplit(".", 2)[-2] for f in r.kinds("graph_capture")}
+    assert {"CudaGraphRunner", "EAGLEDraftCudaGraphRunner"} <= captures
+    target = next(f for f in r.kinds("graph_capture") if f.symbol.rsplit(".", 2)[-2] == "CudaGraphRunner")
+    assert target.detail["part_of"] == "capture_mode"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_draft_state_and_v2_preparations(version):
+    r = report(version)
+    classes = {f.symbol.rsplit(".", 1)[-1] for f in r.kinds("state_class")}
+    assert {"EagleDraftInput", "EagleDraftInputV2Mixin", "EagleVerifyInputV2Mixin"} <= classes
+    prepared = {f.symbol.rsplit(".", 1)[-1]: f for f in r.kinds("state_prepare")}
+    assert {"prepare_extend_after_decode", "prepare_for_v2_draft", "prepare_for_v2_verify",
+            "prepare_for_extend_to_fill_draft_kvcache"} <= set(prepared)
+    for name, f in prepared.items():
+        assert f"def {name}(" in source_line(version, f)
+        assert "speculative_" in f.evidence[0].text
+    assert prepared["prepare_for_v2_verify"].worker_path == "v2"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_asserts_on_the_state_and_the_overlap_token_resolution(version):
+    r = report(version)
+    drafts = _named(r, "state_assert", "EAGLEWorker.draft")
+    assert drafts and any("isinstance(spec_info, EagleDraftInput)" in source_line(version, f) for f in drafts)
+    # `_resolve_spec_overlap_token_ids`, renamed `_resolve_spec_overlap_tokens` in 0.5.12.
+    resolve = [f for f in r.kinds("guarded_assert") if "_resolve_spec_overlap_token" in f.symbol]
+    assert resolve and all(source_line(version, f).strip().startswith("assert ") for f in resolve)
+    assert all("speculative_algorithm" in f.evidence[0].text for f in resolve)
+
+
+def test_scheduler_routes_by_the_mode(steps):
+    routes = {text(steps, f) for f in steps.kinds("mode_branch")}
+    assert "if self.spec_algorithm is not None:" in routes
+    assert "if self.enable_overlap:" not in routes  # overlap is not speculation
+    assert all(f.symbol.endswith("Scheduler.run_batch") for f in steps.kinds("mode_branch"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_run_batch_routes_by_the_mode(version):
+    found = _named(report(version), "mode_branch", "Scheduler.run_batch")
+    assert found, version
+    for f in found:
+        assert "spec_algorithm" in source_line(version, f) and "speculative_algorithm" in f.evidence[0].text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+def test_releases_adaptive_tiers_build_their_own_target_graphs(version):
+    """From 0.5.14 the v2 worker builds a runtime state per adaptive tier: a target graph runner
+    sized by that tier's steps and draft tokens."""
+    tiers = _named(report(version), "runner_build", "EAGLEWorkerV2.build_adaptive_runtime_state")
+    assert tiers, version
+    assert any({"speculative_num_steps", "speculative_num_draft_tokens"} <= set(f.detail["sized_by"]) for f in tiers)
+    assert all(f.worker_path == "v2" and "GraphRunner" in source_line(version, f) for f in tiers)
