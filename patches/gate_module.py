@@ -44,6 +44,13 @@ in lock step. Where that list is missing, inject `BatchGate.global_view`, a func
 `(local_batch_size, local_eligible) -> (global_batch_size, all_eligible)` (e.g. a max
 / min all-reduce over the DP group) and it is used instead.
 
+The overlap worker (`EAGLEWorkerV2`, the second half of this file): the step is decided
+where its KV is reserved (`decode_alloc_len`, called from the draft input's
+`prepare_for_decode`), and a gated step runs in the worker as the target's plain DECODE
+(`run_gated_decode`), returning the speculative result layout; a prefill while speculation
+is off runs without the draft (`run_gated_prefill`). `init_overlap_batch_gate` ends
+`EAGLEWorkerV2.__init__`. The section's opening comment says why it is built that way.
+
 Not gated, by design: batches with a logprob request (verify produces spec-v1 output
 logprobs; under DP this local veto can split the ranks unless `global_view` reduces
 it too), and hybrid mamba / linear-attention targets (their state update after a plain
