@@ -377,8 +377,10 @@ def _gate_argument(anchor: cst.SimpleStatementLine) -> cst.BaseStatement:
     )
 
 
-def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> str:
-    """Add the gate's dataclass field and CLI argument; unchanged if already there."""
+def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_guard: bool = True) -> str:
+    """Add the gate's dataclass field and CLI argument and, with `cap_guard`, the guard on
+    speculation's running-cap reset (releases whose EAGLE handling lives in this class);
+    unchanged if already there."""
     module = _parse(source, file)
     cls = _class(module, "ServerArgs", file)
 
@@ -394,10 +396,10 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> s
 
     has_field = len(field_at(FIELD)) == 1
     has_flag = f'"{FLAG}"' in source
-    has_guard = f"not self.{FIELD}" in source
+    has_guard = f"not self.{FIELD}" in source or not cap_guard
     if has_field and has_flag and has_guard:
         return source
-    if has_field or has_flag or has_guard:
+    if has_field or has_flag or (has_guard and cap_guard):
         raise UserError(
             f"{file} is partially patched (ServerArgs.{FIELD}, {FLAG} and the cap guard must "
             "come together); restore the original file first"
@@ -429,34 +431,62 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py") -> s
         body.append(new_cli if stmt is cli[0] else stmt)  # type: ignore[arg-type]
         if i == anchor_at[0]:
             body.append(field)
-    guard = _GateKeepsRunningCap()
-    new_cls = cls.with_changes(body=cls.body.with_changes(body=body)).visit(guard)
-    Anchor(
-        file,
-        "ServerArgs",
-        "`if self.max_running_requests is None: self.max_running_requests = <n>` "
-        "inside the EAGLE branch",
-    ).check(guard.found)
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
+    if cap_guard:
+        guard = _GateKeepsRunningCap()
+        new_cls = new_cls.visit(guard)
+        Anchor(
+            file,
+            "ServerArgs",
+            "`if self.max_running_requests is None: self.max_running_requests = <n>` "
+            "inside the EAGLE branch",
+        ).check(guard.found)
     return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code
 
 
-def _is_unset_cap_test(test: cst.BaseExpression) -> bool:
+EAGLE_HOOK = "_handle_eagle_family"  # 0.5.13 on: the EAGLE family's argument handling
+
+
+def patch_speculative_hook(source: str, file: str) -> str:
+    """The same cap guard where the EAGLE family's argument handling is a function of its
+    own (`arg_groups/speculative_hook.py`, 0.5.13 on); unchanged if already there."""
+    module = _parse(source, file)
+    funcs = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == EAGLE_HOOK]
+    Anchor(file, EAGLE_HOOK, "module-level function definition").check(len(funcs))
+    func = funcs[0]
+    Anchor(file, EAGLE_HOOK, "one parameter (the server arguments)").check(
+        int(len(func.params.params) == 1)
+    )
+    receiver = func.params.params[0].name.value
+    if f"not {receiver}.{FIELD}" in _code(func):
+        return source
+    guard = _GateKeepsRunningCap(receiver, everywhere=True)
+    new_func = func.visit(guard)
+    Anchor(
+        file,
+        EAGLE_HOOK,
+        f"`if {receiver}.max_running_requests is None: {receiver}.max_running_requests = <n>`",
+    ).check(guard.found)
+    return module.with_changes(body=[new_func if s is func else s for s in module.body]).code
+
+
+def _is_unset_cap_test(test: cst.BaseExpression, receiver: str = "self") -> bool:
     return (
         isinstance(test, cst.Comparison)
-        and _code(test.left) == "self.max_running_requests"
+        and _code(test.left) == f"{receiver}.max_running_requests"
         and len(test.comparisons) == 1
         and isinstance(test.comparisons[0].operator, cst.Is)
         and _code(test.comparisons[0].comparator) == "None"
     )
 
 
-def _sets_cap_to_constant(block: cst.BaseSuite) -> bool:
+def _sets_cap_to_constant(block: cst.BaseSuite, receiver: str = "self") -> bool:
     for stmt in getattr(block, "body", []):
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if (
                     isinstance(small, cst.Assign)
-                    and _code(small.targets[0].target) == "self.max_running_requests"
+                    and _code(small.targets[0].target) == f"{receiver}.max_running_requests"
                     and isinstance(small.value, cst.Integer)
                 ):
                     return True
@@ -480,11 +510,13 @@ def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 class _GateKeepsRunningCap(cst.CSTTransformer):
-    """In the EAGLE branch of ServerArgs' post-processing, the reset of an unset
-    running-request cap to a constant (48) also requires the gate to be off."""
+    """In the EAGLE branch of ServerArgs' post-processing (or, `everywhere`, in a function
+    that handles the EAGLE family alone), the reset of an unset running-request cap to a
+    constant (48) also requires the gate to be off."""
 
-    def __init__(self) -> None:
-        self.eagle_depth = 0
+    def __init__(self, receiver: str = "self", everywhere: bool = False) -> None:
+        self.receiver = receiver
+        self.eagle_depth = 1 if everywhere else 0
         self.found = 0
 
     def visit_If(self, node: cst.If) -> None:
@@ -496,12 +528,13 @@ class _GateKeepsRunningCap(cst.CSTTransformer):
             self.eagle_depth -= 1
         if (
             self.eagle_depth > 0
-            and _is_unset_cap_test(original_node.test)
-            and _sets_cap_to_constant(original_node.body)
+            and _is_unset_cap_test(original_node.test, self.receiver)
+            and _sets_cap_to_constant(original_node.body, self.receiver)
         ):
             self.found += 1
+            r = self.receiver
             return updated_node.with_changes(
-                test=cst.parse_expression(f"self.max_running_requests is None and not self.{FIELD}")
+                test=cst.parse_expression(f"{r}.max_running_requests is None and not {r}.{FIELD}")
             )
         return updated_node
 

@@ -46,6 +46,7 @@ RUN_GATED = "run_gated_decode"
 IS_GATED_PREFILL = "is_gated_prefill"
 RUN_GATED_PREFILL = "run_gated_prefill"
 PREFILL_STEP = "_draft_extend_for_prefill"
+PUBLISH = "on_publish"
 INIT = "init_overlap_batch_gate"
 ALLOC = "decode_alloc_len"
 PREP_CLASS = "EagleDraftInputV2Mixin"
@@ -92,10 +93,14 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     if _check_wiring(module, RUN_GATED in _code(func), qual, file):
         return source
     params = func.params.params
-    # (self, model_worker_batch): the releases whose worker receives a ModelWorkerBatch and
-    # hands its next draft input to the scheduler's FutureMap (0.5.13 added a publish hook).
-    Anchor(file, qual, "parameters (self, model_worker_batch)", 2).check(len(params))
-    self_name, batch_name = params[0].name.value, params[1].name.value
+    # (self, model_worker_batch) up to 0.5.12; (self, batch, on_publish=None) on 0.5.13,
+    # whose worker gets the scheduler's batch and publishes the new lengths through the hook.
+    names = [p.name.value for p in params]
+    Anchor(file, qual, "parameters (self, batch) or (self, batch, on_publish)").check(
+        int(len(names) == 2 or names[2:] == [PUBLISH])
+    )
+    self_name, batch_name = names[0], names[1]
+    args = ", ".join([self_name, *names[1:]])
 
     # The test whose one branch drafts (decode) and whose other prefills the draft (extend).
     tests = [
@@ -121,11 +126,11 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     gated = {
         decode_at: cst.parse_statement(
             f"if {IS_GATED}({batch_name}):  # eaglegate: batch-size gate\n"
-            f"    return {RUN_GATED}({self_name}, {batch_name})\n"
+            f"    return {RUN_GATED}({args})\n"
         ),
         1 - decode_at: cst.parse_statement(
             f"if {IS_GATED_PREFILL}({batch_name}):  # eaglegate: batch-size gate\n"
-            f"    return {RUN_GATED_PREFILL}({self_name}, {batch_name})\n"
+            f"    return {RUN_GATED_PREFILL}({args})\n"
         ),
     }
     body, orelse = (

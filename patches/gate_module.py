@@ -609,6 +609,12 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # positions is not written (docs/gate-patch.md has what that costs in acceptance).
 
 GATED_DECODE_ATTR = "eaglegate_gated"  # on the draft input: this step was reserved gated
+# On a draft input made by a gated step or a gated prefill: the step before added one token
+# at most, so one slot ahead is enough. After a speculative step the reservation stays the
+# speculative one for one more step: where the decode preparation counts committed tokens
+# without the step still in flight (0.5.6 to 0.5.10), that step may have added
+# `num_draft_tokens` of them, more than one slot covers.
+AFTER_GATED_ATTR = "eaglegate_after_gated"
 
 _overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
 _last_decode_size = 0  # the running batch of the last decode step this process prepared
@@ -662,11 +668,12 @@ def _step_eligible(batch: Any) -> bool:
 
 def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
     """The per-request KV reservation of this decode step, in the draft input's
-    `prepare_for_decode`: `alloc_len` (the speculative width) when it speculates, 1 when the
-    gate runs it as a plain decode. Decides the step and marks `draft_input`. Never raises."""
+    `prepare_for_decode`: `alloc_len` (the speculative width) when it speculates or follows a
+    speculative step, 1 when the gate runs it as a plain decode after a gated step or
+    prefill. Decides the step and marks `draft_input`. Never raises."""
     decided = vars(draft_input).get(GATED_DECODE_ATTR) if hasattr(draft_input, "__dict__") else None
     if decided is not None:  # a release that reads the reservation once per request
-        return 1 if decided else alloc_len
+        return 1 if decided and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
     global _last_decode_size
     gated = False
     gate = _overlap_gate
@@ -683,7 +690,7 @@ def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
         setattr(draft_input, GATED_DECODE_ATTR, gated)
     except Exception:  # noqa: BLE001 - an input that takes no attribute speculates
         return alloc_len
-    return 1 if gated else alloc_len
+    return 1 if gated and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
 
 
 def is_gated_decode(batch: Any) -> bool:
@@ -691,9 +698,38 @@ def is_gated_decode(batch: Any) -> bool:
     return bool(getattr(getattr(batch, "spec_info", None), GATED_DECODE_ATTR, False))
 
 
-def run_gated_decode(worker: Any, batch: Any) -> Any:
-    """One plain DECODE step of the target for a ModelWorkerBatch whose draft input the
-    FutureMap resolved; returns the result in the speculative layout (see above)."""
+def _target_forward(worker: Any, batch: Any) -> Any:
+    """The target's forward of `batch` as a plain (non-speculative) batch, through the plain
+    path's graphs when it has them. The batch's speculative fields come back afterwards:
+    from 0.5.13 the worker gets the scheduler's own batch, which reads them after the call."""
+    algorithm, spec_info = batch.spec_algorithm, batch.spec_info
+    batch.spec_info = None
+    batch.spec_algorithm = _plain_algorithm(algorithm)
+    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
+    runner = worker.target_worker.model_runner
+    plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
+    if plain is not None and not batch.forward_mode.is_extend():
+        plain.enter(runner)
+    try:
+        return worker.target_worker.forward_batch_generation(batch)
+    finally:
+        if plain is not None:
+            plain.leave()
+        batch.spec_algorithm, batch.spec_info = algorithm, spec_info
+
+
+def _publish(result: Any, on_publish: Any, new_seq_lens: Any) -> None:
+    # 0.5.13 on: the lengths travel on the result and through the scheduler's publish hook.
+    if hasattr(result, "new_seq_lens"):
+        result.new_seq_lens = new_seq_lens
+    if on_publish is not None:
+        on_publish(new_seq_lens)
+
+
+def run_gated_decode(worker: Any, batch: Any, on_publish: Any = None) -> Any:
+    """One plain DECODE step of the target for a batch whose draft input the FutureMap
+    resolved (a ModelWorkerBatch up to 0.5.12, the scheduler's batch from 0.5.13, with its
+    publish hook); returns the result in the speculative layout (see above)."""
     import copy
 
     import torch
@@ -714,25 +750,19 @@ def run_gated_decode(worker: Any, batch: Any) -> Any:
         # depend on the forward: record it now, so the CPU does not wait for the forward.
         published = device_module.Event()
         published.record()
+    elif on_publish is not None:
+        on_publish(new_seq_lens)  # the same, through 0.5.13's hook: before the forward
+        on_publish = None
     # A plain decode batch: the last sampled token in the slot the preparation reserved at
     # position seq_lens, positions from seq_lens (clamp_position), no draft tree.
     req_to_token = runner.req_to_token_pool.req_to_token
     batch.out_cache_loc = req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
     batch.input_ids = tokens.to(torch.int64)
     batch.seq_lens = new_seq_lens
-    batch.seq_lens_cpu = batch.seq_lens_cpu + 1
-    batch.seq_lens_sum = batch.seq_lens_sum + size
-    batch.spec_info = None
-    batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
-    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
-    plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
-    if plain is not None:
-        plain.enter(runner)
-    try:
-        result = worker.target_worker.forward_batch_generation(batch)
-    finally:
-        if plain is not None:
-            plain.leave()
+    if batch.seq_lens_cpu is not None:  # None from 0.5.13 where the backend needs none
+        batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+        batch.seq_lens_sum = batch.seq_lens_sum + size
+    result = _target_forward(worker, batch)
     sampled = result.next_token_ids
     # Each request's row is `speculative_num_draft_tokens` wide (the stride result processing
     # reads); its one accepted token sits at the start.
@@ -741,10 +771,13 @@ def run_gated_decode(worker: Any, batch: Any) -> Any:
     rows[:, 0] = sampled
     next_input = copy.copy(draft_input)
     vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
+    setattr(next_input, AFTER_GATED_ATTR, True)
     setattr(next_input, field, sampled.to(tokens.dtype))
-    next_input.new_seq_lens = new_seq_lens
+    if hasattr(draft_input, "new_seq_lens"):  # up to 0.5.12: the lengths ride on the input
+        next_input.new_seq_lens = new_seq_lens
     if published is not None:
         next_input.verify_done = published
+    _publish(result, on_publish, new_seq_lens)
     result.next_token_ids = rows.reshape(-1)
     result.accept_lens = torch.ones(size, dtype=torch.int32, device=sampled.device)
     result.next_draft_input = next_input
@@ -804,17 +837,19 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     for name, value in values.items():
         if name in fields and not fields[name]:
             setattr(rows, name, value)
+    setattr(rows, AFTER_GATED_ATTR, True)  # a prefill leaves nothing in flight to cover
     return rows
 
 
-def run_gated_prefill(worker: Any, batch: Any) -> Any:
+def run_gated_prefill(worker: Any, batch: Any, on_publish: Any = None) -> Any:
     """The target's plain prefill of an extend batch while the gate has speculation off:
     no full hidden states (so SGLang's piecewise prefill graphs serve it, as without
     speculation) and no draft prefill. The draft state of these requests starts empty: they
     speculate with poor drafts until their first speculative step refreshes it."""
-    batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
-    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
-    result = worker.target_worker.forward_batch_generation(batch)
+    result = _target_forward(worker, batch)
     tokens = result.next_token_ids
+    # After a prefill the length is the prompt's: the first decode step's input is the
+    # sampled token, not yet in the KV cache.
+    _publish(result, on_publish, batch.seq_lens)
     result.next_draft_input = _empty_draft_rows(worker, int(tokens.shape[0]), tokens, batch.seq_lens)
     return result

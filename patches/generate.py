@@ -26,6 +26,7 @@ WORKER = "srt/speculative/eagle_worker.py"
 WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
 DECODE_PREP_V2 = "srt/speculative/eagle_info_v2.py"
 SERVER_ARGS = "srt/server_args.py"
+SPECULATIVE_HOOK = "srt/arg_groups/speculative_hook.py"
 GATE = "srt/speculative/batch_gate.py"
 # Where process_batch_result_decode counts the speculative metrics (0.5.3 on).
 SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
@@ -183,7 +184,12 @@ def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) 
         patched.append(name)
     if not patched:
         raise refusals[0]
-    edits = [(SERVER_ARGS, codemod_v1.patch_server_args)]
+    edits: list[tuple[str, Callable[[str, str], str]]] = [(SERVER_ARGS, codemod_v1.patch_server_args)]
+    hook = tree.root / SPECULATIVE_HOOK
+    if hook.is_file() and f"def {codemod_v1.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8"):
+        # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
+        edits = [(SERVER_ARGS, lambda text, path: codemod_v1.patch_server_args(text, path, cap_guard=False)),
+                 (SPECULATIVE_HOOK, codemod_v1.patch_speculative_hook)]
     scheduler_output = tree.root / SCHEDULER_OUTPUT
     if scheduler_output.is_file() and codemod_v1.counts_spec_metrics(
         scheduler_output.read_text(encoding="utf-8")

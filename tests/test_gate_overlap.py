@@ -236,8 +236,10 @@ def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain
     assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
     spec = draft_input(3)
     # The draft input's prepare_for_decode asks once per step (some releases once per request).
-    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 1
-    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 1
+    # The first gated step after a speculative one keeps the speculative reservation: the step
+    # still in flight may add num_draft_tokens tokens before this one writes.
+    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
+    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
     assert gate.gate_for(worker).gated_steps == 1
     batch = worker_batch(spec, 3)
     assert gate.is_gated_decode(batch)
@@ -265,6 +267,7 @@ def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain
     assert nxt.verify_done is not None and nxt.verify_done is not spec.verify_done
     assert nxt.topk_index is spec.topk_index and nxt.hidden_states is spec.hidden_states
     assert gate.GATED_DECODE_ATTR not in vars(nxt)  # the next step is decided afresh
+    assert gate.decode_alloc_len(nxt, schedule_batch(3), 4) == 1  # after a gated step: one slot
 
 
 def test_the_published_lengths_are_recorded_before_the_forward(gate):
@@ -296,7 +299,8 @@ def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(gate):
     worker = make_worker(threshold=8)
     gate.init_overlap_batch_gate(worker)
     spec = draft_input(3)
-    assert gate.decode_alloc_len(spec, schedule_batch(9), 4) == 1  # 9 > 8: gated
+    assert gate.decode_alloc_len(spec, schedule_batch(9), 4) == 4  # 9 > 8: gated
+    assert gate.is_gated_decode(worker_batch(spec, 3))
     nxt = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
     assert gate.decode_alloc_len(nxt, schedule_batch(8), 4) == 1  # hysteresis: still gated at 8
     following = draft_input(3)
@@ -337,6 +341,7 @@ def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(gate):
     assert rows.topk_p.shape == (2, 1) and rows.topk_index.shape == (2, 1)
     assert rows.hidden_states.shape == (2, 6) and rows.hidden_states.dtype is np.float16
     assert rows.num_tokens_per_req == 1
+    assert gate.decode_alloc_len(rows, schedule_batch(3), 4) == 1  # nothing in flight to cover
 
 
 def test_off_unless_a_threshold_is_set(gate):
@@ -361,3 +366,30 @@ def test_a_prefill_that_takes_the_running_batch_above_the_threshold_is_plain(gat
     assert not gate.is_gated_prefill(extend(1))  # 3 + 1 = 4: not above the threshold
     assert gate.is_gated_prefill(extend(2))  # 3 + 2 = 5 > 4
     assert not gate.gate_for(worker).gated  # the decode steps decide the gate's state
+
+
+def test_reservations_cover_every_step_when_committed_tokens_lag_a_speculative_step(gate):
+    """0.5.6-0.5.10's decode preparation reserves `max(allocated, committed + 2 * len)` with
+    `committed` missing the tokens of the step still in flight, which a speculative step makes
+    as many as num_draft_tokens. Through speculative, gated and resumed stretches, every step
+    must find the slots it writes reserved: num_draft_tokens from its length when it
+    speculates, one when gated."""
+    ndt = 4
+    worker = make_worker(threshold=4)
+    gate.init_overlap_batch_gate(worker)
+    true_len, in_flight, allocated = 10, 0, 10
+    spec = draft_input(1)
+    for size in [2, 2, 2, 9, 9, 9, 9, 2, 2, 9, 9, 9, 2]:
+        reserve = gate.decode_alloc_len(spec, schedule_batch(size), ndt)
+        allocated = max(allocated, true_len - in_flight + 2 * reserve)
+        gated = gate.is_gated_decode(worker_batch(spec, 1))
+        written = 1 if gated else ndt  # a speculative step writes its whole draft width
+        assert allocated >= true_len + written, (size, gated, allocated, true_len)
+        if gated:
+            batch = worker_batch(spec, 1)
+            batch.seq_lens = T([true_len], np.int64)
+            spec = gate.run_gated_decode(worker, batch).next_draft_input
+        else:
+            spec = draft_input(1)  # a speculative step's new draft input
+        in_flight = 1 if gated else ndt  # worst case: every draft accepted
+        true_len += in_flight

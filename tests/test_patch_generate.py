@@ -33,7 +33,7 @@ V1_VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1"]
 # The scheduler's output processor is edited only where it counts spec metrics (0.5.3 on).
 COPIED = [WORKER, SERVER_ARGS, SCHEDULER_OUTPUT, "version.py", "__init__.py"]
 GUARDED_RESET = "if self.max_running_requests is None and not self.speculative_batch_gate_threshold:"
-METRICS_GUARD = "and not getattr(batch, 'eaglegate_gated_step', False)"
+METRICS_GUARD = "and not (getattr(batch, 'eaglegate_gated_step', False) or getattr(result, 'eaglegate_gated_step', False))"
 
 
 def spec_metrics_modules(root: Path) -> list[str]:
@@ -284,12 +284,14 @@ def test_scheduler_metrics_leave_out_gated_steps(generated, release_tree):
     original = (release_tree(version).root / SCHEDULER_OUTPUT).read_text()
     spec_test = "not batch.spec_algorithm.is_none()"
     assert f"if {spec_test}:\n            self.update_spec_metrics(" in original
+    # Marked on the batch by the v1 worker, on the result by the overlap worker.
     expected = ast.parse(
-        f"({spec_test}) and not getattr(batch, 'eaglegate_gated_step', False)", mode="eval"
+        f"({spec_test}) and not (getattr(batch, 'eaglegate_gated_step', False)"
+        " or getattr(result, 'eaglegate_gated_step', False))", mode="eval"
     ).body
     assert ast.dump(guarded[0].test) == ast.dump(expected)
     assert source.count(METRICS_GUARD) == 1
-    assert source.count("eaglegate_gated_step") == 1  # nowhere else in the file
+    assert source.count("eaglegate_gated_step") == 2  # the guard's two marks, nowhere else
 
 
 def test_init_batch_gate_is_the_last_statement_of_eagle_worker_init(generated):

@@ -26,15 +26,13 @@ from conftest import release
 # Every release that has EAGLEWorkerV2 and no native adaptive speculation (PyPI, 0.5.3.post2
 # to 0.5.13.post1), by what the overlap patch does there.
 TAKES_THE_PATCH = ["0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9",
-                   "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"]
+                   "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1"]
 # The anchor each refusal names: 0.5.3.x drafts in a branch of its own shape and has no
-# draft-input decode preparation; 0.5.4-0.5.5 reserve through `allocate_lens` (two sites);
-# 0.5.13 hands the worker the scheduler's batch and a publish hook.
+# draft-input decode preparation; 0.5.4-0.5.5 reserve through `allocate_lens` (two sites).
 REFUSES = {
     "0.5.3.post2": "EAGLEWorkerV2.forward_batch_generation", "0.5.3.post3": "EAGLEWorkerV2.forward_batch_generation",
     "0.5.4": "EagleDraftInputV2Mixin.prepare_for_decode", "0.5.4.post3": "EagleDraftInputV2Mixin.prepare_for_decode",
     "0.5.5": "EagleDraftInputV2Mixin.prepare_for_decode", "0.5.5.post3": "EagleDraftInputV2Mixin.prepare_for_decode",
-    "0.5.13": "EAGLEWorkerV2.forward_batch_generation", "0.5.13.post1": "EAGLEWorkerV2.forward_batch_generation",
 }
 
 
@@ -93,12 +91,24 @@ def test_a_release_with_both_workers_gates_both_and_the_flags_follow_the_worker(
     ("0.5.12.post1", ["SGLANG_ENABLE_SPEC_V2=0"], "v1-code-patch"),   # the opt-out
     ("0.5.9", [], "v1-code-patch"),                                   # spec v2 off by default there
     ("0.5.9", ["SGLANG_ENABLE_SPEC_V2=1"], "v2-code-patch"),
+    ("0.5.13", [], "v2-code-patch"),                                  # v1 is gone
 ])
 def test_plan_routes_the_launch_to_the_worker_it_runs(version, env, family):
     plan = build_plan(analyze(release(version)), 48, "--speculative-algorithm EAGLE3", env)
     assert plan.family == family, plan.to_json()
     worker = family[:2]
     assert plan.launch_flags == launch_flags(release(version), 48, worker)
+    assert plan.launch_flags[:2] == [FLAG, "48"]
     assert plan.patch is not None and not plan.blocked_by
     assert not plan.caps  # the patch skips speculation's cap: none to print
     assert any("--max-running-requests to 48" in c for c in plan.caveats)
+
+
+def test_from_0_5_13_the_cap_guard_goes_where_the_eagle_family_is_handled():
+    """0.5.13 moved speculation's reset of the running cap into a function of its own."""
+    patch = generate_patch(release("0.5.13"), 32, worker="v2")
+    hook = next(c for c in patch.changes if c.path.endswith("srt/arg_groups/speculative_hook.py"))
+    assert b"max_running_requests is None and not server_args.speculative_batch_gate_threshold" in hook.after
+    args = next(c for c in patch.changes if c.path.endswith("srt/server_args.py"))
+    assert b"--speculative-batch-gate-threshold" in args.after
+    assert b"not self.speculative_batch_gate_threshold" not in args.after
