@@ -434,7 +434,7 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
     new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
     if cap_guard:
         guard = _GateKeepsRunningCap()
-        new_cls = new_cls.visit(guard)
+        new_cls = cst.ensure_type(new_cls.visit(guard), cst.ClassDef)
         Anchor(
             file,
             "ServerArgs",

@@ -146,8 +146,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
 
     new_cls = replace_methods(cls, {id(func): new_func, **end_init_with(cls, INIT, file)})
     module = module.with_changes(body=[new_cls if s is cls else s for s in module.body])
-    names = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
-    return insert_gate_import(module, new_cls, names, file).code
+    imported = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
+    return insert_gate_import(module, new_cls, imported, file).code
 
 
 def _is_alloc_len(node: cst.CSTNode, self_name: str) -> bool:
