@@ -75,7 +75,9 @@ def test_a_gate_applied_with_git_apply_is_patched_and_reverts(site, tmp_path):
     assert tree_hash(site) == patched
 
     reverted = ok("revert", "--path", str(site))
-    assert reverted.stdout.startswith(f"reverted a gate patch no eaglegate manifest recorded: 5 files "
+    # Both workers' edits (0.5.9 has the v1 worker and the overlap worker), the arguments,
+    # the two metrics edits and the gate module.
+    assert reverted.stdout.startswith(f"reverted a gate patch no eaglegate manifest recorded: 7 files "
                                       f"restored from release {VERSION}"), reverted.stdout
     assert tree_hash(site) == pristine
     assert ok("status", "--path", str(site)).stdout.startswith("pristine")
@@ -141,7 +143,7 @@ def test_revert_without_any_original_says_what_it_cannot_restore(site):
     before = tree_hash(site)
     line = error_line(eaglegate("revert", "--path", str(site)))
     assert line.startswith("error: cannot restore sglang/srt/managers/scheduler_output_processor_mixin.py, "
-                           "sglang/srt/server_args.py, sglang/srt/speculative/eagle_worker.py: no backup "
-                           "holds them, no git checkout, the tree's version is unknown"), line
+                           "sglang/srt/server_args.py, sglang/srt/speculative/eagle_info_v2.py and 2 more: "
+                           "no backup holds them, no git checkout, the tree's version is unknown"), line
     assert line.endswith("nothing was written")
     assert tree_hash(site) == before

@@ -384,7 +384,9 @@ def test_cli_apply_status_revert_round_trip(tree):
         "sglang/srt/managers/scheduler_output_processor_mixin.py",
         "sglang/srt/server_args.py",
         "sglang/srt/speculative/batch_gate.py",
+        "sglang/srt/speculative/eagle_info_v2.py",
         "sglang/srt/speculative/eagle_worker.py",
+        "sglang/srt/speculative/eagle_worker_v2.py",
     ]
     assert data["launch_flags"] == ["--speculative-batch-gate-threshold", "32", "--disable-overlap-schedule"]
 
