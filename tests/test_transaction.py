@@ -388,7 +388,13 @@ def test_cli_apply_status_revert_round_trip(tree):
         "sglang/srt/speculative/eagle_worker.py",
         "sglang/srt/speculative/eagle_worker_v2.py",
     ]
-    assert data["launch_flags"] == ["--speculative-batch-gate-threshold", "32", "--disable-overlap-schedule"]
+    # The flags of the worker `plan` finds this (partial) tree's default launch runs.
+    from eaglegate.analyzer.source import from_path
+    from eaglegate.patches.generate import default_worker, launch_flags
+
+    located = from_path(tree)
+    assert data["launch_flags"] == launch_flags(located, 32, default_worker(located))
+    assert data["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "32"]
 
     again = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["changed"] == []
