@@ -141,6 +141,21 @@ def _imports_gate(module: cst.Module) -> bool:
     return False
 
 
+def already_wired(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
+    """True when the file is patched (its edit calls the gate and it imports the gate
+    module); raises on a file patched by half."""
+    imported = _imports_gate(module)
+    if wired and imported:
+        return True
+    if wired != imported:
+        raise UserError(
+            f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
+            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
+            "restore the original file first"
+        )
+    return False
+
+
 def _class(module: cst.Module, name: str, file: str) -> cst.ClassDef:
     found = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
     Anchor(file, name, "module-level class definition").check(len(found))
@@ -177,16 +192,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
     func = entries[0]
     qual = f"EAGLEWorker.{func.name.value}"
 
-    wired = GATED in _code(func)
-    imported = _imports_gate(module)
-    if wired and imported:
+    if already_wired(module, GATED in _code(func), qual, file):
         return source
-    if wired != imported:
-        raise UserError(
-            f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
-            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
-            "restore the original file first"
-        )
 
     params = func.params.params
     Anchor(file, qual, "parameters (self, batch)", 2).check(len(params))

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from eaglegate.errors import UserError
 from eaglegate.patches.codemod_v1 import (
-    GATE_MODULE,
     Anchor,
     _class,
     _code,
-    _imports_gate,
     _methods,
     _parse,
     _walk,
+    already_wired,
     end_init_with,
     insert_gate_import,
     replace_methods,
@@ -56,20 +54,6 @@ ALLOC_CALLS = ("get_alloc_len_per_decode", "get_alloc_reserve_per_decode")
 ALLOC_ATTR = "ALLOC_LEN_PER_DECODE"
 
 
-def _check_wiring(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
-    """True when already patched; raises on a half-patched file."""
-    imported = _imports_gate(module)
-    if wired and imported:
-        return True
-    if wired != imported:
-        raise UserError(
-            f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
-            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
-            "restore the original file first"
-        )
-    return False
-
-
 def _drafts(node: cst.CSTNode, self_name: str) -> int:
     """Calls `<self>.draft_worker.draft(...)` or `<self>._draft_worker.draft(...)` in node."""
     return sum(
@@ -90,7 +74,7 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     Anchor(file, f"{WORKER_CLASS}.{ENTRY}", "method definition").check(len(entries))
     func = entries[0]
     qual = f"{WORKER_CLASS}.{ENTRY}"
-    if _check_wiring(module, RUN_GATED in _code(func), qual, file):
+    if already_wired(module, RUN_GATED in _code(func), qual, file):
         return source
     params = func.params.params
     # (self, model_worker_batch) up to 0.5.12; (self, batch, on_publish=None) on 0.5.13,
@@ -217,7 +201,7 @@ def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_inf
     qual = f"{PREP_CLASS}.{PREP}"
     Anchor(file, qual, "method definition").check(len(preps))
     func = preps[0]
-    if _check_wiring(module, ALLOC in _code(func), qual, file):
+    if already_wired(module, ALLOC in _code(func), qual, file):
         return source
     params = func.params.params
     Anchor(file, qual, "parameters (self, batch)", 2).check(len(params))
