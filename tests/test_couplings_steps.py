@@ -11,11 +11,9 @@ evidence starting from a speculative setting.
 from __future__ import annotations
 
 import pytest
-from test_couplings_recall import RECALL_FILES, _program, source_line, text
+from test_couplings_recall import RECALL_FILES, RELEASES, _program, report, source_line, text
 
 from eaglegate.analyzer.couplings import CouplingReport, find_couplings
-
-from conftest import release
 
 STEP_FILES = dict(RECALL_FILES)
 STEP_FILES["worker.py"] = RECALL_FILES["worker.py"].replace('''        def fast_topk(values, k):''', '''        def alloc_slots(n):
@@ -128,16 +126,6 @@ def test_asserts_on_the_state_and_under_a_mode_test(steps):
 
 
 # -- real releases -------------------------------------------------------------------------------
-
-RELEASES = ["0.5.4", "0.5.9", "0.5.12.post1"]
-_reports: dict[str, CouplingReport] = {}
-
-
-def report(version: str) -> CouplingReport:
-    if version not in _reports:
-        _reports[version] = find_couplings(release(version))
-    return _reports[version]
-
 
 def _named(r: CouplingReport, kind: str, method: str) -> list:
     return [f for f in r.kinds(kind) if f.symbol.endswith(method)]
