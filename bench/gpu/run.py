@@ -380,9 +380,8 @@ def throughput(a, rows):
     def work(url, res):
         temperature = TEMPERATURE.get(res["pair"], 0.0)
         for c in a.levels:
-            # A short untimed pass at this concurrency first: the first wave at a new batch
-            # size compiles and captures what later waves reuse (run G3's first repeats ran
-            # at half speed on every server).
+            # A short untimed pass at this concurrency first: in run G3 the first repeat at a
+            # new level often ran slow (C=8: about half speed on eagle-v2 and gated-v2).
             loadgen.warm(url, c=c, max_new=8, temperature=temperature)
             for rep in range(a.repeats):
                 if time.time() - T0 > a.deadline_s - 45:
