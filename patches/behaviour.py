@@ -738,13 +738,21 @@ def check_sources(
         worker.calls == ["forward_target_extend"],
         f"calls {worker.calls}",
     )
+    # Below the lower mark it stays gated for the gate's `resume_steps` steps in a row.
+    resume_steps = getattr(worker._eaglegate_batch_gate, "resume_steps", 1)
+    still_gated = []
+    for _ in range(resume_steps - 1):
+        run("shrinking", decode_batch(1))
+        still_gated.append(worker.calls == ["forward_target_extend"])
     resumed = decode_batch(1)
     run("after shrinking", resumed)
     check(
-        "hysteresis: speculation resumes below the lower mark, counted as speculative",
-        worker.calls[:2] == ["draft", "verify"]
+        "hysteresis: speculation resumes below the lower mark after the resume steps, "
+        "counted as speculative",
+        all(still_gated)
+        and worker.calls[:2] == ["draft", "verify"]
         and getattr(resumed, "eaglegate_gated_step", None) is False,
-        f"calls {worker.calls}",
+        f"gated while shrinking {still_gated}, then calls {worker.calls}",
     )
 
     # 4. A prefill batch goes through the extend branch untouched by the gate.

@@ -8,8 +8,10 @@ scheduler process and is unit-tested without torch.
 What it holds:
 - `BatchGate`: the threshold, hysteresis and counters. Speculation is switched off
   (the step is "gated") when the batch size rises above `threshold`, and back on only
-  once it falls below `resume_below` (< threshold), so a batch hovering at the
-  threshold does not flap between the two paths every step.
+  once it has stayed below `resume_below` (< threshold) for `resume_steps` decode steps
+  in a row, so a batch hovering at the threshold does not flap between the two paths,
+  and a batch that refills (requests finishing and their successors still arriving, one
+  prefill at a time) does not speculate for the one or two steps in between.
 - `init_batch_gate(worker)`: called at the end of `EAGLEWorker.__init__`. Builds the
   gate from the server argument `speculative_batch_gate_threshold` (or, when unset,
   `SGLANG_SPEC_BATCH_GATE_THRESHOLD`; off unless one is a positive int), and, when it
@@ -71,6 +73,12 @@ if TYPE_CHECKING:
 
 ENV_THRESHOLD = "SGLANG_SPEC_BATCH_GATE_THRESHOLD"
 ENV_RESUME = "SGLANG_SPEC_BATCH_GATE_RESUME"  # optional: resume speculation below this size
+# optional: ...after this many decode steps in a row below it
+ENV_RESUME_STEPS = "SGLANG_SPEC_BATCH_GATE_RESUME_STEPS"
+# On the H200 (0.5.12.post1, C=64, threshold 53) a refilling batch spent 1 to 3 decode steps
+# below the lower mark; each return to speculation costs a draft that has not seen the gated
+# positions. Eight steps is a few milliseconds of plain decoding when the load really fell.
+DEFAULT_RESUME_STEPS = 8
 SERVER_ARG = "speculative_batch_gate_threshold"
 
 logger = logging.getLogger(__name__)
@@ -101,6 +109,7 @@ class BatchGate:
         threshold: int,
         resume_below: int | None = None,
         global_view: GlobalView | None = None,
+        resume_steps: int = DEFAULT_RESUME_STEPS,
     ) -> None:
         if threshold <= 0:
             raise ValueError("threshold must be a positive integer")
@@ -110,6 +119,10 @@ class BatchGate:
         )
         if not 0 < self.resume_below <= threshold:
             raise ValueError("resume_below must be in 1..threshold")
+        if resume_steps <= 0:
+            raise ValueError("resume_steps must be a positive integer")
+        self.resume_steps = resume_steps
+        self._steps_below = 0  # consecutive gated steps below resume_below
         self.global_view = global_view
         self.gated = False  # current state: True while speculation is off
         self.gated_steps = 0
@@ -136,18 +149,22 @@ class BatchGate:
         if resume is not None and resume > threshold:
             logger.warning("batch gate: %s=%d above the threshold, ignored", ENV_RESUME, resume)
             resume = None
-        return cls(threshold, resume)
+        resume_steps = _positive_int(env.get(ENV_RESUME_STEPS)) or DEFAULT_RESUME_STEPS
+        return cls(threshold, resume, resume_steps=resume_steps)
 
     def decide(self, global_batch_size: int) -> bool:
         """Advance the hysteresis with this step's (global) batch size; True = gate it."""
         if self.gated:
-            if global_batch_size < self.resume_below:
+            self._steps_below = self._steps_below + 1 if global_batch_size < self.resume_below else 0
+            if self._steps_below >= self.resume_steps:
+                self._steps_below = 0
                 self.gated = False
                 self.switches += 1
                 logger.info(
-                    "batch gate: batch size %d < %d, speculation back on",
+                    "batch gate: batch size %d < %d for %d steps, speculation back on",
                     global_batch_size,
                     self.resume_below,
+                    self.resume_steps,
                 )
         elif global_batch_size > self.threshold:
             self.gated = True

@@ -19,6 +19,7 @@ GATE_FILE = Path(__file__).resolve().parents[1] / "patches" / "gate_module.py"
 def gate(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_THRESHOLD", raising=False)
     monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME", raising=False)
+    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", raising=False)
     spec = importlib.util.spec_from_file_location("batch_gate_under_test", GATE_FILE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -106,7 +107,7 @@ def test_off_for_hybrid_models(gate):
 
 
 def test_hysteresis(gate):
-    g = gate.BatchGate(8)
+    g = gate.BatchGate(8, resume_steps=1)
     assert g.resume_below == 7
     sizes = [4, 8, 9, 8, 7, 6, 8, 9, 20, 1]
     decisions = [g.decide(n) for n in sizes]
@@ -115,10 +116,23 @@ def test_hysteresis(gate):
     assert g.switches == 4
 
 
+def test_speculation_resumes_only_after_steps_in_a_row_below_the_mark(gate):
+    g = gate.BatchGate(8, resume_steps=3)
+    # A refilling batch dips below the mark for two steps, then a third prefill lands.
+    sizes = [9, 2, 3, 9, 5, 4, 3, 2]
+    assert [g.decide(n) for n in sizes] == [True, True, True, True, True, True, False, False]
+    assert g.switches == 2
+    assert gate.BatchGate(8).resume_steps == gate.DEFAULT_RESUME_STEPS
+    with pytest.raises(ValueError):
+        gate.BatchGate(8, resume_steps=0)
+
+
 def test_resume_mark_from_env(gate):
-    g = gate.BatchGate.from_settings(10, environ={gate.ENV_RESUME: "4"})
-    assert (g.threshold, g.resume_below) == (10, 4)
-    assert [g.decide(n) for n in (11, 5, 4, 3)] == [True, True, True, False]
+    g = gate.BatchGate.from_settings(
+        10, environ={gate.ENV_RESUME: "4", gate.ENV_RESUME_STEPS: "2"}
+    )
+    assert (g.threshold, g.resume_below, g.resume_steps) == (10, 4, 2)
+    assert [g.decide(n) for n in (11, 5, 4, 3, 3)] == [True, True, True, True, False]
     # A resume mark above the threshold would flap; it is ignored.
     assert gate.BatchGate.from_settings(10, environ={gate.ENV_RESUME: "40"}).resume_below == 9
     with pytest.raises(ValueError):
@@ -152,7 +166,7 @@ def test_counters_and_log_string(gate):
 def test_dp_ranks_decide_alike_from_the_gathered_sizes(gate):
     # Two attention-DP ranks with different local batches; SGLang's MLP sync gave both
     # the same per-rank token counts (one per request in decode).
-    ranks = [gate.BatchGate(8), gate.BatchGate(8)]
+    ranks = [gate.BatchGate(8, resume_steps=1), gate.BatchGate(8, resume_steps=1)]
     local = [[2, 10, 3, 1, 0], [9, 1, 6, 7, 0]]
     for step in range(5):
         gathered = [local[0][step], local[1][step]]
@@ -181,7 +195,8 @@ def test_dp_injected_global_view(gate):
     assert g.gated  # the hysteresis still saw the global size
 
 
-def test_idle_dp_rank_joins_a_gated_step(gate):
+def test_idle_dp_rank_joins_a_gated_step(gate, monkeypatch):
+    monkeypatch.setenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", "1")  # resume at once
     runner = ModelRunner()
     verify_graphs = runner.graph_runner
     w = gated_worker(threshold=4, runner=runner)
@@ -483,7 +498,8 @@ def registry():
             registry.unregister(collector)
 
 
-def test_metrics_count_steps_by_kind_and_switches(gate, registry, root_handler):
+def test_metrics_count_steps_by_kind_and_switches(gate, monkeypatch, registry, root_handler):
+    monkeypatch.setenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", "1")  # resume at once
     w = gated_worker(threshold=2)
     w.server_args.enable_metrics = True
     gate.init_batch_gate(w)
@@ -584,10 +600,11 @@ class StepMode(enum.Enum):
         return self is StepMode.IDLE
 
 
-def test_two_attention_dp_ranks_take_the_same_step_every_time(gate):
+def test_two_attention_dp_ranks_take_the_same_step_every_time(gate, monkeypatch):
     """Tensor/attention-DP ranks run their own scheduler on their own batch; their
     collectives deadlock unless every rank takes the same kind of step. Two ranks, local
     batch sizes that differ (one rank idle at times), sizes gathered by SGLang's MLP sync."""
+    monkeypatch.setenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", "1")  # resume at once
     ranks = [gated_worker(threshold=8), gated_worker(threshold=8)]
     for w in ranks:
         w._eaglegate_plain_decode = gate.PlainDecode("decode backend", "decode graphs")

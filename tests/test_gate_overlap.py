@@ -303,6 +303,9 @@ def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(gate):
     assert gate.is_gated_decode(worker_batch(spec, 3))
     nxt = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
     assert gate.decode_alloc_len(nxt, schedule_batch(8), 4) == 1  # hysteresis: still gated at 8
+    for _ in range(gate.DEFAULT_RESUME_STEPS - 1):  # below 7, not yet for long enough
+        nxt = gate.run_gated_decode(worker, worker_batch(nxt, 3)).next_draft_input
+        assert gate.decode_alloc_len(nxt, schedule_batch(6), 4) == 1
     following = draft_input(3)
     assert gate.decode_alloc_len(following, schedule_batch(6), 4) == 4  # below 7: speculate
     assert not gate.is_gated_decode(worker_batch(following, 3))

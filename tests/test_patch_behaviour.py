@@ -33,7 +33,8 @@ EXPECTED_CHECKS = {
     DRAFT_ROWS,
     BACK_TO_SPECULATION,
     "hysteresis: still gated at the threshold after gating",
-    "hysteresis: speculation resumes below the lower mark, counted as speculative",
+    "hysteresis: speculation resumes below the lower mark after the resume steps, "
+    "counted as speculative",
     "prefill: target and draft extend, no gate bookkeeping",
 }
 
