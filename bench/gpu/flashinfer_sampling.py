@@ -25,6 +25,9 @@ def top_k_renorm_probs(probs, top_k, *args, **kwargs):
     vocab = probs.shape[-1]
     k = _per_row(top_k, probs, torch.int64)
     k = torch.where(k <= 0, vocab, k).clamp(1, vocab)
+    if bool((k == vocab).all()):
+        # SGLang passes "no top-k" as a huge k; skip the sort flashinfer's kernel never does.
+        return probs
     kth = probs.sort(dim=-1, descending=True).values.gather(-1, k - 1)
     return _renorm(torch.where(probs >= kth, probs, torch.zeros_like(probs)))
 
