@@ -241,6 +241,16 @@ def describe(worker: Any) -> str:
 # ---- the target's plain-decode path ----------------------------------------------------
 
 
+# The model runner's attribute for its decode-step CUDA graphs: `decode_cuda_graph_runner`
+# from 0.5.14 (`DecodeCudaGraphRunner`), `graph_runner` before (`CudaGraphRunner`).
+_GRAPH_ATTRS = ("decode_cuda_graph_runner", "graph_runner")
+
+
+def graph_attr(runner: Any) -> str:
+    """The name under which this version's model runner keeps its decode graphs."""
+    return next((name for name in _GRAPH_ATTRS if hasattr(runner, name)), _GRAPH_ATTRS[-1])
+
+
 class PlainDecode:
     """What the target model runner swaps in for a gated step: an attention backend of
     its own (the verify graphs keep theirs) and CUDA graphs captured in DECODE mode.
@@ -251,18 +261,20 @@ class PlainDecode:
     def __init__(self, attn_backend: Any, graphs: Any) -> None:
         self.attn_backend = attn_backend
         self.graphs = graphs
-        self._saved: tuple[Any, Any, Any] | None = None
+        self._saved: tuple[Any, str, Any, Any] | None = None
 
     def enter(self, runner: Any) -> None:
+        attr = graph_attr(runner)
         if self._saved is None:
-            self._saved = (runner, runner.attn_backend, runner.graph_runner)
+            self._saved = (runner, attr, runner.attn_backend, getattr(runner, attr))
         runner.attn_backend = self.attn_backend
-        runner.graph_runner = self.graphs
+        setattr(runner, attr, self.graphs)
 
     def leave(self) -> None:
         if self._saved is not None:
-            runner, backend, graphs = self._saved
-            runner.attn_backend, runner.graph_runner = backend, graphs
+            runner, attr, backend, graphs = self._saved
+            runner.attn_backend = backend
+            setattr(runner, attr, graphs)
             self._saved = None
 
 
@@ -294,13 +306,28 @@ def _new_attention_backend(runner: Any) -> Any:
         _swap(runner, **saved)
 
 
-def _plain_batch_sizes(server_args: Any) -> list[int] | None:
+def _graph_batch_sizes(server_args: Any) -> tuple[Any, str, Any] | None:
+    """Where this version keeps the decode CUDA-graph batch sizes, and the function that
+    generates its default list: (holder, attribute, generate)."""
+    decode = getattr(getattr(server_args, "cuda_graph_config", None), "decode", None)
+    generate = getattr(server_args, "_generate_decode_cuda_graph_batch_sizes", None)
+    if decode is not None and generate is not None:  # 0.5.14 on
+        return decode, "bs", lambda: generate(decode.max_bs)
+    generate = getattr(server_args, "_generate_cuda_graph_batch_sizes", None)
+    if generate is not None:
+        return server_args, "cuda_graph_bs", generate
+    return None
+
+
+def _plain_batch_sizes(server_args: Any) -> tuple[Any, str, list[int]] | None:
     """The CUDA-graph batch sizes SGLang picks without speculation, where it picked the
     speculative list itself (not the user): a plain step then pads to the same size, and
-    runs the same kernels, as in a server without speculation."""
-    generate = getattr(server_args, "_generate_cuda_graph_batch_sizes", None)
-    if generate is None or not getattr(server_args, "speculative_algorithm", None):
+    runs the same kernels, as in a server without speculation. Returned with the holder
+    and attribute to swap them into while the DECODE graphs are captured."""
+    where = _graph_batch_sizes(server_args)
+    if where is None or not getattr(server_args, "speculative_algorithm", None):
         return None
+    holder, attr, generate = where
     try:
         chosen = generate()
         saved = _swap(server_args, speculative_algorithm=None)
@@ -310,9 +337,9 @@ def _plain_batch_sizes(server_args: Any) -> list[int] | None:
             _swap(server_args, **saved)
     except Exception:  # noqa: BLE001 - keep the list the server has
         return None
-    if list(server_args.cuda_graph_bs or []) != list(chosen):
+    if list(getattr(holder, attr, None) or []) != list(chosen):
         return None  # the user's own list
-    return list(plain)
+    return holder, attr, list(plain)
 
 
 def build_plain_decode(worker: Any, full_hidden: bool = True) -> PlainDecode | None:
@@ -328,7 +355,7 @@ def build_plain_decode(worker: Any, full_hidden: bool = True) -> PlainDecode | N
         logger.exception("batch gate: no separate attention backend; gated steps stay off")
         return None
     graphs = None
-    verify_graphs = getattr(runner, "graph_runner", None)
+    verify_graphs = getattr(runner, graph_attr(runner), None)
     if verify_graphs is not None:
         # Capture in DECODE mode (the runner reads `spec_algorithm` to pick its mode), with
         # full hidden states, which the worker's target step asks for, and at the batch
@@ -340,13 +367,17 @@ def build_plain_decode(worker: Any, full_hidden: bool = True) -> PlainDecode | N
             _swap(runner.server_args, enable_return_hidden_states=True) if full_hidden else {}
         )
         plain_sizes = _plain_batch_sizes(runner.server_args)
+        saved_sizes: tuple[Any, dict[str, Any]] | None = None
         if plain_sizes is not None:
-            saved_args.update(_swap(runner.server_args, cuda_graph_bs=plain_sizes))
+            holder, attr, sizes = plain_sizes
+            saved_sizes = holder, _swap(holder, **{attr: sizes})
         try:
             graphs = type(verify_graphs)(runner)
         except Exception:  # noqa: BLE001
             logger.exception("batch gate: DECODE graphs not captured; gated steps run eagerly")
         finally:
+            if saved_sizes is not None:
+                _swap(saved_sizes[0], **saved_sizes[1])
             _swap(runner.server_args, **saved_args)
             _swap(runner, **saved_runner)
         if graphs is not None:
@@ -722,7 +753,8 @@ def _target_forward(worker: Any, batch: Any) -> Any:
     algorithm, spec_info = batch.spec_algorithm, batch.spec_info
     batch.spec_info = None
     batch.spec_algorithm = _plain_algorithm(algorithm)
-    batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
+    if hasattr(batch, "capture_hidden_mode"):  # from 0.5.18 derived from spec_info (None: NULL)
+        batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
     runner = worker.target_worker.model_runner
     plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
     if plain is not None and not batch.forward_mode.is_extend():
@@ -733,6 +765,21 @@ def _target_forward(worker: Any, batch: Any) -> Any:
         if plain is not None:
             plain.leave()
         batch.spec_algorithm, batch.spec_info = algorithm, spec_info
+        _hand_over_read_done(worker, runner)
+
+
+def _hand_over_read_done(worker: Any, target_runner: Any) -> None:
+    """From 0.5.14 the scheduler fences its next buffer writes on a read-done event of the
+    worker's `war_fastpath_runner`, for EAGLE the draft runner, whose draft extend records it.
+    A gated step has no draft extend; the target's DECODE graph replay recorded the event on
+    the target runner instead, so it moves to where the scheduler looks. None (an eager
+    step) makes the scheduler wait for the whole forward, which is always safe."""
+    name = "war_fastpath_read_done_event"
+    fast = getattr(worker, "war_fastpath_runner", None)
+    if fast is None or fast is target_runner or not hasattr(target_runner, name):
+        return
+    setattr(fast, name, getattr(target_runner, name))
+    setattr(target_runner, name, None)
 
 
 def _publish(result: Any, on_publish: Any, new_seq_lens: Any) -> None:

@@ -24,3 +24,18 @@ def release(version: str) -> SourceTree:
 @pytest.fixture(scope="session")
 def release_tree():
     return release
+
+
+def release_method(version: str, path: str, cls_name: str, method: str):
+    """A method of a class in a real release (`path` under the `sglang` package), compiled from
+    its own source without decorators; it may use nothing but its arguments and `self`."""
+    import ast
+
+    module = ast.parse((release(version).root / path).read_text())
+    cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    func.decorator_list = []
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[func], type_ignores=[]), path, "exec"), namespace)
+    return namespace[method]
+

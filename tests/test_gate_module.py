@@ -532,18 +532,13 @@ def test_metrics_already_registered_leave_the_gate_without_metrics(gate, registr
 
 def _real_server_args(version):
     """A stand-in ServerArgs whose `_generate_cuda_graph_batch_sizes` is the release's own."""
-    from conftest import release
+    from conftest import release_method
 
-    source = (release(version).root / "srt" / "server_args.py").read_text()
-    tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
-    method = next(
-        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_generate_cuda_graph_batch_sizes"
+    generate = release_method(
+        version, "srt/server_args.py", "ServerArgs", "_generate_cuda_graph_batch_sizes"
     )
-    namespace = {}
-    exec(compile(ast.Module(body=[method], type_ignores=[]), "server_args.py", "exec"), namespace)
     args_class = type("ServerArgs", (types.SimpleNamespace,), {
-        "_generate_cuda_graph_batch_sizes": namespace["_generate_cuda_graph_batch_sizes"]})
+        "_generate_cuda_graph_batch_sizes": generate})
     args = args_class(
         speculative_algorithm="EAGLE3", cuda_graph_max_bs=256, disable_cuda_graph_padding=False,
         torch_compile_max_bs=32, enable_torch_compile=False,
@@ -556,7 +551,8 @@ def _real_server_args(version):
 def test_decode_graphs_use_the_batch_sizes_sglang_picks_without_speculation(gate, version):
     args = _real_server_args(version)
     spec_sizes = list(args.cuda_graph_bs)
-    plain = gate._plain_batch_sizes(args)
+    holder, attr, plain = gate._plain_batch_sizes(args)
+    assert (holder, attr) == (args, "cuda_graph_bs")
     args.speculative_algorithm = None
     expected = args._generate_cuda_graph_batch_sizes()
     args.speculative_algorithm = "EAGLE3"
@@ -581,7 +577,7 @@ def test_init_captures_decode_graphs_at_the_plain_batch_sizes(gate, root_handler
     args.enable_return_hidden_states = False
     runner.server_args = args
     gate.init_batch_gate(gated_worker(runner=runner))
-    assert seen["sizes"] == gate._plain_batch_sizes(args) != spec_sizes
+    assert seen["sizes"] == gate._plain_batch_sizes(args)[2] != spec_sizes
     assert runner.server_args.cuda_graph_bs == spec_sizes  # the server's own list is back
 
 

@@ -115,6 +115,7 @@ class EagleDraftInput:
 def gate(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_THRESHOLD", raising=False)
     monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME", raising=False)
+    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", raising=False)
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
     for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -396,3 +397,68 @@ def test_reservations_cover_every_step_when_committed_tokens_lag_a_speculative_s
             spec = draft_input(1)  # a speculative step's new draft input
         in_flight = 1 if gated else ndt  # worst case: every draft accepted
         true_len += in_flight
+
+
+# ---- the 0.5.14+ runner: DecodeCudaGraphRunner, graph sizes in cuda_graph_config ----------
+
+
+class DecodeGraphRunner:
+    """0.5.14's DecodeCudaGraphRunner: mode from the runner's algorithm, sizes from the
+    server's `cuda_graph_config.decode.bs` as they are at construction."""
+
+    def __init__(self, runner):
+        self.mode = "DECODE" if runner.spec_algorithm.is_none() else "TARGET_VERIFY"
+        self.capture_bs = list(runner.server_args.cuda_graph_config.decode.bs)
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16"])
+def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_hands_over_the_war_event(
+    gate, version
+):
+    from conftest import release_method
+
+    generate = release_method(
+        version, "srt/server_args.py", "ServerArgs", "_generate_decode_cuda_graph_batch_sizes"
+    )
+    worker = make_worker(threshold=2)
+    runner = worker.target_worker.model_runner
+    del runner.graph_runner
+    server_args = types.SimpleNamespace(
+        enable_return_hidden_states=False, disable_cuda_graph_padding=False,
+        speculative_algorithm="EAGLE3",
+        cuda_graph_config=types.SimpleNamespace(decode=types.SimpleNamespace(max_bs=64, bs=None)),
+    )
+    server_args._generate_decode_cuda_graph_batch_sizes = types.MethodType(generate, server_args)
+    server_args.cuda_graph_config.decode.bs = spec_sizes = generate(server_args, 64)
+    runner.server_args = server_args
+    runner.decode_cuda_graph_runner = verify_graphs = DecodeGraphRunner(runner)
+    draft_runner = types.SimpleNamespace(war_fastpath_read_done_event="draft extend's, stale")
+    runner.war_fastpath_read_done_event = None
+    worker.war_fastpath_runner = draft_runner
+    seen = []
+
+    def forward(batch):  # the DECODE replay records the read-done event on the target runner
+        seen.append((runner.decode_cuda_graph_runner.mode, hasattr(batch, "capture_hidden_mode")))
+        runner.war_fastpath_read_done_event = "DECODE replay's"
+        return types.SimpleNamespace(next_token_ids=T([100 + n for n in batch.seq_lens.tolist()],
+                                                      np.int64))
+
+    worker.target_worker.forward_batch_generation = forward
+    gate.init_overlap_batch_gate(worker)
+
+    plain = worker._eaglegate_plain_decode.graphs
+    assert plain.mode == "DECODE"
+    without_spec = types.SimpleNamespace(**{**vars(server_args), "speculative_algorithm": None})
+    assert plain.capture_bs == generate(without_spec, 64) != spec_sizes  # plain's own list
+    assert server_args.cuda_graph_config.decode.bs == spec_sizes  # restored after the capture
+
+    spec = draft_input(3)
+    gate.decode_alloc_len(spec, schedule_batch(3), 4)
+    batch = worker_batch(spec, 3)
+    del batch.capture_hidden_mode  # 0.5.18 on: the forward derives it from spec_info
+    gate.run_gated_decode(worker, batch, on_publish=lambda lens: None)
+    assert seen == [("DECODE", False)]
+    assert runner.decode_cuda_graph_runner is verify_graphs
+    # The scheduler's barrier reads the draft runner: it now waits on the DECODE replay.
+    assert draft_runner.war_fastpath_read_done_event == "DECODE replay's"
+    assert runner.war_fastpath_read_done_event is None
