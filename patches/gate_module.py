@@ -714,14 +714,19 @@ def _step_eligible(batch: Any) -> bool:
     )
 
 
-def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
+def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any, gated_len: int = 1) -> Any:
     """The per-request KV reservation of this decode step, in the draft input's
-    `prepare_for_decode`: `alloc_len` (the speculative width) when it speculates or follows a
-    speculative step, 1 when the gate runs it as a plain decode after a gated step or
-    prefill. Decides the step and marks `draft_input`. Never raises."""
+    `prepare_for_decode`: `alloc_len` (the speculative value) when it speculates or follows a
+    speculative step, `gated_len` when the gate runs it as a plain decode after a gated step or
+    prefill. Decides the step and marks `draft_input`. Never raises.
+
+    `gated_len` is the plain value of what `alloc_len` measures. Where the version reserves
+    `committed + 2 * <per-decode length>`, it is 1. Where the wrapped call already is the
+    doubled reserve (`get_alloc_reserve_per_decode`), it is 2: from 0.5.15 the committed count
+    leaves out the step still in flight, so a gated step needs its own slot and that step's."""
     decided = vars(draft_input).get(GATED_DECODE_ATTR) if hasattr(draft_input, "__dict__") else None
     if decided is not None:  # a release that reads the reservation once per request
-        return 1 if decided and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
+        return gated_len if decided and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
     global _last_decode_size
     gated = False
     gate = _overlap_gate
@@ -738,7 +743,7 @@ def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
         setattr(draft_input, GATED_DECODE_ATTR, gated)
     except Exception:  # noqa: BLE001 - an input that takes no attribute speculates
         return alloc_len
-    return 1 if gated and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
+    return gated_len if gated and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
 
 
 def is_gated_decode(batch: Any) -> bool:

@@ -399,6 +399,36 @@ def test_reservations_cover_every_step_when_committed_tokens_lag_a_speculative_s
         true_len += in_flight
 
 
+@pytest.mark.parametrize("pre_claims", [True, False])
+def test_a_doubled_reserve_covers_every_step_with_and_without_the_pre_claimed_slot(gate, pre_claims):
+    """0.5.13 on reserve `max(allocated, committed + get_alloc_reserve_per_decode())`, the
+    doubled per-decode length. Up to 0.5.14 the preparation pre-claims the step's slot in
+    `committed`; from 0.5.15 `committed` leaves out the step still in flight. The wrapped
+    reserve is SGLang's own doubled value when speculating, and `gated_len=2` when gated."""
+    ndt = 4
+    reserve_spec = 2 * ndt  # get_alloc_reserve_per_decode() with a chain of ndt tokens
+    worker = make_worker(threshold=4)
+    gate.init_overlap_batch_gate(worker)
+    true_len, in_flight, allocated = 10, 0, 10
+    spec = draft_input(1)
+    for size in [2, 2, 9, 9, 9, 2, 9, 9, 2, 2]:
+        reserve = gate.decode_alloc_len(spec, schedule_batch(size), reserve_spec, gated_len=2)
+        committed = true_len if pre_claims else true_len - in_flight
+        allocated = max(allocated, committed + reserve)
+        gated = gate.is_gated_decode(worker_batch(spec, 1))
+        written = 1 if gated else ndt
+        assert allocated >= true_len + written, (size, gated, allocated, true_len)
+        if gated:
+            batch = worker_batch(spec, 1)
+            batch.seq_lens = T([true_len], np.int64)
+            spec = gate.run_gated_decode(worker, batch).next_draft_input
+        else:
+            spec = draft_input(1)
+        in_flight = 1 if gated else ndt
+        true_len += in_flight
+    assert gate.gate_for(worker).gated_steps >= 4
+
+
 # ---- the 0.5.14+ runner: DecodeCudaGraphRunner, graph sizes in cuda_graph_config ----------
 
 
