@@ -873,6 +873,24 @@ def is_gated_prefill(batch: Any) -> bool:
     return gate.gated or _last_decode_size + joining > gate.threshold
 
 
+def _draft_hidden_spec(draft: Any) -> tuple[Any, Any]:
+    """Width and dtype of the hidden-state rows the draft carries between steps, as the
+    version computes them: classmethods of the draft input up to 0.5.14, a function of the
+    draft runner in `eagle_utils` from 0.5.15, the runner's config before either."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    width_of = getattr(EagleDraftInput, "hidden_size_for", None)
+    dtype_of = getattr(EagleDraftInput, "dtype_for", None)
+    if width_of is not None and dtype_of is not None:
+        return width_of(draft), dtype_of(draft)
+    runner: Any = getattr(draft, "draft_runner", None)
+    try:
+        from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
+    except ImportError:
+        return runner.model_config.hidden_size, runner.model_config.dtype
+    return get_draft_recurrent_hidden_state_spec(runner)
+
+
 def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any:
     """A draft input for requests whose prefill the draft model did not see: the sampled
     token and the lengths are real, the top-k and hidden-state rows zeros of the shapes the
@@ -882,12 +900,7 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     import torch
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
-    draft = worker.draft_worker
-    runner: Any = getattr(draft, "draft_runner", None)
-    width_of = getattr(EagleDraftInput, "hidden_size_for", None)
-    dtype_of = getattr(EagleDraftInput, "dtype_for", None)
-    width = width_of(draft) if width_of else runner.model_config.hidden_size
-    dtype = dtype_of(draft) if dtype_of else runner.model_config.dtype
+    width, dtype = _draft_hidden_spec(worker.draft_worker)
     device = tokens.device
     topk = int(getattr(worker, "topk", 1) or 1)
     fields = {f.name: f.init for f in dataclasses.fields(EagleDraftInput)}

@@ -26,16 +26,18 @@ def release_tree():
     return release
 
 
-def release_method(version: str, path: str, cls_name: str, method: str):
-    """A method of a class in a real release (`path` under the `sglang` package), compiled from
-    its own source without decorators; it may use nothing but its arguments and `self`."""
+def release_function(version: str, path: str, name: str, cls_name: str | None = None):
+    """A function (or, with `cls_name`, a method of that class) of a real release, compiled
+    from its own source without decorators; `path` is under the `sglang` package. It may use
+    nothing but its arguments (and `self`)."""
     import ast
 
-    module = ast.parse((release(version).root / path).read_text())
-    cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
-    func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    body = ast.parse((release(version).root / path).read_text()).body
+    if cls_name is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls_name).body
+    func = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
     func.decorator_list = []
+    func.returns = None  # annotations may name what the namespace lacks
     namespace: dict = {}
     exec(compile(ast.Module(body=[func], type_ignores=[]), path, "exec"), namespace)
-    return namespace[method]
-
+    return namespace[name]

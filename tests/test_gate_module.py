@@ -532,10 +532,10 @@ def test_metrics_already_registered_leave_the_gate_without_metrics(gate, registr
 
 def _real_server_args(version):
     """A stand-in ServerArgs whose `_generate_cuda_graph_batch_sizes` is the release's own."""
-    from conftest import release_method
+    from conftest import release_function
 
-    generate = release_method(
-        version, "srt/server_args.py", "ServerArgs", "_generate_cuda_graph_batch_sizes"
+    generate = release_function(
+        version, "srt/server_args.py", "_generate_cuda_graph_batch_sizes", "ServerArgs"
     )
     args_class = type("ServerArgs", (types.SimpleNamespace,), {
         "_generate_cuda_graph_batch_sizes": generate})

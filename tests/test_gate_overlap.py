@@ -135,6 +135,9 @@ class Algorithm(enum.Enum):
     def is_none(self):
         return self is Algorithm.NONE
 
+    def is_standalone(self):
+        return False
+
 
 class Capture(enum.Enum):
     NULL = 0
@@ -171,7 +174,7 @@ class TargetWorker:
             "seq_lens": batch.seq_lens.tolist(),
             "spec_info": batch.spec_info,
             "algorithm": batch.spec_algorithm,
-            "capture": batch.capture_hidden_mode,
+            "capture": getattr(batch, "capture_hidden_mode", None),
             "graphs": runner.graph_runner.mode,
             "backend": runner.attn_backend,
         })
@@ -348,6 +351,38 @@ def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(gate):
     assert gate.decode_alloc_len(rows, schedule_batch(3), 4) == 1  # nothing in flight to cover
 
 
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
+def test_gated_prefill_rows_take_the_draft_runners_hidden_spec_where_the_input_has_none(
+    gate, monkeypatch, version
+):
+    """From 0.5.15 the draft input no longer says its hidden-state width; `eagle_utils` asks
+    the draft runner (the release's own function)."""
+    from conftest import release_function
+
+    path = "srt/speculative/eagle_utils.py"
+    spec_of = release_function(version, path, "get_draft_recurrent_hidden_state_spec")
+    if "get_draft_recurrent_hidden_state_spec_from_config" in spec_of.__code__.co_names:
+        spec_of.__globals__["get_draft_recurrent_hidden_state_spec_from_config"] = (
+            release_function(version, path, "get_draft_recurrent_hidden_state_spec_from_config")
+        )
+    eagle_utils = types.ModuleType("sglang.srt.speculative.eagle_utils")
+    eagle_utils.get_draft_recurrent_hidden_state_spec = spec_of
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", eagle_utils)
+    monkeypatch.delattr(EagleDraftInput, "hidden_size_for")
+    monkeypatch.delattr(EagleDraftInput, "dtype_for")
+    worker = make_worker(threshold=2)
+    worker.draft_worker.draft_runner.spec_algorithm = Algorithm.EAGLE3
+    gate.init_overlap_batch_gate(worker)
+    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)
+    extend = types.SimpleNamespace(
+        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
+        input_ids=T([5, 6], np.int64), out_cache_loc=T([1, 2], np.int64),
+        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
+    )
+    rows = gate.run_gated_prefill(worker, extend).next_draft_input
+    assert rows.hidden_states.shape == (2, 6) and rows.hidden_states.dtype is np.float16
+
+
 def test_off_unless_a_threshold_is_set(gate):
     worker = make_worker(threshold=None)
     gate.init_overlap_batch_gate(worker)
@@ -445,10 +480,10 @@ class DecodeGraphRunner:
 def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_hands_over_the_war_event(
     gate, version
 ):
-    from conftest import release_method
+    from conftest import release_function
 
-    generate = release_method(
-        version, "srt/server_args.py", "ServerArgs", "_generate_decode_cuda_graph_batch_sizes"
+    generate = release_function(
+        version, "srt/server_args.py", "_generate_decode_cuda_graph_batch_sizes", "ServerArgs"
     )
     worker = make_worker(threshold=2)
     runner = worker.target_worker.model_runner
