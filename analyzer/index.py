@@ -12,7 +12,10 @@ Values are small tuples:
     ("module", name) ("class", qn) ("inst", qn) ("func", qn) ("box", frozenset) ("ext", name)
 
 `box` is a container (a registry dict, a list of classes) whose elements are known:
-literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. `ext` is
+literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. A box
+that knows under which constant keys its elements sit is `("box", elements, entries)`,
+entries being `(key, value)` pairs (key None: stored under a key not known), so `d["a"]`
+reads only what was stored under "a". `ext` is
 something outside the analysed tree, named by its import path (`numpy.zeros`,
 `os.path.join`) or `<builtin>.name` for a builtin; calling it returns nothing known.
 Lambdas are functions named `<scope>.<lambdaN>`; a decorated def denotes what its
@@ -36,9 +39,11 @@ ValueSet = frozenset
 _EMPTY: frozenset = frozenset()
 _MAX_CALL_SITES = 64  # call sites read to bind one parameter; beyond that it stays unknown
 # What a parameter takes from its call sites: functions and classes (factories handed to a
-# registry, classes to a wrapper). Instances come from annotations, which stay cheaper and
-# more precise than every caller's argument.
+# registry, classes to a wrapper), and containers of them. Instances come from annotations,
+# which stay cheaper and more precise than every caller's argument.
 _PASSED_KINDS = ("func", "class")
+# Names a function is also called by (`run = f`, a parameter it is passed to): at most this many.
+_MAX_ALIASES = 16
 _UNION_TYPES = {"Optional", "Union"}
 _CLASS_TYPES = {"Type", "type"}
 _CONTAINER_TYPES = {
@@ -57,6 +62,9 @@ _SELF_METHODS = {"values", "copy"}
 # Methods that store their argument (at this position) into the container they are called on.
 _STORE_METHODS = {"append": 0, "add": 0, "appendleft": 0, "insert": 1, "setdefault": 1}
 _EXTEND_METHODS = {"extend": 0, "update": 0}
+# The key of a store that merges another container's entries (`d.update(other)`).
+_MERGED = object()
+Store = tuple[object, Expr, str]  # (constant key, None, or _MERGED; the value's IR; the scope it is read in)
 
 
 @dataclass(frozen=True)
@@ -96,10 +104,13 @@ class Codebase:
         self._attr_assigns: dict[str, dict[str, list[tuple[Assign, str]]]] | None = None
         self._other_assigns: dict[str, list[tuple[Assign, str]]] | None = None
         self._calls_by_name: dict[str, list[tuple[str, Call]]] | None = None
-        self._stores: dict[tuple[str, str], list[tuple[Expr, str]]] | None = None
-        self._attr_stores: dict[tuple[str, str], list[tuple[Expr, str]]] = {}
+        self._stores: dict[tuple[str, str], list[Store]] | None = None
+        self._attr_stores: dict[tuple[str, str], list[Store]] = {}
         # module → global name → function storing into it → what it stores
-        self._module_stores: dict[str, dict[str, dict[str, list[tuple[Expr, str]]]]] = {}
+        self._module_stores: dict[str, dict[str, dict[str, list[Store]]]] = {}
+        # value's name → names assigned from it; argument's name → calls passing it (`_flow_index`)
+        self._assigned_from: dict[str, set[str]] | None = None
+        self._passed_by_name: dict[str, list[tuple[str, Call, int | str]]] = {}
         self._binding_index: dict[str, dict[str, tuple[list[Assign], list[Import], list[int]]]] = {}
 
     # -- naming ------------------------------------------------------------------------------
@@ -287,17 +298,24 @@ class Codebase:
             self._binding_index[scope_qn] = found
         return found
 
-    def _stored(self, stores: list[tuple[Expr, str]]) -> Value | None:
-        """A container holding what `stores` put in it (`d[k] = v`, `d.append(v)`)."""
-        items = frozenset(v for ir, qn in stores for v in self.values(ir, qn))
-        return ("box", items) if items else None
+    def _stored(self, stores: list[Store]) -> Value | None:
+        """A container holding what `stores` put in it (`d[k] = v`, `d.append(v)`, `d.update(e)`)."""
+        entries: set[tuple[object, Value]] = set()
+        for key, ir, qn in stores:
+            if key is _MERGED:
+                for value in ordered(self.values(ir, qn)):
+                    entries.update(_entries(value) if value[0] == "box"
+                                   else ((None, v) for v in self.elements({value})))
+            else:
+                entries.update((key, v) for v in self.values(ir, qn))
+        return box_of(entries)
 
     def _has_stores(self, scope_qn: str, name: str) -> bool:
         if self._stores is None:
             self._stores = self._index_stores()
         return (scope_qn, name) in self._stores or name in self._module_stores.get(scope_qn, {})
 
-    def stores(self, scope_qn: str, name: str) -> list[tuple[Expr, str]]:
+    def stores(self, scope_qn: str, name: str) -> list[Store]:
         """What is stored into the container bound to `name` in `scope_qn`: in that scope, or,
         for a module's global, in any function of the module that does not rebind the name."""
         if self._stores is None:
@@ -309,37 +327,38 @@ class Codebase:
                     found.extend(items)
         return found
 
-    def _index_stores(self) -> dict[tuple[str, str], list[tuple[Expr, str]]]:
+    def _index_stores(self) -> dict[tuple[str, str], list[Store]]:
         """Every `base[k] = v`, `base.append(v)`… with `base` a name or `self.attr`, by where
         `base` lives: (scope, name) for names, (class, attr) for instance attributes."""
-        table: dict[tuple[str, str], list[tuple[Expr, str]]] = defaultdict(list)
+        table: dict[tuple[str, str], list[Store]] = defaultdict(list)
         self._attr_stores = defaultdict(list)
         self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
         for qn, scope in self.scopes.items():
-            found: list[tuple[Expr, Expr]] = [(a.target[1], a.value) for a in scope.assigns
-                                              if a.target and a.target[0] == "s" and a.value is not None]
+            found: list[tuple[Expr, object, Expr]] = [  # (container, key, value)
+                (a.target[1], a.target[2] if len(a.target) == 3 else None, a.value)
+                for a in scope.assigns if a.target and a.target[0] == "s" and a.value is not None]
             for call in scope.calls:
                 func = call.func
                 if func is None or func[0] != "a" or func[1][0] not in ("n", "a"):
                     continue
                 if func[2] in _STORE_METHODS and len(call.args) > _STORE_METHODS[func[2]]:
-                    found.append((func[1], call.args[_STORE_METHODS[func[2]]]))
+                    found.append((func[1], None, call.args[_STORE_METHODS[func[2]]]))
                 elif func[2] in _EXTEND_METHODS and call.args and call.args[0] is not None:
-                    found.append((func[1], ("s", call.args[0])))
+                    found.append((func[1], _MERGED, call.args[0]))
             if not found:
                 continue
             owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
             selfname = self.self_param(qn) if owner else None
             module_qn = self.scope_module[qn].name
-            for base, value in found:
-                if value is None:
+            for base, key, value in found:
+                if value is None or base is None:
                     continue
                 if base[0] == "n":
-                    table[(qn, base[1])].append((value, qn))
+                    table[(qn, base[1])].append((key, value, qn))
                     if qn != module_qn:
-                        self._module_stores[module_qn][base[1]][qn].append((value, qn))
+                        self._module_stores[module_qn][base[1]][qn].append((key, value, qn))
                 elif owner and base[1] == ("n", selfname):
-                    self._attr_stores[(owner, base[2])].append((value, qn))
+                    self._attr_stores[(owner, base[2])].append((key, value, qn))
         return table
 
     # -- expressions ---------------------------------------------------------------------------------
@@ -373,10 +392,14 @@ class Codebase:
                         result.add(box)
             return result
         if kind == "s":
-            return self.elements(self.values(expr[1], scope_qn))
+            containers = self.values(expr[1], scope_qn)
+            return self.elements(containers) if len(expr) == 2 else self.elements_at(containers, expr[2])
         if kind == "k":
             items = frozenset(v for e in expr[1] for v in self.values(e, scope_qn))
             return {("box", items)} if items else _EMPTY
+        if kind == "kd":
+            box = box_of((key, v) for key, e in expr[1] for v in self.values(e, scope_qn))
+            return {box} if box else _EMPTY
         if kind == "u":
             return {v for e in expr[1] for v in self.values(e, scope_qn)}
         if kind == "g":
@@ -408,6 +431,17 @@ class Codebase:
                         found.update(iterator[1])
                     elif iterator[0] == "inst":
                         found.update(self.call_result(self.attribute(iterator, "__next__")))
+        return found
+
+    def elements_at(self, containers: Iterable[Value], key: object) -> set[Value]:
+        """What `container[key]` gives for a constant key: a box's elements stored under that
+        key or under one not known; anything else as `elements`."""
+        found: set[Value] = set()
+        for value in ordered(containers):
+            if value[0] == "box":
+                found.update(v for k, v in _entries(value) if k is None or k == key)
+            else:
+                found.update(self.elements({value}))
         return found
 
     def definition(self, qn: str) -> frozenset:
@@ -791,6 +825,21 @@ class Codebase:
                     if call[0] == "func":
                         found.update(self.returns(call[1]))
         return found
+
+
+def box_of(entries: Iterable[tuple[object, Value]]) -> Value | None:
+    """A container of these (key, value) entries; None when it holds nothing known. Keys are
+    kept only when one is known, so most boxes stay `("box", elements)`."""
+    kept = frozenset(entries)
+    if not kept:
+        return None
+    items = frozenset(v for _, v in kept)
+    return ("box", items, kept) if any(k is not None for k, _ in kept) else ("box", items)
+
+
+def _entries(box: Value) -> Iterable[tuple[object, Value]]:
+    """A box's (key, value) entries; key None for each element of a box without keys."""
+    return box[2] if len(box) == 3 else ((None, v) for v in box[1])
 
 
 def ordered(values: Iterable[Value]) -> list[Value]:
