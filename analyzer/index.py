@@ -44,6 +44,7 @@ _MAX_CALL_SITES = 64  # call sites read to bind one parameter; beyond that it st
 _PASSED_KINDS = ("func", "class")
 # Names a function is also called by (`run = f`, a parameter it is passed to): at most this many.
 _MAX_ALIASES = 16
+_NAMED_KINDS = ("n", "a", "def")  # IR that names a callable (not the result of a call)
 _UNION_TYPES = {"Optional", "Union"}
 _CLASS_TYPES = {"Type", "type"}
 _CONTAINER_TYPES = {
@@ -311,15 +312,15 @@ class Codebase:
         return box_of(entries)
 
     def _has_stores(self, scope_qn: str, name: str) -> bool:
-        if self._stores is None:
-            self._stores = self._index_stores()
+        self._index_calls()
+        assert self._stores is not None
         return (scope_qn, name) in self._stores or name in self._module_stores.get(scope_qn, {})
 
     def stores(self, scope_qn: str, name: str) -> list[Store]:
         """What is stored into the container bound to `name` in `scope_qn`: in that scope, or,
         for a module's global, in any function of the module that does not rebind the name."""
-        if self._stores is None:
-            self._stores = self._index_stores()
+        self._index_calls()
+        assert self._stores is not None
         found = list(self._stores.get((scope_qn, name), ()))
         if self.scopes[scope_qn].kind == "module":
             for qn, items in sorted(self._module_stores.get(scope_qn, {}).get(name, {}).items()):
@@ -327,39 +328,24 @@ class Codebase:
                     found.extend(items)
         return found
 
-    def _index_stores(self) -> dict[tuple[str, str], list[Store]]:
-        """Every `base[k] = v`, `base.append(v)`… with `base` a name or `self.attr`, by where
-        `base` lives: (scope, name) for names, (class, attr) for instance attributes."""
-        table: dict[tuple[str, str], list[Store]] = defaultdict(list)
-        self._attr_stores = defaultdict(list)
-        self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-        for qn, scope in self.scopes.items():
-            found: list[tuple[Expr, object, Expr]] = [  # (container, key, value)
-                (a.target[1], a.target[2] if len(a.target) == 3 else None, a.value)
-                for a in scope.assigns if a.target and a.target[0] == "s" and a.value is not None]
-            for call in scope.calls:
-                func = call.func
-                if func is None or func[0] != "a" or func[1][0] not in ("n", "a"):
-                    continue
-                if func[2] in _STORE_METHODS and len(call.args) > _STORE_METHODS[func[2]]:
-                    found.append((func[1], None, call.args[_STORE_METHODS[func[2]]]))
-                elif func[2] in _EXTEND_METHODS and call.args and call.args[0] is not None:
-                    found.append((func[1], _MERGED, call.args[0]))
-            if not found:
+    def _index_stores(self, qn: str, found: list[tuple[Expr, object, Expr]],
+                      table: dict[tuple[str, str], list[Store]]) -> None:
+        """File the stores `(container, key, value)` made in scope `qn` (`base[k] = v`,
+        `base.append(v)`…, with `base` a name or `self.attr`) by where `base` lives: (scope,
+        name) for names, (class, attr) for instance attributes."""
+        scope = self.scopes[qn]
+        owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
+        selfname = self.self_param(qn) if owner else None
+        module_qn = self.scope_module[qn].name
+        for base, key, value in found:
+            if value is None or base is None:
                 continue
-            owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
-            selfname = self.self_param(qn) if owner else None
-            module_qn = self.scope_module[qn].name
-            for base, key, value in found:
-                if value is None or base is None:
-                    continue
-                if base[0] == "n":
-                    table[(qn, base[1])].append((key, value, qn))
-                    if qn != module_qn:
-                        self._module_stores[module_qn][base[1]][qn].append((key, value, qn))
-                elif owner and base[1] == ("n", selfname):
-                    self._attr_stores[(owner, base[2])].append((key, value, qn))
-        return table
+            if base[0] == "n":
+                table[(qn, base[1])].append((key, value, qn))
+                if qn != module_qn:
+                    self._module_stores[module_qn][base[1]][qn].append((key, value, qn))
+            elif owner and base[1] == ("n", selfname):
+                self._attr_stores[(owner, base[2])].append((key, value, qn))
 
     # -- expressions ---------------------------------------------------------------------------------
     def values(self, expr: Expr, scope_qn: str) -> frozenset:
@@ -632,25 +618,33 @@ class Codebase:
                 defined = True
                 values.update(self.values(assign.value, method_qn))
                 values.update(self.type_values(assign.annotation, method_qn))
-            if self._stores is None:
-                self._stores = self._index_stores()
+            self._index_calls()
             stored = self._stored(self._attr_stores.get((class_qn, name), []))
             if stored:
                 defined = True
                 values.add(stored)
             # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
-            for assign, qn in self._assigns_on_others(name):
-                if ("inst", class_qn) in self.values(assign.target[1], qn):
-                    defined = True
-                    values.update(self.values(assign.value, qn))
+            assigned = self._assigned_on(("inst", class_qn), name)
+            if assigned:
+                defined = True
+                values.update(assigned)
         return frozenset(values), defined
 
+    def _assigned_on(self, base: Value, name: str) -> set[Value]:
+        """What `x.<name> = v` stores, wherever `x` may be `base` (an instance, a function)."""
+        found: set[Value] = set()
+        for assign, qn in self._assigns_on_others(name):
+            if base in self.values(assign.target[1], qn):
+                found.update(self.values(assign.value, qn))
+        return found
+
     def _assigns_on_others(self, name: str) -> list[tuple[Assign, str]]:
-        """`x.<name> = …` where `x` is not the enclosing method's own instance."""
+        """`x.<name> = …` in a function or at a module's top level, where `x` is not the
+        enclosing method's own instance."""
         if self._other_assigns is None:
             table: dict[str, list[tuple[Assign, str]]] = defaultdict(list)
             for qn, scope in self.scopes.items():
-                if scope.kind != "function":
+                if scope.kind not in ("function", "module"):
                     continue
                 selfname = self.self_param(qn) if self.owner_class(qn) else None
                 for assign in scope.assigns:
@@ -672,6 +666,8 @@ class Codebase:
             return {("ext", f"{base[1]}.{name}")}
         if kind == "inst" and name == "__class__":
             return {("class", base[1])}
+        if kind == "func":  # `f.hook = g`: an attribute set on a function object
+            return self._assigned_on(base, name)
         if kind in ("class", "inst", "super"):
             classes = self.mro(base[1])
             if kind == "super":
@@ -742,13 +738,21 @@ class Codebase:
         sites = [site for n in sorted(names) for site in self._calls_named(n)]
         if len(sites) > _MAX_CALL_SITES:
             return _EMPTY  # a name called everywhere (`forward`): too costly, too imprecise
+        # Calls through the other names it flows to (`run = f; run(x)`, `def apply(fn): fn(x)`).
+        aliases = sorted({a for n in names for a in self.aliases(n)} - names)
+        through = [site for n in aliases for site in self._calls_named(n)]
+        if len(through) <= _MAX_CALL_SITES:
+            sites += through
+        is_method = owner is not None and "staticmethod" not in self.scopes[func_qn].decorators
         found: set[Value] = set()
         for caller, call in sites:
             callees = self.values(call.func, caller)
             as_init = owner is not None and short == "__init__" and ("class", owner) in callees
             if ("func", func_qn) not in callees and not as_init:
                 continue
-            bound = as_init or (call.func is not None and call.func[0] == "a")
+            # A method called by another plain name is a bound method held in a variable.
+            bound = as_init or (call.func is not None and call.func[0] == "a") \
+                or (is_method and _last_name(call.func) in aliases)
             if name == "**":  # keywords that name no parameter
                 params = {p for p, _ in self.scopes[func_qn].params}
                 passed = [ir for keyword, ir in call.kwargs if keyword not in params]
@@ -759,20 +763,96 @@ class Codebase:
             passed += [ir for position, ir in enumerate(call.args)
                        if ir is not None and self.parameter_for(func_qn, position, bound) == wanted]
             for ir in passed:
-                found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
+                found.update(v for v in self.values(ir, caller) if _passable(v))
         return found
 
+    def aliases(self, name: str) -> frozenset:
+        """The names a callable known as `name` may also be called by: the names and attributes
+        it is assigned to (`run = f`, `self.cb = f`) and the parameters it is passed to
+        (`apply(f)` binds `apply`'s), followed transitively; `name` itself included."""
+        return self._cached(("aliases", name), lambda: self._aliases(name))
+
+    def _aliases(self, name: str) -> Iterable[str]:
+        assigned_from, passed = self._flow_index()
+        found = {name}
+        queue = [name]
+        while queue and len(found) < _MAX_ALIASES:
+            current = queue.pop(0)
+            new = set(assigned_from.get(current, ()))
+            for caller, call, key in passed.get(current, [])[:_MAX_CALL_SITES]:
+                for callee in ordered(self.values(call.func, caller)):
+                    target = callee[1] if callee[0] == "func" else \
+                        self.constructor(callee[1]) if callee[0] == "class" else None
+                    bound = callee[0] == "class" or (call.func is not None and call.func[0] == "a")
+                    param = self.parameter_for(target, key, bound) if target else None
+                    if param:
+                        new.add(param)
+            for alias in sorted(new - found):
+                found.add(alias)
+                queue.append(alias)
+        return found
+
+    def _flow_index(self) -> tuple[dict[str, set[str]], dict[str, list[tuple[str, Call, int | str]]]]:
+        """A value's last name → the names assigned from it; and the calls that pass a
+        definition (a def, class or lambda, or a name assigned from one) as an argument, by
+        its name, with its position or keyword (built with `_calls_named`'s index)."""
+        self._index_calls()
+        assert self._assigned_from is not None
+        return self._assigned_from, self._passed_by_name
+
     def _calls_named(self, name: str) -> list[tuple[str, Call]]:
-        if self._calls_by_name is None:
-            table: dict[str, list[tuple[str, Call]]] = defaultdict(list)
-            for qn, scope in self.scopes.items():
-                for call in scope.calls:
-                    if call.args or call.kwargs:
-                        func = call.func
-                        key = _last_name(func[1]) + "()" if func and func[0] == "c" else _last_name(func)
-                        table[key].append((qn, call))
-            self._calls_by_name = table
+        self._index_calls()
+        assert self._calls_by_name is not None
         return self._calls_by_name.get(name, [])
+
+    def _index_calls(self) -> None:
+        """One pass over every scope's assignments and calls, for what needs the whole tree:
+        the stores into containers (`_index_stores`), the calls with arguments by the
+        callee's last name, the names assigned from other names, and the calls passing a
+        definition (a def, class or lambda, or a name assigned from one). Only definitions
+        are indexed as arguments: most arguments are plain data."""
+        if self._calls_by_name is not None:
+            return
+        self._attr_stores = defaultdict(list)
+        self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        stores: dict[tuple[str, str], list[Store]] = defaultdict(list)
+        assigned_from: dict[str, set[str]] = defaultdict(set)
+        found: dict[str, list[tuple[Expr, object, Expr]]] = defaultdict(list)  # scope → (container, key, value)
+        for qn, scope in self.scopes.items():
+            for assign in scope.assigns:
+                target, value = assign.target, assign.value
+                if value is None:
+                    continue
+                if target[0] == "s":
+                    found[qn].append((target[1], target[2] if len(target) == 3 else None, value))
+                elif value[0] in _NAMED_KINDS:
+                    assigned_from[_last_name(value)].add(_last_name(target))
+        defined = {qn.rsplit(".", 1)[-1] for qn, scope in self.scopes.items() if scope.kind != "module"}
+        defined.update(alias for name in list(defined) for alias in assigned_from.get(name, ()))
+        by_callee: dict[str, list[tuple[str, Call]]] = defaultdict(list)
+        passed: dict[str, list[tuple[str, Call, int | str]]] = defaultdict(list)
+        for qn, scope in self.scopes.items():
+            for call in scope.calls:
+                args, kwargs = call.args, call.kwargs
+                if not (args or kwargs):
+                    continue
+                func = call.func
+                callee = _last_name(func[1]) + "()" if func and func[0] == "c" else _last_name(func)
+                by_callee[callee].append((qn, call))
+                if func and func[0] == "a" and func[1][0] in ("n", "a"):
+                    if func[2] in _STORE_METHODS and len(args) > _STORE_METHODS[func[2]]:
+                        found[qn].append((func[1], None, args[_STORE_METHODS[func[2]]]))
+                    elif func[2] in _EXTEND_METHODS and args and args[0] is not None:
+                        found[qn].append((func[1], _MERGED, args[0]))
+                if callee not in defined:  # only a callee in the tree has parameters to bind
+                    continue
+                for key, ir in [*enumerate(args), *kwargs] if kwargs else enumerate(args):
+                    if ir is not None and (name := _passed_name(ir)) in defined:
+                        passed[name].append((qn, call, key))
+        for qn, items in found.items():
+            self._index_stores(qn, items, stores)
+        self._stores, self._assigned_from, self._passed_by_name = stores, assigned_from, passed
+        self._calls_by_name = by_callee
 
     # -- calls -------------------------------------------------------------------------------------------
     def returns(self, func_qn: str) -> frozenset:
@@ -827,6 +907,11 @@ class Codebase:
         return found
 
 
+def _passable(value: Value) -> bool:
+    """A function or class, or a container holding one (`run({"a": f})`)."""
+    return value[0] in _PASSED_KINDS or value[0] == "box" and any(v[0] in _PASSED_KINDS for v in value[1])
+
+
 def box_of(entries: Iterable[tuple[object, Value]]) -> Value | None:
     """A container of these (key, value) entries; None when it holds nothing known. Keys are
     kept only when one is known, so most boxes stay `("box", elements)`."""
@@ -849,6 +934,12 @@ def ordered(values: Iterable[Value]) -> list[Value]:
     return sorted(values, key=lambda v: (v[0], v[1] if isinstance(v[1], str) else ""))
 
 
+def _passed_name(ir: tuple) -> str | None:
+    """The name of a callable passed as an argument (`f`, `obj.m`, a lambda); None for data."""
+    kind = ir[0]
+    return ir[1] if kind == "n" else ir[2] if kind == "a" else ir[1].rsplit(".", 1)[-1] if kind == "def" else None
+
+
 def _last_name(expr: Expr) -> str:
     if expr is None:
         return ""
@@ -856,4 +947,6 @@ def _last_name(expr: Expr) -> str:
         return expr[1]
     if expr[0] == "a":
         return expr[2]
+    if expr[0] in ("def", "raw"):  # `x = lambda: …`: the lambda's own name
+        return expr[1].rsplit(".", 1)[-1]
     return ""

@@ -166,6 +166,21 @@ CASES = [
             table = {"outer": {"x": a, "y": b}}
             table["outer"]["y"]()
     """}, {"main.run": {"main.b"}}),
+    # A container of functions passed as an argument is bound to the parameter; one of data is not.
+    ("dict_of_functions_passed", {"main.py": """
+        def a():
+            pass
+        def use(table):
+            table["a"]()
+        def run():
+            use({"a": a})
+    """}, {"main.run": {"main.use"}, "main.use": {"main.a"}}),
+    ("dict_of_data_passed_binds_nothing", {"main.py": """
+        def use(table):
+            table["a"]()
+        def run():
+            use({"a": 1})
+    """}, {"main.run": {"main.use"}}),
     # Whatever was stored under a key not known can be under any key.
     ("unknown_key_store_matches_any_key", {"main.py": """
         def a():
