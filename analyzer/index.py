@@ -168,6 +168,11 @@ class Codebase:
         found = self._memo.get(key)
         if found is not None:
             return found
+        return self._fill(key, compute)
+
+    def _fill(self, key: tuple, compute) -> frozenset:
+        """Compute a memo entry (`key` not in the memo yet). The hottest queries look the
+        memo up themselves first, so a hit builds no closure."""
         self._memo[key] = _EMPTY  # a cycle sees "nothing known yet"
         result = frozenset(compute())
         self._memo[key] = result
@@ -212,7 +217,9 @@ class Codebase:
     # -- names ---------------------------------------------------------------------------------------
     def lookup(self, name: str, scope_qn: str) -> frozenset:
         """What `name` may be when read in scope `scope_qn`, following Python's scoping rules."""
-        return self._cached(("lookup", name, scope_qn), lambda: self._lookup(name, scope_qn))
+        key = ("lookup", name, scope_qn)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._lookup(name, scope_qn))
 
     def _lookup(self, name: str, scope_qn: str) -> Iterable[Value]:
         current: str | None = scope_qn
@@ -352,7 +359,9 @@ class Codebase:
         """Everything `expr`, evaluated in scope `scope_qn`, may denote."""
         if expr is None:
             return _EMPTY
-        return self._cached(("values", expr, scope_qn), lambda: self._values(expr, scope_qn))
+        key = ("values", expr, scope_qn)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._values(expr, scope_qn))
 
     def _values(self, expr: tuple, scope_qn: str) -> Iterable[Value]:
         kind = expr[0]
@@ -656,7 +665,9 @@ class Codebase:
         return self._other_assigns.get(name, [])
 
     def attribute(self, base: Value, name: str) -> frozenset:
-        return self._cached(("attr", base, name), lambda: self._attribute(base, name))
+        key = ("attr", base, name)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._attribute(base, name))
 
     def _attribute(self, base: Value, name: str) -> Iterable[Value]:
         kind = base[0]
@@ -837,17 +848,24 @@ class Codebase:
                 if not (args or kwargs):
                     continue
                 func = call.func
-                callee = _last_name(func[1]) + "()" if func and func[0] == "c" else _last_name(func)
+                kind = func[0] if func else None
+                if kind == "a":  # the common case first: `obj.method(...)`
+                    callee = func[2]
+                    if func[1][0] in ("n", "a"):
+                        if callee in _STORE_METHODS and len(args) > _STORE_METHODS[callee]:
+                            found[qn].append((func[1], None, args[_STORE_METHODS[callee]]))
+                        elif callee in _EXTEND_METHODS and args and args[0] is not None:
+                            found[qn].append((func[1], _MERGED, args[0]))
+                elif kind == "n":
+                    callee = func[1]
+                else:
+                    callee = _last_name(func[1]) + "()" if kind == "c" else _last_name(func)
                 by_callee[callee].append((qn, call))
-                if func and func[0] == "a" and func[1][0] in ("n", "a"):
-                    if func[2] in _STORE_METHODS and len(args) > _STORE_METHODS[func[2]]:
-                        found[qn].append((func[1], None, args[_STORE_METHODS[func[2]]]))
-                    elif func[2] in _EXTEND_METHODS and args and args[0] is not None:
-                        found[qn].append((func[1], _MERGED, args[0]))
                 if callee not in defined:  # only a callee in the tree has parameters to bind
                     continue
                 for key, ir in [*enumerate(args), *kwargs] if kwargs else enumerate(args):
-                    if ir is not None and (name := _passed_name(ir)) in defined:
+                    # Only a name or a lambda can be a definition (not a call, a literal…).
+                    if ir is not None and ir[0] in _NAMED_KINDS and (name := _passed_name(ir)) in defined:
                         passed[name].append((qn, call, key))
         for qn, items in found.items():
             self._index_stores(qn, items, stores)
@@ -931,7 +949,13 @@ def ordered(values: Iterable[Value]) -> list[Value]:
     """Values in a fixed order. Lookups are memoized with a cycle guard (a query inside a
     cycle sees what is known so far), so the order they run in must not follow set hashing,
     or answers would change with PYTHONHASHSEED."""
-    return sorted(values, key=lambda v: (v[0], v[1] if isinstance(v[1], str) else ""))
+    if isinstance(values, (set, frozenset)) and len(values) < 2:  # most hold one value
+        return list(values)
+    return sorted(values, key=_order_key)
+
+
+def _order_key(value: Value) -> tuple[str, str]:
+    return value[0], value[1] if isinstance(value[1], str) else ""
 
 
 def _passed_name(ir: tuple) -> str | None:
