@@ -375,8 +375,24 @@ def summarize(runs: list[dict]) -> dict:
             "tree_peak_pss_mb": max(r["tree_peak_pss_mb"] for r in ok)}
 
 
-def bench_map(version: str, repeats: int, log) -> dict:
-    out: dict = {"cold": [], "warm": []}
+def bench_against(version: str, site: Path, i: int, log) -> dict:
+    """Warm `map` of a snapshot of another commit (`--against`), right after this tree's run
+    of the same repeat, so both see the same machine load."""
+    cache = fresh_cache(f"against-{version}-{i}", [version])
+    env = env_with(cache)
+    env["PYTHONPATH"] = str(site) + os.pathsep + env.get("PYTHONPATH", "")
+    run: dict = {}
+    for phase in ("cold", "warm"):  # the cold run fills its cache; the warm one is compared
+        run = measure(eaglegate_cmd() + ["map", "--version", version, "--json"], env=env,
+                      stdout=WORK / f"against-{version}-{phase}-{i}.json",
+                      stderr=WORK / f"against-{version}-{phase}-{i}.err")
+    log(f"map {version} against warm #{i + 1}: {run['status']} {run['wall_s']} s")
+    shutil.rmtree(cache, ignore_errors=True)
+    return run
+
+
+def bench_map(version: str, repeats: int, log, against: Path | None = None) -> dict:
+    out: dict = {"cold": [], "warm": [], "against_warm": []}
     for i in range(repeats):
         cache = fresh_cache(f"map-{version}-{i}", [version])
         for phase in ("cold", "warm"):
@@ -397,7 +413,9 @@ def bench_map(version: str, repeats: int, log) -> dict:
                 f"rss {run['max_rss_mb']} MB, tree pss {run['tree_peak_pss_mb']} MB, "
                 f"load {run['loadavg_before'][0]}")
         shutil.rmtree(cache, ignore_errors=True)
-    out["summary"] = {p: summarize(out[p]) for p in ("cold", "warm")}
+        if against is not None:
+            out["against_warm"].append(bench_against(version, against, i, log))
+    out["summary"] = {p: summarize(out[p]) for p in ("cold", "warm", "against_warm")}
     last = next((r for r in reversed(out["warm"]) if r["status"] == "ok"), None)
     out["v1_paths"] = last["workers"].get("v1", {}).get("paths") if last else None
     out["v2_paths"] = last["workers"].get("v2", {}).get("paths") if last else None
@@ -821,6 +839,8 @@ def main() -> None:
     parser.add_argument("--render-only", action="store_true", help="rewrite RESULTS.md from results.json")
     parser.add_argument("--keep-peers", action="store_true",
                         help="with --peers '': carry the peers' results over from results.json")
+    parser.add_argument("--against", metavar="REV",
+                        help="also time warm `map` of a snapshot of commit REV, repeat by repeat")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -876,8 +896,13 @@ def main() -> None:
                 *previous["machine"].get("notes", [])]
     log(f"machine: {results['machine']}")
     results["map"] = {}
+    against = None
+    if args.against:
+        from versions import git, snapshot  # bench/versions.py: the same snapshot layout
+        against = snapshot(args.against)
+        results["config"]["against"] = git("rev-parse", args.against)
     for version in (args.base, args.newest):
-        results["map"][version] = bench_map(version, args.repeats, log)
+        results["map"][version] = bench_map(version, args.repeats, log, against)
         save()
     results["couplings"] = {args.base: bench_couplings(args.base, args.repeats, log)}
     save()
