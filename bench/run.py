@@ -50,7 +50,7 @@ def write_portable(path: Path, text: str) -> None:
     path.write_text(portable_text(text, REPO))
 
 
-# Targets from shared/DESIGN.md "Targets" (2 cores).
+# Targets from docs/architecture.md "Targets" (2 cores).
 TARGETS = {"cold_0.5.9_s": 10.0, "warm_0.5.9_s": 1.5, "cold_newest_s": 30.0, "peak_mb": 1536.0}
 
 SCHED_RUN_BATCH = re.compile(r"(?:^|[.:])Scheduler\.run_batch$")
@@ -317,7 +317,7 @@ def machine_info() -> dict:
         pass
     try:
         commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO)
-        dirty = [line.split(maxsplit=1)[1] for line in sh(["git", "status", "--porcelain", "--", "analyzer",
+        dirty = [line.split(maxsplit=1)[1] for line in sh(["git", "status", "--porcelain", "--",
                                            "eaglegate"], cwd=REPO).splitlines()]
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", None
@@ -594,7 +594,7 @@ def _verdict(value: float | None, limit: float) -> str:
 
 
 def _render_couplings(results: dict) -> list[str]:
-    """`couplings` beside `map` of the same run: issue 3 allows it at most 50 % more."""
+    """`couplings` beside `map` of the same run: the target allows it at most 50 % more."""
     lines: list[str] = []
     for version, data in results.get("couplings", {}).items():
         map_summary = results.get("map", {}).get(version, {}).get("summary", {})
@@ -631,7 +631,7 @@ def render(results: dict) -> str:
         f"{m['platform']}. eaglegate {m['eaglegate']} at commit {m['eaglegate_commit']}"
         + (f" plus uncommitted changes to {', '.join(m['eaglegate_analyzer_dirty'])}"
            if isinstance(m.get("eaglegate_analyzer_dirty"), list) and m["eaglegate_analyzer_dirty"]
-           else (" plus uncommitted changes under analyzer/ or eaglegate/"
+           else (" plus uncommitted changes under eaglegate/"
                  if m.get("eaglegate_analyzer_dirty") is True else "")) + ".",
         "",
         "**Caveat:** this machine is shared: other engineers' test runs may have been running at "
@@ -687,7 +687,7 @@ def render(results: dict) -> str:
     lines += _render_couplings(results)
     mp = results.get("map", {})
     if mp:
-        lines += ["", "### Against the targets (DESIGN.md, 2 cores)", "",
+        lines += ["", "### Against the targets (docs/architecture.md, 2 cores)", "",
                   "| target | limit | measured (median wall) | | median CPU s |",
                   "|---|---:|---:|---|---:|"]
         v9 = mp.get("0.5.9", {}).get("summary", {})

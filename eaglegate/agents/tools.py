@@ -49,7 +49,7 @@ from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.couplings.scope import for_launch
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.settings import parse_env, parse_flags
-from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
+from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap, WorkerPath
 from eaglegate.errors import UserError
 from eaglegate.patches.model import MAX_THRESHOLD
 
@@ -259,10 +259,10 @@ def locate(args: TreeArgs, session: Session = SESSION) -> LocateOut:
 # ---------------------------------------------------------------- map_paths
 
 
-def _main_loop(spec_map: SpecMap, worker: WorkerMap):
+def _main_loop(spec_map: SpecMap, worker: WorkerMap) -> WorkerPath | None:
     """The worker's path from the scheduler class's own event loop (mixins add variants)."""
     own = [p for p in worker.paths if p.event_loop.startswith(spec_map.scheduler + ".")]
-    return (own or worker.paths or [None])[0]
+    return next(iter(own or worker.paths), None)
 
 
 def _hop_json(spec_map: SpecMap, hop: Hop, detail: int) -> Any:
@@ -679,7 +679,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
         _, meta = paginate(longest, page, page_size)
         lo = (page - 1) * page_size
         scope = cb.scopes[qn]
-        definition = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
+        definition: dict[str, Any] = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
                       "end_line": scope.end_lineno, "class": cb.owner_class(qn)}
         if scope.kind == "class":
             definition["bases"] = cb.bases(qn)

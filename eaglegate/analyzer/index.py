@@ -332,7 +332,7 @@ class Codebase:
             selfname = self.self_param(qn) if owner else None
             module_qn = self.scope_module[qn].name
             for base, value in found:
-                if value is None:
+                if base is None or value is None:
                     continue
                 if base[0] == "n":
                     table[(qn, base[1])].append((value, qn))
@@ -477,7 +477,7 @@ class Codebase:
             context = self.parent_qn(class_qn) or class_qn
             found: list[str] = []
             for base in scope.bases:
-                if base[0] == "s":  # Generic[T], Base[T]: the class is the subscripted name
+                if base is not None and base[0] == "s":  # Generic[T], Base[T]: the class is the subscripted name
                     base = base[1]
                 for value in sorted(self.values(base, context)):
                     if value[0] == "class" and value[1] not in found and value[1] != class_qn:
@@ -529,7 +529,7 @@ class Codebase:
         context = self.parent_qn(class_qn) or class_qn
         found: list[str] = []
         for base in scope.bases:
-            if base[0] == "s":
+            if base is not None and base[0] == "s":
                 base = base[1]
             for value in ordered(self.values(base, context)):
                 if value[0] == "ext" and value[1] != f"{BUILTIN_PREFIX}.object" and value[1] not in found:
@@ -606,7 +606,7 @@ class Codebase:
                 values.add(stored)
             # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
             for assign, qn in self._assigns_on_others(name):
-                if ("inst", class_qn) in self.values(assign.target[1], qn):
+                if assign.target is not None and ("inst", class_qn) in self.values(assign.target[1], qn):
                     defined = True
                     values.update(self.values(assign.value, qn))
         return frozenset(values), defined

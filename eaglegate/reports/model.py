@@ -82,7 +82,7 @@ class CallPath:
 
 @dataclass(frozen=True)
 class Below:
-    """A call one level below a step or beside the worker (analyzer/step_calls.py): a model
+    """A call one level below a step or beside the worker (eaglegate/analyzer/step_calls.py): a model
     call with its forward mode and graph replay, a KV-slot allocation or free, decode
     preparation, result processing."""
 
