@@ -375,15 +375,17 @@ def summarize(runs: list[dict]) -> dict:
             "tree_peak_pss_mb": max(r["tree_peak_pss_mb"] for r in ok)}
 
 
-def bench_map(version: str, repeats: int, log) -> dict:
+def bench_map(version: str, repeats: int, log, command: list[str] | None = None, label: str = "map") -> dict:
+    """`map` cold then warm, `repeats` times; `command` is another eaglegate to measure the
+    same way (`--baseline`), its files named after `label`."""
     out: dict = {"cold": [], "warm": []}
     for i in range(repeats):
-        cache = fresh_cache(f"map-{version}-{i}", [version])
+        cache = fresh_cache(f"{label}-{version}-{i}", [version])
         for phase in ("cold", "warm"):
-            stdout = WORK / f"map-{version}-{phase}-{i}.json"
-            run = measure(eaglegate_cmd() + ["map", "--version", version, "--json"],
+            stdout = WORK / f"{label}-{version}-{phase}-{i}.json"
+            run = measure((command or eaglegate_cmd()) + ["map", "--version", version, "--json"],
                           env=env_with(cache), stdout=stdout,
-                          stderr=WORK / f"map-{version}-{phase}-{i}.err")
+                          stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
             if run["status"] == "ok":
                 data = json.loads(stdout.read_text())
                 run["internal_timing_s"] = data.get("timing_s")
@@ -391,9 +393,9 @@ def bench_map(version: str, repeats: int, log) -> dict:
                                                "paths": len(w["paths"])} for w in data["workers"]}
                 run["parse_failures"] = len(data.get("parse_failures", []))
             else:
-                run["stderr_tail"] = tail(WORK / f"map-{version}-{phase}-{i}.err")
+                run["stderr_tail"] = tail(WORK / f"{label}-{version}-{phase}-{i}.err")
             out[phase].append(run)
-            log(f"map {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
+            log(f"{label} {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
                 f"rss {run['max_rss_mb']} MB, tree pss {run['tree_peak_pss_mb']} MB, "
                 f"load {run['loadavg_before'][0]}")
         shutil.rmtree(cache, ignore_errors=True)
@@ -593,6 +595,25 @@ def _verdict(value: float | None, limit: float) -> str:
     return "meets" if value <= limit else "MISSES"
 
 
+def _render_baseline(results: dict) -> list[str]:
+    """This eaglegate's `map` beside the `--baseline` executable's, from the same run."""
+    base = results.get("map_baseline")
+    if not base:
+        return []
+    lines = ["", f"### `map` beside the baseline `{base['exe']}` (same run)", "",
+             "| version | phase | this (median wall s) | baseline (median wall s) | this CPU s | baseline CPU s |",
+             "|---|---|---:|---:|---:|---:|"]
+    for version, data in base.items():
+        if version == "exe":
+            continue
+        ours = results["map"][version]["summary"]
+        for phase in ("cold", "warm"):
+            lines.append(f"| {version} | {phase} | {_fmt(ours[phase].get('wall_s'))} | "
+                         f"{_fmt(data['summary'][phase].get('wall_s'))} | {_fmt(ours[phase].get('cpu_s'))} | "
+                         f"{_fmt(data['summary'][phase].get('cpu_s'))} |")
+    return lines
+
+
 def _render_couplings(results: dict) -> list[str]:
     """`couplings` beside `map` of the same run: the target allows it at most 50 % more."""
     lines: list[str] = []
@@ -684,6 +705,7 @@ def render(results: dict) -> str:
                 f"({s['wall_min_s']}–{s['wall_max_s']}) | {s['cpu_s']} | {s['max_rss_mb']} | "
                 f"{s['tree_peak_pss_mb']} | {found if phase == 'warm' else ''} |")
 
+    lines += _render_baseline(results)
     lines += _render_couplings(results)
     mp = results.get("map", {})
     if mp:
@@ -821,6 +843,9 @@ def main() -> None:
     parser.add_argument("--render-only", action="store_true", help="rewrite RESULTS.md from results.json")
     parser.add_argument("--keep-peers", action="store_true",
                         help="with --peers '': carry the peers' results over from results.json")
+    parser.add_argument("--baseline", metavar="EXE",
+                        help="another eaglegate executable (e.g. an older commit's venv): its `map` on "
+                             "--base is measured in the same run, right after this one's")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -879,6 +904,10 @@ def main() -> None:
     for version in (args.base, args.newest):
         results["map"][version] = bench_map(version, args.repeats, log)
         save()
+        if args.baseline and version == args.base:
+            results["map_baseline"] = {"exe": args.baseline, version: bench_map(
+                version, args.repeats, log, command=[args.baseline], label="map-baseline")}
+            save()
     results["couplings"] = {args.base: bench_couplings(args.base, args.repeats, log)}
     save()
     results["graph"] = {}
