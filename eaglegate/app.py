@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eaglegate.analyzer import source
-from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.couplings.scope import LaunchScope, for_launch
-from eaglegate.analyzer.needed import analyze_checked
-from eaglegate.analyzer.settings import parse_env, parse_flags
 from eaglegate.errors import UsageError, UserError
-from eaglegate.patches import generate, transaction
 from eaglegate.patches.model import MAX_THRESHOLD, PatchSet
-from eaglegate.patches.plan import GatePlan, build_plan
-from eaglegate.patches.verify import VerifyReport, verify_tree
+
+if TYPE_CHECKING:
+    from eaglegate.analyzer.analysis import Analysis
+    from eaglegate.analyzer.couplings.scope import LaunchScope
+    from eaglegate.patches import transaction
+    from eaglegate.patches.plan import GatePlan
+    from eaglegate.patches.verify import VerifyReport
+
+# Every command imports this module: the analysis (networkx), the codemods (LibCST) and
+# the transactions (GitPython) are imported by the operations that use them, so `locate`,
+# `status` and a warm `map` do not pay for loading what they never run.
 
 Progress = Callable[[int, int], None]
 
@@ -124,11 +129,15 @@ def check_inside(tree: source.SourceTree, rels: list[str]) -> None:
 
 def analyse(tree: source.SourceTree, progress: Progress | None = None) -> Analysis:
     """Map the tree; stops when a file the map rests on does not parse."""
+    from eaglegate.analyzer.needed import analyze_checked
+
     return analyze_checked(tree, progress)
 
 
 def couplings_for_launch(analysis: Analysis, flags: object = "", env: object = None) -> LaunchScope:
     """The couplings that apply to one launch (the version's default launch when both are empty)."""
+    from eaglegate.analyzer.couplings.scope import for_launch
+
     text, entries = check_launch(flags, env)
     return for_launch(analysis, text, entries)
 
@@ -136,6 +145,8 @@ def couplings_for_launch(analysis: Analysis, flags: object = "", env: object = N
 def check_launch_settings(analysis: Analysis, flags: str, env: list[str]) -> None:
     """A malformed launch (an unknown flag, a bad value) is the caller's error, refused before
     any part of an answer is computed."""
+    from eaglegate.analyzer.settings import parse_env, parse_flags
+
     parse_flags(analysis.settings, flags)
     parse_env(analysis.settings, env)
 
@@ -144,6 +155,8 @@ def plan(analysis: Analysis, threshold: object = None, flags: object = "", env: 
     """Which worker the launch runs and how to gate it in this version."""
     if threshold is not None:
         check_threshold(threshold)
+    from eaglegate.patches.plan import build_plan
+
     text, entries = check_launch(flags, env)
     check_launch_settings(analysis, text, entries)
     return build_plan(analysis, threshold if isinstance(threshold, int) else None, text, entries)
@@ -154,11 +167,15 @@ def plan(analysis: Analysis, threshold: object = None, flags: object = "", env: 
 
 def _check_patch_inputs(tree: source.SourceTree, confined: bool) -> None:
     """Confined, the files the generator reads and writes must not lead out of the tree."""
+    from eaglegate.patches import generate
+
     if confined:
         check_inside(tree, [f"{tree.root.name}/{rel}" for rel in (generate.WORKER, generate.SERVER_ARGS, generate.GATE)])
 
 
 def _generate(tree: source.SourceTree, threshold: int, confined: bool) -> PatchSet:
+    from eaglegate.patches import generate
+
     patch = generate.generate_patch(tree, threshold)
     if confined:
         check_inside(tree, [c.path for c in patch.changes])
@@ -181,13 +198,14 @@ class Applied:
     launch_flags: list[str]
     status: transaction.Status
     recovered: str = ""  # an interrupted transaction finished first, said in one line
-    changed_files: list[str] = field(default_factory=list)
 
 
 def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = False,
           progress: Progress | None = None, confined: bool = False) -> Applied:
     """Install the gate patch atomically, with a manifest for revert; a second apply of the
     same patch changes nothing."""
+    from eaglegate.patches import generate, transaction
+
     check_threshold(threshold)
     assert isinstance(threshold, int)
     parent = writable_parent(tree, "apply")
@@ -218,6 +236,8 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
 def revert(tree: source.SourceTree, *, force: bool = False,
            confined: bool = False) -> tuple[transaction.Outcome, transaction.Status]:
     """Restore every byte the gate patch changed and remove what it added."""
+    from eaglegate.patches import transaction
+
     parent = writable_parent(tree, "revert")
     recorded = transaction.status(parent).manifest
     if confined and recorded is not None:
@@ -228,9 +248,13 @@ def revert(tree: source.SourceTree, *, force: bool = False,
 
 def status(tree: source.SourceTree) -> transaction.Status:
     """Pristine, patched, modified since the patch, or interrupted."""
+    from eaglegate.patches import transaction
+
     return transaction.status(tree.root.parent)
 
 
 def verify(tree: source.SourceTree) -> VerifyReport:
     """Check an applied gate: files compile, the gate sits on the decode path, it behaves."""
+    from eaglegate.patches.verify import verify_tree
+
     return verify_tree(tree)

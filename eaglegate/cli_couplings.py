@@ -22,7 +22,6 @@ from eaglegate.cli_common import (
     print_json,
 )
 from eaglegate.errors import UserError
-from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 
 
 def register(root: typer.Typer) -> None:
@@ -63,6 +62,9 @@ def register(root: typer.Typer) -> None:
 
         Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
+        # Imported here, like every command's analysis: the CLI starts without loading it.
+        from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
+
         if show_all and (flags or env):
             raise UserError("--all lists every finding of every launch: give either --all or --flags/--env")
         tree = locate_tree(path, python, git, rev, version)

@@ -22,8 +22,6 @@ from eaglegate.cli_common import (
     progress_bar,
 )
 from eaglegate.errors import UserError
-from eaglegate.patches.plan import ADAPTIVE_FLAGS
-from eaglegate.reports.terminal import render_plan
 
 
 def register(root: typer.Typer) -> None:
@@ -44,6 +42,10 @@ def register(root: typer.Typer) -> None:
 
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
         """
+        # Imported here, like every command's analysis: the CLI starts without loading it.
+        from eaglegate.patches.plan import ADAPTIVE_FLAGS
+        from eaglegate.reports.terminal import render_plan
+
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)
