@@ -50,7 +50,7 @@ def write_portable(path: Path, text: str) -> None:
     path.write_text(portable_text(text, REPO))
 
 
-# Targets from shared/DESIGN.md "Targets" (2 cores).
+# Targets from docs/architecture.md "Targets" (2 cores).
 TARGETS = {"cold_0.5.9_s": 10.0, "warm_0.5.9_s": 1.5, "cold_newest_s": 30.0, "peak_mb": 1536.0}
 
 SCHED_RUN_BATCH = re.compile(r"(?:^|[.:])Scheduler\.run_batch$")
@@ -317,7 +317,7 @@ def machine_info() -> dict:
         pass
     try:
         commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO)
-        dirty = [line.split(maxsplit=1)[1] for line in sh(["git", "status", "--porcelain", "--", "analyzer",
+        dirty = [line.split(maxsplit=1)[1] for line in sh(["git", "status", "--porcelain", "--",
                                            "eaglegate"], cwd=REPO).splitlines()]
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", None
@@ -375,31 +375,17 @@ def summarize(runs: list[dict]) -> dict:
             "tree_peak_pss_mb": max(r["tree_peak_pss_mb"] for r in ok)}
 
 
-def bench_against(version: str, site: Path, i: int, log) -> dict:
-    """Warm `map` of a snapshot of another commit (`--against`), right after this tree's run
-    of the same repeat, so both see the same machine load."""
-    cache = fresh_cache(f"against-{version}-{i}", [version])
-    env = env_with(cache)
-    env["PYTHONPATH"] = str(site) + os.pathsep + env.get("PYTHONPATH", "")
-    run: dict = {}
-    for phase in ("cold", "warm"):  # the cold run fills its cache; the warm one is compared
-        run = measure(eaglegate_cmd() + ["map", "--version", version, "--json"], env=env,
-                      stdout=WORK / f"against-{version}-{phase}-{i}.json",
-                      stderr=WORK / f"against-{version}-{phase}-{i}.err")
-    log(f"map {version} against warm #{i + 1}: {run['status']} {run['wall_s']} s")
-    shutil.rmtree(cache, ignore_errors=True)
-    return run
-
-
-def bench_map(version: str, repeats: int, log, against: Path | None = None) -> dict:
-    out: dict = {"cold": [], "warm": [], "against_warm": []}
+def bench_map(version: str, repeats: int, log, command: list[str] | None = None, label: str = "map") -> dict:
+    """`map` cold then warm, `repeats` times; `command` is another eaglegate to measure the
+    same way (`--baseline`), its files named after `label`."""
+    out: dict = {"cold": [], "warm": []}
     for i in range(repeats):
-        cache = fresh_cache(f"map-{version}-{i}", [version])
+        cache = fresh_cache(f"{label}-{version}-{i}", [version])
         for phase in ("cold", "warm"):
-            stdout = WORK / f"map-{version}-{phase}-{i}.json"
-            run = measure(eaglegate_cmd() + ["map", "--version", version, "--json"],
+            stdout = WORK / f"{label}-{version}-{phase}-{i}.json"
+            run = measure((command or eaglegate_cmd()) + ["map", "--version", version, "--json"],
                           env=env_with(cache), stdout=stdout,
-                          stderr=WORK / f"map-{version}-{phase}-{i}.err")
+                          stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
             if run["status"] == "ok":
                 data = json.loads(stdout.read_text())
                 run["internal_timing_s"] = data.get("timing_s")
@@ -407,15 +393,13 @@ def bench_map(version: str, repeats: int, log, against: Path | None = None) -> d
                                                "paths": len(w["paths"])} for w in data["workers"]}
                 run["parse_failures"] = len(data.get("parse_failures", []))
             else:
-                run["stderr_tail"] = tail(WORK / f"map-{version}-{phase}-{i}.err")
+                run["stderr_tail"] = tail(WORK / f"{label}-{version}-{phase}-{i}.err")
             out[phase].append(run)
-            log(f"map {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
+            log(f"{label} {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
                 f"rss {run['max_rss_mb']} MB, tree pss {run['tree_peak_pss_mb']} MB, "
                 f"load {run['loadavg_before'][0]}")
         shutil.rmtree(cache, ignore_errors=True)
-        if against is not None:
-            out["against_warm"].append(bench_against(version, against, i, log))
-    out["summary"] = {p: summarize(out[p]) for p in ("cold", "warm", "against_warm")}
+    out["summary"] = {p: summarize(out[p]) for p in ("cold", "warm")}
     last = next((r for r in reversed(out["warm"]) if r["status"] == "ok"), None)
     out["v1_paths"] = last["workers"].get("v1", {}).get("paths") if last else None
     out["v2_paths"] = last["workers"].get("v2", {}).get("paths") if last else None
@@ -611,8 +595,27 @@ def _verdict(value: float | None, limit: float) -> str:
     return "meets" if value <= limit else "MISSES"
 
 
+def _render_baseline(results: dict) -> list[str]:
+    """This eaglegate's `map` beside the `--baseline` executable's, from the same run."""
+    base = results.get("map_baseline")
+    if not base:
+        return []
+    lines = ["", f"### `map` beside the baseline `{base['exe']}` (same run)", "",
+             "| version | phase | this (median wall s) | baseline (median wall s) | this CPU s | baseline CPU s |",
+             "|---|---|---:|---:|---:|---:|"]
+    for version, data in base.items():
+        if version == "exe":
+            continue
+        ours = results["map"][version]["summary"]
+        for phase in ("cold", "warm"):
+            lines.append(f"| {version} | {phase} | {_fmt(ours[phase].get('wall_s'))} | "
+                         f"{_fmt(data['summary'][phase].get('wall_s'))} | {_fmt(ours[phase].get('cpu_s'))} | "
+                         f"{_fmt(data['summary'][phase].get('cpu_s'))} |")
+    return lines
+
+
 def _render_couplings(results: dict) -> list[str]:
-    """`couplings` beside `map` of the same run: issue 3 allows it at most 50 % more."""
+    """`couplings` beside `map` of the same run: the target allows it at most 50 % more."""
     lines: list[str] = []
     for version, data in results.get("couplings", {}).items():
         map_summary = results.get("map", {}).get(version, {}).get("summary", {})
@@ -649,7 +652,7 @@ def render(results: dict) -> str:
         f"{m['platform']}. eaglegate {m['eaglegate']} at commit {m['eaglegate_commit']}"
         + (f" plus uncommitted changes to {', '.join(m['eaglegate_analyzer_dirty'])}"
            if isinstance(m.get("eaglegate_analyzer_dirty"), list) and m["eaglegate_analyzer_dirty"]
-           else (" plus uncommitted changes under analyzer/ or eaglegate/"
+           else (" plus uncommitted changes under eaglegate/"
                  if m.get("eaglegate_analyzer_dirty") is True else "")) + ".",
         "",
         "**Caveat:** this machine is shared: other engineers' test runs may have been running at "
@@ -702,10 +705,11 @@ def render(results: dict) -> str:
                 f"({s['wall_min_s']}–{s['wall_max_s']}) | {s['cpu_s']} | {s['max_rss_mb']} | "
                 f"{s['tree_peak_pss_mb']} | {found if phase == 'warm' else ''} |")
 
+    lines += _render_baseline(results)
     lines += _render_couplings(results)
     mp = results.get("map", {})
     if mp:
-        lines += ["", "### Against the targets (DESIGN.md, 2 cores)", "",
+        lines += ["", "### Against the targets (docs/architecture.md, 2 cores)", "",
                   "| target | limit | measured (median wall) | | median CPU s |",
                   "|---|---:|---:|---|---:|"]
         v9 = mp.get("0.5.9", {}).get("summary", {})
@@ -839,8 +843,9 @@ def main() -> None:
     parser.add_argument("--render-only", action="store_true", help="rewrite RESULTS.md from results.json")
     parser.add_argument("--keep-peers", action="store_true",
                         help="with --peers '': carry the peers' results over from results.json")
-    parser.add_argument("--against", metavar="REV",
-                        help="also time warm `map` of a snapshot of commit REV, repeat by repeat")
+    parser.add_argument("--baseline", metavar="EXE",
+                        help="another eaglegate executable (e.g. an older commit's venv): its `map` on "
+                             "--base is measured in the same run, right after this one's")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -896,14 +901,13 @@ def main() -> None:
                 *previous["machine"].get("notes", [])]
     log(f"machine: {results['machine']}")
     results["map"] = {}
-    against = None
-    if args.against:
-        from versions import git, snapshot  # bench/versions.py: the same snapshot layout
-        against = snapshot(args.against)
-        results["config"]["against"] = git("rev-parse", args.against)
     for version in (args.base, args.newest):
-        results["map"][version] = bench_map(version, args.repeats, log, against)
+        results["map"][version] = bench_map(version, args.repeats, log)
         save()
+        if args.baseline and version == args.base:
+            results["map_baseline"] = {"exe": args.baseline, version: bench_map(
+                version, args.repeats, log, command=[args.baseline], label="map-baseline")}
+            save()
     results["couplings"] = {args.base: bench_couplings(args.base, args.repeats, log)}
     save()
     results["graph"] = {}

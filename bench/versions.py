@@ -80,7 +80,7 @@ def git(*args: str) -> str:
 def code_digest() -> str:
     """Hash of the live tree's package sources (to notice edits made during a run)."""
     h = hashlib.blake2b(digest_size=8)
-    for d in ("eaglegate", "analyzer", "patches", "reports", "agents"):
+    for d in ("eaglegate",):
         for f in sorted((REPO / d).rglob("*.py")):
             h.update(str(f.relative_to(REPO)).encode() + f.read_bytes())
     return h.hexdigest()
@@ -94,7 +94,9 @@ def snapshot(rev: str) -> Path:
     raw = tmp / "raw"
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(raw, filter="data")
-    pkg_dirs = tomllib.loads((raw / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    # Older commits map their room folders into `eaglegate.*`; newer ones hold them under eaglegate/.
+    setuptools_conf = tomllib.loads((raw / "pyproject.toml").read_text())["tool"]["setuptools"]
+    pkg_dirs = setuptools_conf.get("package-dir", {"eaglegate": "eaglegate"})
     for pkg, src in sorted(pkg_dirs.items()):  # parents before children
         dest = tmp / "site" / pkg.replace(".", "/")
         if not dest.exists():
@@ -295,8 +297,7 @@ def main() -> None:
         source = {"mode": "snapshot", "commit": git("rev-parse", args.commit), "dir": str(site)}
     else:
         source = {"mode": "live", "commit": git("rev-parse", "HEAD"),
-                  "dirty": bool(git("status", "--porcelain", "--", "eaglegate", "analyzer",
-                                    "patches", "reports", "agents")),
+                  "dirty": bool(git("status", "--porcelain", "--", "eaglegate")),
                   "digest_start": code_digest()}
     print(f"source: {source}", flush=True)
 

@@ -35,7 +35,7 @@ from eaglegate.cli_map import register as register_map
 from eaglegate.cli_patch import register as register_patch
 from eaglegate.cli_plan import register as register_plan
 from eaglegate.cli_report import register as register_report
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -112,6 +112,8 @@ def main() -> None:
         ctx = getattr(exc, "ctx", None)
         where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         _fail(f"{exc.format_message()}{where}", exc.exit_code)
+    except UsageError as exc:  # an argument out of range: a usage error, like click's
+        _fail(str(exc), 2)
     except UserError as exc:
         _fail(str(exc), 1)
     except BrokenPipeError:

@@ -57,4 +57,8 @@ def register(app: typer.Typer) -> None:
             parsed = json.loads(arguments)
         except ValueError as exc:
             raise UserError(f"arguments are not JSON: {exc}") from None
-        print_json(call_tool(name, parsed))
+        try:
+            answer = call_tool(name, parsed)
+        except UserError as exc:  # a refused call exits 1, as over MCP it is one error answer
+            raise UserError(str(exc)) from None
+        print_json(answer)

@@ -3,20 +3,19 @@
 No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from eaglegate.analyzer.source import SourceTree
+from eaglegate import app
 from eaglegate.cli_common import (
-    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
+    ThresholdOpt,
     VersionOpt,
     err,
     locate_tree,
@@ -24,36 +23,14 @@ from eaglegate.cli_common import (
     print_json,
     progress_bar,
 )
-from eaglegate.errors import UserError
-from eaglegate.patches.model import THRESHOLD_HELP
 
 
-def package_parent(tree: SourceTree, action: str) -> Path:
-    """The directory holding the `sglang` package, refusing trees eaglegate must not write."""
-    if tree.origin == "release":
-        # The release cache is the shared read-only reference every analysis reads.
-        raise UserError(
-            f"{tree.label} is eaglegate's cached read-only reference, not a tree to {action}; "
-            f"copy it (cp -r {tree.root.parent} ./sglang-{tree.version}) and pass --path to the copy"
-        )
-    if tree.origin == "git" and tree.detail.get("rev"):
-        raise UserError(
-            f"--rev reads an exported snapshot; check out {tree.detail['rev']} and {action} "
-            "the checkout with --git alone"
-        )
-    return tree.root.parent
-
-
-def register(app: typer.Typer) -> None:
+def register(root: typer.Typer) -> None:
     """Add the `apply`, `revert` and `status` commands to the root app."""
-    from eaglegate.patches import transaction
 
-    @app.command()
+    @root.command()
     def apply(
-        threshold: Annotated[
-            int,
-            typer.Option("--threshold", min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP),
-        ],
+        threshold: ThresholdOpt,
         allow_dirty: Annotated[
             bool,
             typer.Option("--allow-dirty", help="With --git: start from uncommitted changes (kept out of the commit)."),
@@ -73,51 +50,22 @@ def register(app: typer.Typer) -> None:
         Example: eaglegate apply --threshold 32 --path ./venv/lib/python3.11/site-packages
         """
         tree = locate_tree(path, python, git, rev, version)
-        parent = package_parent(tree, "apply")
-        current = transaction.status(parent)
-        manifest = current.manifest
-        if manifest is not None and current.state != "interrupted":
-            if manifest.threshold != threshold:
-                raise UserError(f"already patched with threshold {manifest.threshold} ({manifest.time}); "
-                                "run `eaglegate revert` first")
-            if current.state != "patched":
-                raise UserError("patched, but files changed since; see `eaglegate status`")
-            # The same patch again: nothing to do, and the patched files are no input to
-            # the generator, which reads the original anchors.
-            outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-            from eaglegate.patches.generate import default_worker, launch_flags
-
-            # The same flags as the first apply printed.
-            flags = launch_flags(tree, threshold, default_worker(tree))
-        else:
-            # Generation must read original bytes: finish an interrupted transaction first.
-            recovered = transaction.recover(parent) if current.state == "interrupted" else ""
-            if recovered:
-                err.print(f"[yellow]{recovered}[/yellow]", highlight=False)
-            # Imported lazily: generation loads the codemods, which status and revert never need.
-            from eaglegate.analyzer.needed import analyze_checked as analyze
-            from eaglegate.patches.generate import generate_patch
-
-            # The map's files must parse (the scheduler, the workers): a gate patched into a
-            # tree whose scheduler does not parse could never be verified.
-            with progress_bar("parsing", enabled=not as_json) as progress:
-                analyze(tree, progress)
-            patch = generate_patch(tree, threshold)
-            flags = patch.launch_flags
-            outcome = transaction.apply(parent, patch, tree_version=tree.version,
-                                        git_mode=bool(git), allow_dirty=allow_dirty)
-            outcome.recovered = outcome.recovered or recovered
+        with progress_bar("parsing", enabled=not as_json) as progress:
+            applied = app.apply(tree, threshold, allow_dirty=allow_dirty, progress=progress)
+        if applied.recovered:
+            err.print(f"[yellow]{applied.recovered}[/yellow]", highlight=False)
+        outcome = applied.outcome
         if as_json:
-            print_json({**outcome.to_json(), "launch_flags": flags,
-                        "status": transaction.status(parent).to_json()})
+            print_json({**outcome.to_json(), "launch_flags": applied.launch_flags,
+                        "status": applied.status.to_json()})
             return
         out.print(outcome.message, highlight=False, soft_wrap=True)
         for rel in outcome.changed:
             out.print(f"  {rel}", highlight=False)
-        if flags:
-            out.print(f"launch with: {' '.join(flags)}", highlight=False)
+        if applied.launch_flags:
+            out.print(f"launch with: {' '.join(applied.launch_flags)}", highlight=False)
 
-    @app.command()
+    @root.command()
     def revert(
         force: Annotated[
             bool,
@@ -138,7 +86,7 @@ def register(app: typer.Typer) -> None:
         Example: eaglegate revert --path ./venv/lib/python3.11/site-packages
         """
         tree = locate_tree(path, python, git, rev, version)
-        outcome = transaction.revert(package_parent(tree, "revert"), force=force)
+        outcome, _ = app.revert(tree, force=force)
         if as_json:
             print_json(outcome.to_json())
             return
@@ -146,7 +94,7 @@ def register(app: typer.Typer) -> None:
         for rel in outcome.changed:
             out.print(f"  {rel}", highlight=False)
 
-    @app.command()
+    @root.command()
     def status(
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -160,7 +108,7 @@ def register(app: typer.Typer) -> None:
         Example: eaglegate status --json
         """
         tree = locate_tree(path, python, git, rev, version)
-        st = transaction.status(tree.root.parent)
+        st = app.status(tree)
         if as_json:
             print_json(st.to_json())
             return

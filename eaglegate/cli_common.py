@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from eaglegate import app
 from eaglegate.analyzer import source
-from eaglegate.patches.model import (
-    MAX_THRESHOLD as MAX_THRESHOLD,  # the commands' --threshold bound
-)
+from eaglegate.errors import UserError
+from eaglegate.patches.model import THRESHOLD_HELP
 
 # Piped or redirected output (`| grep`, `> file`) keeps whole lines: rich would wrap it at
 # 80 columns. COLUMNS, when set, still decides.
@@ -59,6 +59,18 @@ def existing_folder(value: Any) -> Any:
     return value
 
 
+def _threshold(value: int | None) -> int | None:
+    """Checked as the option is read, before any tree is located or fetched; click names
+    the option before the application layer's words."""
+    try:
+        return None if value is None else app.check_threshold(value)
+    except UserError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+ThresholdOpt = Annotated[int, typer.Option("--threshold", help=THRESHOLD_HELP, callback=_threshold)]
+OptionalThresholdOpt = Annotated[int | None, typer.Option("--threshold", help=THRESHOLD_HELP, callback=_threshold)]
+
 OutputOpt = Annotated[
     Path | None,
     typer.Option("-o", "--output", help="Write here instead of stdout.", callback=existing_folder),
@@ -69,8 +81,8 @@ def locate_tree(
     path: str | None, python: str | None, git: str | None, rev: str | None, version: str | None
 ) -> source.SourceTree:
     """Locate the tree and say in one line on stderr when a default was used."""
-    tree = source.locate(path=path, python=python, git_path=git, rev=rev, version=version,
-                         on_fetch=lambda line: err.print(f"[dim]{escape(line)}[/dim]"))
+    tree = app.locate(app.TreeArgs(version=version, path=path, git=git, rev=rev, python=python),
+                      on_fetch=lambda line: err.print(f"[dim]{escape(line)}[/dim]"))
     if tree.note:
         err.print(f"[dim]{tree.note}[/dim]")
     return tree

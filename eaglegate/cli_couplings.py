@@ -3,10 +3,12 @@
 No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
+from eaglegate import app
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
@@ -19,12 +21,13 @@ from eaglegate.cli_common import (
     out,
     print_json,
 )
+from eaglegate.errors import UserError
 
 
-def register(app: typer.Typer) -> None:
+def register(root: typer.Typer) -> None:
     """Add the `couplings` command to the root app."""
 
-    @app.command()
+    @root.command()
     def couplings(
         category: Annotated[
             list[str] | None,
@@ -59,22 +62,22 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
-        from eaglegate.analyzer.couplings.scope import for_launch
-        from eaglegate.analyzer.needed import analyze_checked as analyze
-        from eaglegate.errors import UserError
+        # Imported here, like every command's analysis: the CLI starts without loading it.
         from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 
         if show_all and (flags or env):
             raise UserError("--all lists every finding of every launch: give either --all or --flags/--env")
         tree = locate_tree(path, python, git, rev, version)
         with err.status(f"analysing {tree.label}…"):
-            analysis = analyze(tree)
-            scoped = None if show_all else for_launch(analysis, flags, env or [])
+            analysis = app.analyse(tree)
+            scoped = None if show_all else app.couplings_for_launch(analysis, flags, env or [])
             report = analysis.couplings
         if category:
-            report.findings = [f for f in report.findings if f.category in category]
+            # Copies: the analysis keeps its report for whoever asks next.
+            report = dataclasses.replace(report, findings=[f for f in report.findings if f.category in category])
             if scoped is not None:
-                scoped.kept = [f for f in scoped.kept if f.category in category]
+                scoped = dataclasses.replace(scoped, report=report,
+                                             kept=[f for f in scoped.kept if f.category in category])
         if as_json:
             print_json(report.to_json() if scoped is None else scoped.to_json())
             return

@@ -1,6 +1,6 @@
 """Measurement commands that run against a live server: sweep, calibrate, verify-live.
 
-Thin typer layers over `eaglegate.patches.live.sweep`, `.calibrate` and `.verify_live`.
+Thin typer layers over `eaglegate.live.sweep`, `.calibrate` and `.verify_live`.
 `--json` prints only JSON on stdout; progress and messages go to stderr.
 """
 
@@ -22,10 +22,11 @@ from rich.table import Table
 
 from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
 from eaglegate.errors import UserError
-from eaglegate.patches.live import calibrate as cal
-from eaglegate.patches.live.client import Api, load_prompts, resolve_endpoint
-from eaglegate.patches.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
-from eaglegate.patches.live.verify_live import verify_live
+from eaglegate.live import calibrate as cal
+from eaglegate.live.client import Api, load_prompts, resolve_endpoint
+from eaglegate.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
+from eaglegate.live.verify_live import verify_live
+from eaglegate.reports import charts
 
 T = TypeVar("T")
 
@@ -204,9 +205,9 @@ def calibrate(
         base_curve = _curve(f"baseline ({baseline})", _text_file(read_results, baseline, "results file"))
         spec_curve = _curve(f"speculative ({spec})", _text_file(read_results, spec, "results file"))
     result = cal.calibrate(base_curve, spec_curve, margin=margin)
-    rows = cal.display_rows(base_curve, spec_curve, result)
+    rows = charts.display_rows(base_curve, spec_curve, result)
     if png:
-        cal.render_png(base_curve, spec_curve, result, png)
+        charts.render_png(base_curve, spec_curve, result, png)
     if as_json:
         data = result.to_json()
         if estimate_json is not None:
@@ -216,7 +217,7 @@ def calibrate(
             data["png"] = png
         print_json(data)
         return
-    for line in cal.render_text_chart(rows):
+    for line in charts.render_text_chart(rows):
         out.print(line, highlight=False, markup=False)
     out.print()
     if result.status == "crosses":

@@ -9,14 +9,15 @@ from typing import Annotated
 
 import typer
 
+from eaglegate import app
 from eaglegate.analyzer.source import portable_text
 from eaglegate.cli_common import (
-    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
+    ThresholdOpt,
     VersionOpt,
     err,
     existing_folder,
@@ -24,20 +25,15 @@ from eaglegate.cli_common import (
     out,
     print_json,
 )
-from eaglegate.patches.model import THRESHOLD_HELP
+from eaglegate.patches.diff import render_patch
 
 
-def register(app: typer.Typer) -> None:
+def register(root: typer.Typer) -> None:
     """Add the `patch` command to the root app."""
 
-    @app.command()
+    @root.command()
     def patch(
-        threshold: Annotated[
-            int,
-            typer.Option(
-                "--threshold", min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP
-            ),
-        ],
+        threshold: ThresholdOpt,
         output: Annotated[
             str | None,
             typer.Option(
@@ -62,12 +58,8 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate patch --version 0.5.9 --threshold 32 -o gate.patch
         """
-        # Imported here: they load LibCST, which every other command can do without.
-        from eaglegate.patches.diff import render_patch
-        from eaglegate.patches.generate import generate_patch
-
         tree = locate_tree(path, python, git, rev, version)
-        patch_set = generate_patch(tree, threshold)
+        patch_set = app.make_patch(tree, threshold)
         diff = render_patch(patch_set)
         if output is not None:
             Path(output).write_text(diff, encoding="utf-8")
@@ -118,7 +110,7 @@ def register(app: typer.Typer) -> None:
             "launch flags: " + shlex.join(patch_set.launch_flags), highlight=False, soft_wrap=True
         )
 
-    @app.command("verify")
+    @root.command("verify")
     def verify_command(
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -131,10 +123,8 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate verify --path ./sglang-copy
         """
-        from eaglegate.patches.verify import verify_tree
-
         tree = locate_tree(path, python, git, rev, version)
-        report = verify_tree(tree)
+        report = app.verify(tree)
         if as_json:
             print_json(report.to_json())
         else:

@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
+from eaglegate import app
 from eaglegate.cli_common import (
-    MAX_THRESHOLD,
     GitOpt,
     JsonOpt,
+    OptionalThresholdOpt,
     PathOpt,
     PythonOpt,
     RevOpt,
@@ -21,13 +22,12 @@ from eaglegate.cli_common import (
     progress_bar,
 )
 from eaglegate.errors import UserError
-from eaglegate.patches.model import THRESHOLD_HELP
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("plan")
+def register(root: typer.Typer) -> None:
+    @root.command("plan")
     def plan_command(
-        threshold: Annotated[int | None, typer.Option(min=1, max=MAX_THRESHOLD, help=THRESHOLD_HELP)] = None,
+        threshold: OptionalThresholdOpt = None,
         flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
         env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
         config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans).")] = None,
@@ -42,14 +42,14 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
         """
-        from eaglegate.analyzer.needed import analyze_checked as analyze
-        from eaglegate.patches.plan import ADAPTIVE_FLAGS, build_plan
+        # Imported here, like every command's analysis: the CLI starts without loading it.
+        from eaglegate.patches.plan import ADAPTIVE_FLAGS
         from eaglegate.reports.terminal import render_plan
 
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
-            analysis = analyze(tree, progress)
-        plan = build_plan(analysis, threshold, flags, env or [])
+            analysis = app.analyse(tree, progress)
+        plan = app.plan(analysis, threshold, flags, env or [])
         if config_out and plan.adaptive_config is None:
             # Only a native-adaptive plan has a config; writing nothing and saying nothing
             # would leave the user launching with a file that is not there.

@@ -4,7 +4,7 @@ No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,9 @@ from eaglegate.cli_common import (
     progress_bar,
 )
 from eaglegate.errors import UserError
+
+if TYPE_CHECKING:
+    from eaglegate.reports.model import Report
 
 DIFF_FORMATS = ("term", "md", "json")
 
@@ -132,7 +135,7 @@ def register(app: typer.Typer) -> None:
         else:
             _show(render_diff_terminal(d), output)
 
-    def _load(arg: str | None, path: str | None) -> object:
+    def _load(arg: str | None, path: str | None) -> "Report":
         import json
 
         from eaglegate.reports.model import Report, report_for

@@ -6,7 +6,7 @@ import pytest
 
 from eaglegate.analyzer.source import SourceTree, from_release
 
-# The versions the suite covers (DESIGN.md "Targets"); NEWEST is the newest release.
+# The versions the suite covers (docs/architecture.md "Targets"); NEWEST is the newest release.
 OLDEST_V1 = "0.4.10.post2"
 VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1", "0.5.14", "0.5.23"]
 NEWEST = VERSIONS[-1]

@@ -12,6 +12,7 @@ import pytest
 
 from eaglegate.agents import tools
 from eaglegate.agents.tools import AgentError, TreeArgs
+from eaglegate.errors import UserError
 
 VERSION = "0.5.9"
 EAGLEGATE = [sys.executable, "-m", "eaglegate"]
@@ -159,9 +160,10 @@ def test_patch_tools_refuse_links_out_of_the_tree(tmp_path):
     outside.write_text("class EAGLEWorker:\n    pass\n")
     (package / "srt" / "speculative" / "eagle_worker.py").symlink_to(outside)
     args = TreeArgs(path=str(tmp_path / "site"))
-    with pytest.raises(AgentError, match="outside the located tree"):
+    # Refused by the application layer, in the same words as on the command line.
+    with pytest.raises(UserError, match="outside the located tree"):
         tools.generate_patch(args, 32)
-    with pytest.raises(AgentError, match="outside the located tree"):
+    with pytest.raises(UserError, match="outside the located tree"):
         tools.apply_patch(args, 32, confirm=True)
     assert outside.read_text() == "class EAGLEWorker:\n    pass\n"
 

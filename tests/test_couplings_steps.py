@@ -1,4 +1,4 @@
-"""The couplings inside the steps (analyzer/couplings/step_work.py): run-time allocations at
+"""The couplings inside the steps (eaglegate/analyzer/couplings/step_work.py): run-time allocations at
 the speculative width and the helpers they come from, graph runners built and captured at
 it, the speculative state and its preparations, asserts on that state and under mode tests.
 

@@ -1,4 +1,4 @@
-"""The fault catalogue of issue 16 outside apply's writes, replayed through the command line:
+"""The fault catalogue outside apply's writes, replayed through the command line:
 each case ends in one line on stderr and a non-zero exit (2 for a usage error, 1 otherwise),
 never a traceback nor a wrong answer; a tree it must not touch keeps its hash.
 """

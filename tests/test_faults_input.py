@@ -1,4 +1,4 @@
-"""Issue 22, cases 2 to 5, replayed on real SGLang 0.5.9: a needed file that does not parse,
+"""The input fault catalogue, cases 2 to 5, replayed on real SGLang 0.5.9: a needed file that does not parse,
 input that used to end in a traceback, MCP requests that got no answer, and launches SGLang
 would refuse. Each ends in one line on stderr and exit 1 (or a JSON-RPC error, or an MCP
 tool error), never a traceback nor a wrong answer; a tree it must not touch keeps its hash.

@@ -1,4 +1,4 @@
-"""Issue 22, case 1: the tree's state is read from the files, not only from the manifest.
+"""The input fault catalogue, case 1: the tree's state is read from the files, not only from the manifest.
 
 Replayed on real SGLang 0.5.9 through the command line, in a plain copy and in a real git
 checkout: a gate applied by `git apply`, a manifest deleted after `apply`, and `git clean

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-GATE_FILE = Path(__file__).resolve().parents[1] / "patches" / "gate_module.py"
+GATE_FILE = Path(__file__).resolve().parents[1] / "eaglegate" / "patches" / "gate_module.py"
 
 
 @pytest.fixture()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-GATE_FILE = Path(__file__).resolve().parents[1] / "patches" / "gate_module.py"
+GATE_FILE = Path(__file__).resolve().parents[1] / "eaglegate" / "patches" / "gate_module.py"
 
 
 class T:

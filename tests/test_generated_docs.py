@@ -12,7 +12,7 @@ from eaglegate.analyzer.source import cache_dir, portable_text
 REPO = Path(__file__).resolve().parents[1]
 GENERATED = [
     *sorted(p for p in (REPO / "docs" / "gallery").rglob("*") if p.is_file()),
-    *sorted((REPO / "agents").glob("transcript-*.md")),
+    *sorted((REPO / "eaglegate" / "agents").glob("transcript-*.md")),
     *(REPO / "bench" / name for name in
       ("README.md", "RESULTS.md", "results.json", "versions.json", "VERSIONS.md")),
     # The GPU runs: what the device calls brought back, and what collect.py made of it.

@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 from eaglegate.cli import app
 from eaglegate.errors import UserError
-from eaglegate.patches.live import calibrate as cal
-from eaglegate.patches.live.client import Generation, resolve_endpoint
-from eaglegate.patches.live.sweep import parse_levels, percentile, read_results, run_sweep
-from eaglegate.patches.live.verify_live import first_difference
+from eaglegate.live import calibrate as cal
+from eaglegate.live.client import Generation, resolve_endpoint
+from eaglegate.live.sweep import parse_levels, percentile, read_results, run_sweep
+from eaglegate.live.verify_live import first_difference
+from eaglegate.reports import charts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_server import FakeServer, linear_step, tokens_for  # noqa: E402
@@ -252,7 +253,7 @@ def test_calibrate_rule_on_exact_curves() -> None:
     assert (always.status, always.threshold) == ("spec-always-wins", None)
     with pytest.raises(UserError, match="share no concurrency range"):
         cal.calibrate(base, cal.Curve.of("s", [(32, 1), (64, 2)]))
-    chart = cal.render_text_chart(result.rows)
+    chart = charts.render_text_chart(result.rows)
     assert len(chart) == 1 + 2 * len(result.rows) and "0.50x" in chart[-1]
 
 
@@ -317,7 +318,7 @@ def test_png_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch) ->
     spec = cal.Curve.of("s", [(1, 150), (8, 700)])
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(UserError, match=r"--png needs matplotlib: pip install 'eaglegate\[plot\]'"):
-        cal.render_png(base, spec, cal.calibrate(base, spec), tmp_path / "x.png")
+        charts.render_png(base, spec, cal.calibrate(base, spec), tmp_path / "x.png")
 
 
 def test_sweep_loads_a_server_without_a_tokenizer_through_generate(tmp_path: Path) -> None:
@@ -336,7 +337,7 @@ def test_sweep_loads_a_server_without_a_tokenizer_through_generate(tmp_path: Pat
 
 
 def test_generate_endpoint_and_chunks() -> None:
-    from eaglegate.patches.live import client
+    from eaglegate.live import client
 
     endpoint = resolve_endpoint("localhost:30000", "generate")
     assert endpoint.native and endpoint.path == "/generate"

@@ -137,7 +137,7 @@ def config(server, pair, threshold):
 
 
 def adaptive_config(server, pair, threshold):
-    """0.5.14 on (issue 13): no patch. `adaptive` runs exactly what `eaglegate plan` prints
+    """0.5.14 on: no patch. `adaptive` runs exactly what `eaglegate plan` prints
     for the pristine tree (the config file it gives, and its flags); `adaptive-skip` adds
     SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; `eagle-static` is EAGLE-3 with the same caps
     and no adaptive flags."""

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eaglegate.patches.live.client import Endpoint, Generation, first_model, generate
-from eaglegate.patches.live.sweep import LevelRun, run_level, summarize
+from eaglegate.live.client import Endpoint, Generation, first_model, generate
+from eaglegate.live.sweep import LevelRun, run_level, summarize
 
 
 @dataclass

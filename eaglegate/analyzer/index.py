@@ -506,7 +506,7 @@ class Codebase:
             context = self.parent_qn(class_qn) or class_qn
             found: list[str] = []
             for base in scope.bases:
-                if base[0] == "s":  # Generic[T], Base[T]: the class is the subscripted name
+                if base is not None and base[0] == "s":  # Generic[T], Base[T]: the class is the subscripted name
                     base = base[1]
                 for value in sorted(self.values(base, context)):
                     if value[0] == "class" and value[1] not in found and value[1] != class_qn:
@@ -558,7 +558,7 @@ class Codebase:
         context = self.parent_qn(class_qn) or class_qn
         found: list[str] = []
         for base in scope.bases:
-            if base[0] == "s":
+            if base is not None and base[0] == "s":
                 base = base[1]
             for value in ordered(self.values(base, context)):
                 if value[0] == "ext" and value[1] != f"{BUILTIN_PREFIX}.object" and value[1] not in found:

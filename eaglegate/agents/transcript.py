@@ -4,7 +4,7 @@ Starts `eaglegate mcp` as a subprocess, talks to it with the SDK's stdio client 
 an agent does (the playbook prompt, then the calls it prescribes), and writes every
 request and answer as Markdown. Nothing in the transcript is typed by hand.
 
-    python -m eaglegate.agents.transcript --version 0.5.9 -o agents/transcript-0.5.9.md
+    python -m eaglegate.agents.transcript --version 0.5.9 -o eaglegate/agents/transcript-0.5.9.md
 """
 
 import argparse

@@ -40,7 +40,7 @@ class Question:
         ("draft", r"^_?draft$|^draft_forward$"),
     )
     max_path_len: int = 8
-    # One level below the steps (analyzer/step_calls.py): the forward-mode attribute, the
+    # One level below the steps (eaglegate/analyzer/step_calls.py): the forward-mode attribute, the
     # verbs of KV-slot allocation and release, decode preparation, result processing and
     # the requests' output tokens.
     mode_attribute: str = "forward_mode"

@@ -85,13 +85,13 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
 
     analysis = analyze_checked(tree)
     for label in families:
-        path = _gate_path(analysis, label)
-        report.gate_path = report.gate_path or path
+        hops = _gate_path(analysis, label)
+        report.gate_path = report.gate_path or hops
         name = "gate on the decode path from the scheduler" + (" (overlap worker)" if label == "v2" else "")
         report.checks.append(VerifyCheck(
-            name, bool(path),
+            name, bool(hops),
             " → ".join(f"{h['callee'].rsplit('.', 2)[-2]}.{h['callee'].rsplit('.', 1)[-1]} ({h['site']})"
-                       for h in path) or "no call path from the scheduler reaches the gate module"))
+                       for h in hops) or "no call path from the scheduler reaches the gate module"))
 
     if "v1" in families:
         try:

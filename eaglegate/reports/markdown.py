@@ -165,8 +165,8 @@ def render_markdown(report: Report) -> str:
 
     add("## Parse failures\n")
     if report.parse_failures:
-        for f in report.parse_failures:
-            add(f"- {code(str(f['path']) + ':' + str(f['line']))}: {md_cell(f['message'])}")
+        for failure in report.parse_failures:
+            add(f"- {code(str(failure['path']) + ':' + str(failure['line']))}: {md_cell(failure['message'])}")
         add("")
     else:
         add("Every file parsed.\n")

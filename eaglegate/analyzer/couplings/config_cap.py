@@ -13,7 +13,7 @@ above 48 never fires.
 from __future__ import annotations
 
 import ast
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from eaglegate.analyzer.couplings.dataflow import (
     SPEC_PREFIX,
@@ -93,14 +93,14 @@ class ConfigCapDetector:
         flow = ctx.flow
         index = ctx.scratch.get("callers")
         if not isinstance(index, dict):
-            index = {}
+            built: dict[str, list[tuple[FunctionFacts, Any]]] = {}
             for caller in flow.functions.values():
                 if caller.analysed:
                     for call in caller.calls:
                         for value in sorted(call.callees):
                             if value[0] == "func":
-                                index.setdefault(value[1], []).append((caller, call))
-            ctx.scratch["callers"] = index
+                                built.setdefault(value[1], []).append((caller, call))
+            ctx.scratch["callers"] = index = built
         callers = index.get(facts.qn, [])
         if callers:
             guards = [frames_chain(call.cond) for _, call in callers]

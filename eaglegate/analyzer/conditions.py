@@ -126,9 +126,9 @@ def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | Non
                 continue
             for cls in cb.mro(base[1]):
                 assigns = cb.attribute_assigns(cls).get(node.attr, [])
-                texts = [(a.text, qn) for a, qn in assigns]
-                if len(texts) == 1 and texts[0][0]:
-                    return texts[0]
+                found = [(a.text, qn) for a, qn in assigns]
+                if len(found) == 1 and found[0][0]:
+                    return found[0]
     return None
 
 

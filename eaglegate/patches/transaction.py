@@ -24,6 +24,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import stat
@@ -549,7 +550,7 @@ def _now() -> str:
 
 
 def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str) -> Outcome:
-    records = [FileRecord(c.path, sha256(c.before), sha256(c.after), c.before is None,
+    records = [FileRecord(c.path, sha256(c.before), hashlib.sha256(c.after).hexdigest(), c.before is None,
                           _link_of(layout.target(c.path)))
                for c in patch.changes]
     created_dirs: list[str] = []

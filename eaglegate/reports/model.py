@@ -8,9 +8,9 @@ only arrange it. `Report.to_json()` is the versioned schema `eaglegate.report/1`
 (docs/schema-report.json); `Report.from_json()` reads it back, so `diff` also works on
 saved reports.
 
-The couplings and the plan are sections that may be missing in this eaglegate (their
-analyses are built in other issues): a missing section says so in `note` and the
-renderers print that note instead of inventing content.
+The couplings and the plan are sections that may be missing (not computed, or their
+analysis failed): a missing section says so in `note` and the renderers print that note
+instead of inventing content.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from eaglegate.analyzer.couplings.model import COUPLINGS_SCHEMA_VERSION, CouplingReport
+from eaglegate.patches.plan import build_plan
 
 REPORT_SCHEMA = "eaglegate.report/1"
 NOT_AVAILABLE = "not yet available in this eaglegate"
@@ -82,7 +85,7 @@ class CallPath:
 
 @dataclass(frozen=True)
 class Below:
-    """A call one level below a step or beside the worker (analyzer/step_calls.py): a model
+    """A call one level below a step or beside the worker (eaglegate/analyzer/step_calls.py): a model
     call with its forward mode and graph replay, a KV-slot allocation or free, decode
     preparation, result processing."""
 
@@ -384,10 +387,6 @@ def register_plan_provider(provider: PlanProvider) -> None:
 def gate_plan_section(analysis: Any) -> Plan | None:
     """A provider over `eaglegate.patches.plan.build_plan` at its defaults (the version's own
     defaults, no user flags); `eaglegate plan --flags …` gives the plan for other launches."""
-    try:
-        from eaglegate.patches.plan import build_plan
-    except ImportError:
-        return None
     detail = build_plan(analysis).to_json()
     family, worker = detail.get("family", "?"), detail.get("worker") or "no worker"
     summary = f"{family} ({worker}, threshold {detail.get('threshold')})"
@@ -407,7 +406,7 @@ def _plan(analysis: Any) -> Plan:
             return Plan(False, f"gate plan failed: {type(exc).__name__}: {exc}")
         if plan is not None:
             return plan
-    return Plan(False, f"gate plan {NOT_AVAILABLE} (issue 6: `eaglegate plan`)")
+    return Plan(False, f"gate plan {NOT_AVAILABLE} (`eaglegate plan`)")
 
 
 # --- couplings -----------------------------------------------------------------------------
@@ -416,12 +415,19 @@ def _severity_rank(severity: str) -> int:
     return SEVERITY_ORDER.index(severity) if severity in SEVERITY_ORDER else len(SEVERITY_ORDER)
 
 
-def normalise_couplings(data: dict[str, Any]) -> Couplings:
-    """`eaglegate.couplings/1` (docs/schema-couplings.md) → the report's couplings section.
+def _sorted_couplings(schema: str, findings: list[Finding], verdicts: list[Verdict]) -> Couplings:
+    """Findings by category, then severity (what enables or blocks a switch first), then
+    file:line; verdicts by worker path."""
+    findings.sort(key=lambda f: (f.category, _severity_rank(f.severity), f.at.path if f.at else "",
+                                 f.at.line if f.at else 0, f.kind, f.symbol, f.reason))
+    verdicts.sort(key=lambda v: v.worker_path)
+    return Couplings(True, "", schema, findings, verdicts)
 
-    Findings are ordered by category, then severity (what enables or blocks a switch first),
-    then file:line; verdicts by worker path. Fields the report does not show (`detail`,
-    `scope`, timings) are left out so two runs over one tree give the same bytes.
+
+def normalise_couplings(data: dict[str, Any]) -> Couplings:
+    """A saved `eaglegate.couplings/1` document (docs/schema-couplings.md) → the report's
+    couplings section. Fields the report does not show (`detail`, `scope`, timings) are
+    left out so two runs over one tree give the same bytes.
     """
     findings = [
         Finding(
@@ -432,8 +438,6 @@ def normalise_couplings(data: dict[str, Any]) -> Couplings:
         )
         for raw in data.get("findings", [])
     ]
-    findings.sort(key=lambda f: (f.category, _severity_rank(f.severity), f.at.path if f.at else "",
-                                 f.at.line if f.at else 0, f.kind, f.symbol, f.reason))
     verdicts = [
         Verdict(
             worker_path=str(raw["worker_path"]), verdict=str(raw.get("status", "")),
@@ -443,23 +447,34 @@ def normalise_couplings(data: dict[str, Any]) -> Couplings:
         )
         for raw in data.get("verdicts", [])
     ]
-    verdicts.sort(key=lambda v: v.worker_path)
-    return Couplings(True, "", str(data.get("schema", "")), findings, verdicts)
+    return _sorted_couplings(str(data.get("schema", "")), findings, verdicts)
+
+
+def couplings_section(report: CouplingReport) -> Couplings:
+    """The analysis's own couplings report → the report's couplings section, read from its
+    objects (the same fields `normalise_couplings` reads from the saved document)."""
+    findings = [
+        Finding(category=f.category, kind=f.kind, symbol=f.symbol, at=Where.parse(f.where),
+                evidence=[step.render() for step in f.evidence], reason=f.reason,
+                worker_path=f.worker_path, severity=f.severity)
+        for f in report.findings
+    ]
+    verdicts = [
+        Verdict(worker_path=v.worker, verdict=v.status, route=str(v.route), cost=str(v.cost),
+                reasons=[str(r) for r in v.reasons], rests_on=[f.where for f in v.findings])
+        for v in report.verdicts
+    ]
+    return _sorted_couplings(f"eaglegate.couplings/{COUPLINGS_SCHEMA_VERSION}", findings, verdicts)
 
 
 def _couplings(analysis: Any) -> Couplings:
-    try:
-        from eaglegate.analyzer.couplings import find_couplings  # noqa: F401
-    except ImportError:
-        return Couplings(False, f"couplings {NOT_AVAILABLE} (issue 3: `eaglegate couplings`)")
     # A failing couplings analysis must not take the rest of the report down with it: the
     # section says what failed (and the CLI prints it on stderr).
     try:
         report = analysis.couplings
-        data = report.to_json() if hasattr(report, "to_json") else report
     except Exception as exc:  # noqa: BLE001 - reported in the section
         return Couplings(False, f"couplings analysis failed: {type(exc).__name__}: {exc}")
-    return normalise_couplings(data)
+    return couplings_section(report)
 
 
 # --- the map -------------------------------------------------------------------------------

@@ -163,10 +163,10 @@ def read_settings(codebase: Codebase) -> Settings:
             if contexts is not None and qn not in contexts:
                 continue  # not part of the post-processing (e.g. a hook for another model)
             for assign in scope.assigns:
-                target = assign.target
-                if target and target[0] == "a" and target[1][0] == "n" and assign.text:
+                stored = assign.target
+                if stored and stored[0] == "a" and stored[1][0] == "n" and assign.text:
                     value = _constant_text(assign.text)
-                    assignments.append(Assignment(target[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
+                    assignments.append(Assignment(stored[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
     return Settings(defaults, flags, env_defaults, assignments, switches=switches, choices=choices,
@@ -201,7 +201,7 @@ def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None
         return None
     graph = CallGraph(codebase)
     contexts: dict[str, tuple[str, ...]] = {}
-    queue = deque((root, ()) for root in roots)
+    queue: deque[tuple[str, tuple[str, ...]]] = deque((root, ()) for root in roots)
     while queue:
         current, context = queue.popleft()
         if current in contexts:

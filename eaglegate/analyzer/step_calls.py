@@ -292,19 +292,19 @@ class StepCalls:
             by_line[assign.lineno] = call
             found.append(call)
             modes.setdefault(qn, []).append((assign.lineno, call))
-        for call in scope.calls:
-            func = call.func
+        for raw in scope.calls:
+            func = raw.func
             if not func or func[0] != "a":
                 continue
             base = func[1]
             if func[2] in _GROWERS and isinstance(base, tuple) and base[0] == "a" \
                     and base[2] == self.q.output_tokens:
                 found.append(Call("output_append", qn, ".".join(dotted(func)) or func[2],
-                                  cb.site(qn, call.lineno, call.cond)))
+                                  cb.site(qn, raw.lineno, raw.cond)))
             elif not any(v[0] == "func" for v in cb.values(func, qn)):
                 verb = self._kv(func[2])
                 if verb and dotted(func):
-                    found.append(Call(verb, qn, ".".join(dotted(func)), cb.site(qn, call.lineno, call.cond)))
+                    found.append(Call(verb, qn, ".".join(dotted(func)), cb.site(qn, raw.lineno, raw.cond)))
         return found
 
     def members(self, value: object, qn: str) -> list[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 # The one bound of the whole product (CLI, `eaglegate tool`, MCP).
 MAX_THRESHOLD = 2**31 - 1
 
-# How every command words the threshold (the gate's hysteresis, patches/gate_module.py).
+# How every command words the threshold (the gate's hysteresis, eaglegate/patches/gate_module.py).
 THRESHOLD_HELP = (
     "Speculation stops when the running batch is larger than this and resumes once it "
     "falls below a lower mark (an eighth lower by default)."

@@ -185,13 +185,13 @@ class StepWorkDetector:
                     "width; a plain step needs one slot per request, so it fits, but pays the speculative "
                     "reservation unless the size follows the gate",
                     ctx.worker_path(qn), "compatible", {"allocator": call.func}))
-            chain = flow.ret_taint.get(qn)
-            if chain is None or not is_width(ctx, chain):
+            returned = flow.ret_taint.get(qn)
+            if returned is None or not is_width(ctx, returned):
                 continue
             # A helper reads the settings object itself and returns a size computed from it.
-            if any(read.line == chain[0].line and read.classes & ctx.settings_classes for read in facts.reads):
+            if any(read.line == returned[0].line and read.classes & ctx.settings_classes for read in facts.reads):
                 findings.append(Finding(
-                    "buffer", "alloc_len", qn, facts.path, chain[0].line, chain,
+                    "buffer", "alloc_len", qn, facts.path, returned[0].line, returned,
                     f"{qn.rsplit('.', 1)[-1]} computes a per-step size from the speculative settings it reads "
                     "itself; whoever sizes a step from it reserves for speculation",
                     ctx.worker_path(qn), "compatible", {}))
@@ -232,16 +232,16 @@ class StepWorkDetector:
                      "sized_by": sorted({str(k) for k, chain, _ in call.args
                                          if chain is not None or isinstance(k, str) and is_source_attr(k)})}))
         for qn in sorted(capturing_functions(cb)):
-            runner = cb.owner_class(qn)
-            if runner not in shaped or qn not in flow.functions:
+            capturer = cb.owner_class(qn)
+            if capturer is None or capturer not in shaped or qn not in flow.functions:
                 continue
             facts = flow.functions[qn]
             findings.append(Finding(
                 "cuda_graph", "graph_capture", qn, facts.path, facts.span[0],
-                (*shaped[runner], Step(f"captured by {qn.rsplit('.', 1)[-1]}", facts.path, facts.span[0])),
-                f"{runner.rsplit('.', 1)[-1]}.{qn.rsplit('.', 1)[-1]} captures CUDA graphs at shapes fixed from "
+                (*shaped[capturer], Step(f"captured by {qn.rsplit('.', 1)[-1]}", facts.path, facts.span[0])),
+                f"{capturer.rsplit('.', 1)[-1]}.{qn.rsplit('.', 1)[-1]} captures CUDA graphs at shapes fixed from "
                 "a speculative setting",
-                ctx.worker_path(qn), "blocks-runtime-switch", {"runner": runner, "part_of": _runner_kind(runners, runner)}))
+                ctx.worker_path(qn), "blocks-runtime-switch", {"runner": capturer, "part_of": _runner_kind(runners, capturer)}))
         return findings
 
     # -- the speculative state and its preparations -------------------------------------------

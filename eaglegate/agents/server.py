@@ -24,7 +24,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from eaglegate import __version__
+from eaglegate import __version__, app
 from eaglegate.agents import tools
 from eaglegate.agents.schemas import (
     ChangeOut,
@@ -88,7 +88,7 @@ class _Server(MCPServer):
             try:
                 tools.check_arguments(name, arguments)
                 if arguments.get("threshold") is not None:
-                    tools.check_threshold(arguments["threshold"])  # one bound, one message
+                    app.check_threshold(arguments["threshold"])  # one bound, one message
             except UserError as exc:
                 raise ToolError(str(exc)) from None
         try:

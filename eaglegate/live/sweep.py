@@ -23,7 +23,7 @@ from typing import Any
 
 from eaglegate import __version__
 from eaglegate.errors import UserError
-from eaglegate.patches.live.client import (
+from eaglegate.live.client import (
     Endpoint,
     Generation,
     LiveRequestError,

@@ -116,9 +116,9 @@ class CudaGraphDetector:
                 runners[runner] = "target"
         findings += self._backends(ctx, runners)
         for finding in findings:
-            runner = finding.detail.get("runner")
-            if runner:
-                finding.detail["role"] = runners.get(runner, "backend")
+            built = finding.detail.get("runner")
+            if built:
+                finding.detail["role"] = runners.get(built, "backend")
         return findings
 
     def _backends(self, ctx: Context, runners: dict[str, str]) -> list[Finding]:

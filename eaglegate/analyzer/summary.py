@@ -1,8 +1,8 @@
 """Per-module summaries: the facts the call graph needs, extracted from one file.
 
 The index is built with the stdlib `ast` parser: LibCST with qualified-name metadata
-takes minutes on SGLang's tree (DESIGN.md has the figures), `ast` seconds, and nothing
-here is rewritten. LibCST parses the few files a patch rewrites (`patches/`).
+takes minutes on SGLang's tree (docs/architecture.md has the figures), `ast` seconds, and nothing
+here is rewritten. LibCST parses the few files a patch rewrites (`eaglegate/patches/`).
 
 A summary holds plain tuples and dataclasses so it pickles small and fast for the
 content-hash cache. Expressions become a tiny IR (`Expr`):

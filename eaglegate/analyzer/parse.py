@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eaglegate import __version__
 from eaglegate.analyzer import cache
@@ -199,7 +200,7 @@ def _store(key: str, result: object) -> None:
     cache.store(cache.entry(f"summaries/{SUMMARY_FORMAT}", key), result)
 
 
-def _load(key: str) -> object:
+def _load(key: str) -> Any:
     return cache.load(cache.entry(f"summaries/{SUMMARY_FORMAT}", key))
 
 

@@ -3,7 +3,7 @@
 Which worker runs is derived, not looked up: the map says under which conditions each
 worker class is chosen (as literals over settings such as `disable_overlap_schedule`),
 and `analyzer.settings` evaluates that version's own argument post-processing under
-the user's flags and environment. The plan then follows DESIGN.md's strategies:
+the user's flags and environment. The plan then follows the strategies of docs/architecture.md:
 
 - the v1 `EAGLEWorker` runs → a code patch (`patches.generate`);
 - the v2 worker runs and the version declares native adaptive speculation → an
@@ -29,7 +29,7 @@ from eaglegate.errors import UserError
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD = 32
 DEFAULT_ALGORITHM = "EAGLE3"
-# DESIGN.md: from 0.5.14 on, native adaptive speculation takes these two flags.
+# docs/architecture.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
 

@@ -21,15 +21,14 @@ What a caller may rely on:
 from __future__ import annotations
 
 import difflib
-import importlib
 import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from eaglegate import app
 from eaglegate.agents.schemas import (
     AGENTS_SCHEMA,
     ChangeOut,
@@ -46,19 +45,21 @@ from eaglegate.agents.schemas import (
 from eaglegate.analyzer import source
 from eaglegate.analyzer.analysis import Analysis
 from eaglegate.analyzer.callgraph import CallGraph
-from eaglegate.analyzer.couplings.scope import for_launch
-from eaglegate.analyzer.needed import analyze_checked
-from eaglegate.analyzer.settings import parse_env, parse_flags
-from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap
+from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap, WorkerPath
+from eaglegate.app import TreeArgs, check_text
 from eaglegate.errors import UserError
-from eaglegate.patches.model import MAX_THRESHOLD
+from eaglegate.patches import codemod_v1, generate
+from eaglegate.patches.diff import render_file
+from eaglegate.patches.model import PatchSet
+from eaglegate.reports.json_report import render_json
+from eaglegate.reports.markdown import render_markdown
+from eaglegate.reports.model import build_report
 
 MAX_DETAIL = 2
 MAX_PAGE_SIZE = 100
 MAX_PAGE = 100_000
-MAX_TEXT_ARG = 400
+MAX_TEXT_ARG = app.MAX_TEXT
 COMPACT_ITEMS = 4  # reasons and sites per verdict in a compact answer
-NOT_AVAILABLE = "not available in this eaglegate yet"
 # Lines of source shown per detail level by explain_symbol.
 EXCERPT_LINES = (25, 80, 400)
 REPORT_URIS = ("eaglegate://report/latest.md", "eaglegate://report/latest.json")
@@ -72,30 +73,6 @@ class AgentError(UserError):
 
 
 # ---------------------------------------------------------------- arguments
-
-
-@dataclass(frozen=True)
-class TreeArgs:
-    """How the agent names the SGLang tree (at most one of path/python/git/version)."""
-
-    version: str | None = None
-    path: str | None = None
-    git: str | None = None
-    rev: str | None = None
-    python: str | None = None
-
-
-_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
-
-
-def _text(name: str, value: str | None, limit: int = MAX_TEXT_ARG) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise AgentError(f"{name} must be a string, not {type(value).__name__}")
-    if len(value) > limit or "\x00" in value:
-        raise AgentError(f"{name} is not a plausible value (over {limit} characters or a NUL byte)")
-    return value.strip() or None
 
 
 def check_detail(detail: int) -> int:
@@ -140,21 +117,7 @@ class Session:
         self.latest_report: dict[str, str] | None = None  # {"markdown", "json", "version"}
 
     def locate(self, args: TreeArgs) -> source.SourceTree:
-        version = _text("version", args.version, 64)
-        path = _text("path", args.path)
-        git = _text("git", args.git)
-        rev = _text("rev", args.rev, 200)
-        python = _text("python", args.python)
-        if python is not None:
-            # The interpreter is executed to read metadata: only something named python.
-            if not _PYTHON_NAME.fullmatch(Path(python).name):
-                raise AgentError(f"python must name a Python interpreter (python, python3.11...), not {python!r}")
-        if path is not None:
-            resolved = Path(path).expanduser().resolve()  # symlinks followed: the real tree is named
-            path = str(resolved)
-        if rev is not None and rev.startswith("-"):
-            raise AgentError(f"rev must be a tag or commit, not {rev!r}")
-        return source.locate(path=path, python=python, git_path=git, rev=rev, version=version)
+        return app.locate(args, confined=True)
 
     def analysis(self, tree: source.SourceTree) -> Analysis:
         key = (str(tree.root), tree.version)
@@ -163,7 +126,7 @@ class Session:
             found = self._analyses.get(key)
             if found is None or self._stamps.get(key) != stamp:
                 self.forget(tree)
-                found = analyze_checked(tree)
+                found = app.analyse(tree)
                 self._analyses[key] = found
                 self._stamps[key] = stamp
             return found
@@ -242,10 +205,8 @@ def _cond(cond: Sequence[str], detail: int) -> list[str]:
 def locate(args: TreeArgs, session: Session = SESSION) -> LocateOut:
     """Which SGLang this is, where it lives, its speculative workers, and its patch state."""
     tree = session.locate(args)
-    from eaglegate.patches import transaction
-
     try:
-        state = transaction.status(tree.root.parent).state
+        state = app.status(tree).state
     except (UserError, OSError) as exc:
         state = f"unknown ({exc})"
     workers = source.speculative_workers(tree)
@@ -259,10 +220,10 @@ def locate(args: TreeArgs, session: Session = SESSION) -> LocateOut:
 # ---------------------------------------------------------------- map_paths
 
 
-def _main_loop(spec_map: SpecMap, worker: WorkerMap):
+def _main_loop(spec_map: SpecMap, worker: WorkerMap) -> WorkerPath | None:
     """The worker's path from the scheduler class's own event loop (mixins add variants)."""
     own = [p for p in worker.paths if p.event_loop.startswith(spec_map.scheduler + ".")]
-    return (own or worker.paths or [None])[0]
+    return next(iter(own or worker.paths), None)
 
 
 def _hop_json(spec_map: SpecMap, hop: Hop, detail: int) -> Any:
@@ -397,18 +358,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
 
 
 def _coupling_report(analysis: Analysis) -> dict[str, Any]:
-    """The couplings of the tree as the library reports them, or an AgentError saying they are missing."""
-    try:
-        module = importlib.import_module("eaglegate.analyzer.couplings")
-    except ImportError:
-        module = None
-    if module is None or not hasattr(module, "find_couplings"):
-        raise AgentError(f"find_couplings is {NOT_AVAILABLE} (the couplings analysis has not landed)")
-    report = analysis.couplings
-    data = report.to_json() if hasattr(report, "to_json") else report
-    if not isinstance(data, dict):
-        raise AgentError(f"the couplings report has an unexpected shape ({type(data).__name__})")
-    return data
+    """The couplings of the tree as the library reports them (`eaglegate.couplings/1`)."""
+    return analysis.couplings.to_json()
 
 
 # Severities that say the coupling stands in the way of a runtime switch.
@@ -479,10 +430,9 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
     """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
     mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
-    category = _text("category", category, 40)
-    worker = _text("worker", worker, 40)
-    flags = _text("flags", flags, 2000) or ""
-    env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
+    category = check_text("category", category, 40)
+    worker = check_text("worker", worker, 40)
+    flags, env = app.check_launch(flags, env)
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
     tree = session.locate(args)
@@ -490,7 +440,7 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         analysis = session.analysis(tree)
         data = _coupling_report(analysis)
         spec_map = analysis.spec_map
-        view = None if all_findings else for_launch(analysis, flags, env)
+        view = None if all_findings else app.couplings_for_launch(analysis, flags, env)
     findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
     known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
     if category and category not in known:
@@ -557,7 +507,7 @@ def _verdict_line(verdict: dict[str, Any]) -> str:
 def inside_tree(tree: source.SourceTree, given: str) -> Path:
     """The file `given` names (relative to the package, `sglang/...`, or absolute), resolved
     with symlinks followed; refused unless it lies inside the located tree."""
-    text = _text("location", given)
+    text = check_text("location", given)
     if text is None:
         raise AgentError("location is empty")
     root = tree.root.resolve()
@@ -634,7 +584,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
                    session: Session = SESSION) -> SymbolOut:
     """A function or class: where it is defined, who calls it, what it calls, and its source."""
     check_detail(detail)
-    symbol = _text("symbol", symbol, 300)
+    symbol = check_text("symbol", symbol, 300)
     if (symbol is None) == (location is None):
         raise AgentError("give exactly one of symbol (e.g. EAGLEWorker.forward_batch_generation) "
                          "or location (e.g. srt/managers/scheduler.py:2368)")
@@ -646,7 +596,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
         sm = analysis.spec_map
         candidates: list[str] = []
         if location is not None:
-            text = _text("location", location) or ""
+            text = check_text("location", location) or ""
             match = re.fullmatch(r"(.+?)(?::(\d+))?", text)
             assert match is not None
             file = inside_tree(tree, match.group(1))
@@ -679,7 +629,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
         _, meta = paginate(longest, page, page_size)
         lo = (page - 1) * page_size
         scope = cb.scopes[qn]
-        definition = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
+        definition: dict[str, Any] = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
                       "end_line": scope.end_lineno, "class": cb.owner_class(qn)}
         if scope.kind == "class":
             definition["bases"] = cb.bases(qn)
@@ -716,38 +666,15 @@ def _roles(sm: SpecMap, qn: str) -> list[str]:
 # ---------------------------------------------------------------- patches
 
 
-def _patch_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    try:
-        generate = importlib.import_module("eaglegate.patches.generate")
-        diff = importlib.import_module("eaglegate.patches.diff")
-    except ImportError as exc:
-        raise AgentError(f"generate_patch is {NOT_AVAILABLE} ({exc})") from None
-    if not hasattr(generate, "generate_patch") or not hasattr(diff, "render_file"):
-        raise AgentError(f"generate_patch is {NOT_AVAILABLE}")
-    return generate.generate_patch, diff.render_file
-
-
-def _check_patch_inputs(tree: source.SourceTree) -> None:
-    """The files the generator reads and writes must not lead out of the tree through links."""
-    gen = importlib.import_module("eaglegate.patches.generate")
-    rels = [getattr(gen, name) for name in ("WORKER", "SERVER_ARGS", "GATE") if hasattr(gen, name)]
-    _check_inside(tree, [f"{tree.root.name}/{rel}" for rel in rels])
-
-
-def check_threshold(threshold: int) -> int:
-    if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= MAX_THRESHOLD:
-        raise AgentError(f"threshold must be an integer batch size from 1 to {MAX_THRESHOLD}, not {threshold!r}")
-    return threshold
-
-
-def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
+def _insertion(tree: source.SourceTree, patch: PatchSet) -> dict[str, Any] | None:
     """Where the gate's call-site edit lands in the original worker file (first changed line)."""
     v2 = patch.worker == "v2"
     suffix = "speculative/eagle_worker_v2.py" if v2 else "speculative/eagle_worker.py"
     worker = next((c for c in patch.changes if c.path.endswith(suffix) and c.before is not None), None)
-    if worker is None:
+    if worker is None or worker.before is None:
         return None
-    before = worker.before.decode("utf-8").splitlines()
+    original = worker.before.decode("utf-8")
+    before = original.splitlines()
     after = worker.after.decode("utf-8").splitlines()
     rel = worker.path.split("/", 1)[1]
     edits = []
@@ -761,8 +688,7 @@ def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
                         "one-token DECODE through its own CUDA graphs; first in the extend branch: a "
                         "prefill while the gate is off runs without the draft",
                 "edits": edits}
-    module = importlib.import_module("eaglegate.patches.codemod_v1")
-    entry = module.entry_method_name(worker.before.decode("utf-8"), worker.path)
+    entry = codemod_v1.entry_method_name(original, worker.path)
     # The call-site edit is the one inside the entry method (the first is the import).
     call_site = next((e for e in edits if any("_eaglegate_gated" in s for s in e["new"])), edits[0])
     return {"file": rel, "where": call_site["at"], "symbol": f"EAGLEWorker.{entry}",
@@ -771,7 +697,7 @@ def _insertion(tree: source.SourceTree, patch: Any) -> dict[str, Any] | None:
             "edits": edits}
 
 
-def _hunks(render_file: Callable[..., str], patch: Any) -> list[dict[str, Any]]:
+def _hunks(patch: PatchSet) -> list[dict[str, Any]]:
     hunks: list[dict[str, Any]] = []
     for change in sorted(patch.changes, key=lambda c: c.path):
         text = render_file(change)
@@ -785,11 +711,9 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
                    page_size: int = 4, session: Session = SESSION) -> PatchOut:
     """The gate patch for this tree (nothing is written): files, insertion point, flags, diff."""
     check_detail(detail)
-    check_threshold(threshold)
-    generate, render_file = _patch_api()
+    app.check_threshold(threshold)
     tree = session.locate(args)
-    _check_patch_inputs(tree)
-    patch = generate(tree, threshold)
+    patch = app.make_patch(tree, threshold, confined=True)
     files = []
     for c in patch.changes:
         before = c.before.decode("utf-8", "replace").splitlines() if c.before is not None else []
@@ -798,7 +722,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
         files.append({"path": c.path, "action": "create" if c.before is None else "modify",
                       "added": sum(1 for d in diff if d.startswith("+") and not d.startswith("+++")),
                       "removed": sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))})
-    hunks = _hunks(render_file, patch)
+    hunks = _hunks(patch)
     chunk, meta = paginate(hunks, page, page_size)
     point = _insertion(tree, patch)
     summary = (f"SGLang {tree.version} ({patch.family}), threshold {threshold}: "
@@ -812,62 +736,23 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
             "hunks": chunk if detail else [], "hunks_page": meta}
 
 
-def _writable_parent(tree: source.SourceTree, action: str) -> Path:
-    if tree.origin == "release":
-        raise AgentError(
-            f"{tree.label} is eaglegate's cached read-only reference, not a tree to {action}; "
-            f"copy it (cp -r {tree.root.parent} ./sglang-{tree.version}) and pass path= the copy")
-    if tree.origin == "git" and tree.detail.get("rev"):
-        raise AgentError(f"rev= reads an exported snapshot; {action} the checkout itself (git= alone)")
-    return tree.root.parent
-
-
-def _check_inside(tree: source.SourceTree, rels: list[str]) -> None:
-    root = tree.root.resolve()
-    for rel in rels:
-        target = (tree.root.parent / rel).resolve()
-        if not target.is_relative_to(root):
-            raise AgentError(f"refusing: {rel} resolves to {target}, outside the located tree {root}")
-
-
 def apply_patch(args: TreeArgs, threshold: int, confirm: bool = False,
                 session: Session = SESSION) -> ChangeOut:
     """Install the gate patch, atomically with a manifest; writes only with confirm=True."""
-    check_threshold(threshold)
+    app.check_threshold(threshold)
     if confirm is not True:
         raise AgentError("apply_patch changes SGLang's files: call it again with confirm: true "
                          "(generate_patch shows the diff first); nothing was written")
-    generate, _ = _patch_api()
-    from eaglegate.patches import transaction
-
     tree = session.locate(args)
-    parent = _writable_parent(tree, "apply")
     with session.lock:
-        current = transaction.status(parent)
-        manifest = current.manifest
-        flags: list[str] = []
-        if manifest is not None and current.state != "interrupted":
-            if manifest.threshold != threshold:
-                raise AgentError(f"already patched with threshold {manifest.threshold}; call revert_patch first")
-            if current.state != "patched":
-                raise AgentError("patched, but files changed since; see locate's patch_state")
-            outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-        else:
-            if current.state == "interrupted":
-                transaction.recover(parent)
-            _check_patch_inputs(tree)
-            patch = generate(tree, threshold)
-            _check_inside(tree, [c.path for c in patch.changes])
-            flags = list(patch.launch_flags)
-            try:
-                outcome = transaction.apply(parent, patch, tree_version=tree.version,
-                                            git_mode=tree.origin == "git")
-            finally:
-                session.forget(tree)
-        status = transaction.status(parent).to_json()
+        try:
+            applied = app.apply(tree, threshold, confined=True)
+        finally:
+            session.forget(tree)
+    outcome = applied.outcome
     return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
             "action": "apply", "changed": outcome.changed, "message": outcome.message,
-            "launch_flags": flags, "status": status}
+            "launch_flags": applied.launch_flags, "status": applied.status.to_json()}
 
 
 def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
@@ -876,22 +761,15 @@ def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
     if confirm is not True:
         raise AgentError("revert_patch changes SGLang's files: call it again with confirm: true; "
                          "nothing was written")
-    from eaglegate.patches import transaction
-
     tree = session.locate(args)
-    parent = _writable_parent(tree, "revert")
     with session.lock:
-        recorded = transaction.status(parent).manifest
-        if recorded is not None:
-            _check_inside(tree, [r.path for r in recorded.files])
         try:
-            outcome = transaction.revert(parent, force=bool(force))
+            outcome, status = app.revert(tree, force=bool(force), confined=True)
         finally:
             session.forget(tree)
-        status = transaction.status(parent).to_json()
     return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
             "action": "revert", "changed": outcome.changed, "message": outcome.message,
-            "launch_flags": [], "status": status}
+            "launch_flags": [], "status": status.to_json()}
 
 
 # ---------------------------------------------------------------- plan_gate
@@ -901,22 +779,20 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
               env: list[str] | None = None, session: Session = SESSION) -> PlanOut:
     """One call: which worker runs, what blocks switching speculation off, and where the gate goes."""
     if threshold is not None:
-        check_threshold(threshold)
-    flags = _text("flags", flags, 2000) or ""
-    env = [e for e in (_text("env", item, 200) for item in (env or [])) if e]
+        app.check_threshold(threshold)
+    flags, env = app.check_launch(flags, env)
     tree = session.locate(args)
     with session.lock:
         analysis = session.analysis(tree)
         # A malformed launch is the caller's error, not a part of the answer that failed.
-        parse_flags(analysis.settings, flags)
-        parse_env(analysis.settings, env)
+        app.check_launch_settings(analysis, flags, env)
         sm = analysis.spec_map
         workers = [_worker_facts(analysis, w, 0) for w in sm.workers]
         for facts in workers:
             facts.pop("steps", None)  # map_paths and explain_symbol give the steps
         try:
             data = _coupling_report(analysis)
-            view = for_launch(analysis, flags, env)
+            view = app.couplings_for_launch(analysis, flags, env)
             kept = {(f.where, f.symbol) for f in view.kept}
             findings = [f for f in data.get("findings", []) if isinstance(f, dict)
                         and (f.get("site"), f.get("symbol")) in kept]
@@ -975,13 +851,8 @@ def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any
     """The patch generator's own answer: where the gate goes for the worker a default launch
     runs, or why there is no code patch."""
     try:
-        gen = importlib.import_module("eaglegate.patches.generate")
-    except ImportError:
-        return {"route": f"gate patch {NOT_AVAILABLE}"}
-    try:
-        _check_patch_inputs(tree)
-        family = gen.check_family(tree)
-        patch = gen.generate_patch(tree, threshold or 32)
+        family = generate.check_family(tree)
+        patch = app.make_patch(tree, threshold or 32, confined=True)
     except UserError as exc:
         return {"route": "no code patch", "reason": str(exc)}
     route = ("code patch in the overlap worker EAGLEWorkerV2" if patch.worker == "v2"
@@ -996,15 +867,8 @@ def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any
 
 
 def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list[str]) -> dict[str, Any]:
-    """The per-version gate plan (`patches.plan`), compact; or say it has not landed."""
-    try:
-        module = importlib.import_module("eaglegate.patches.plan")
-    except ImportError:
-        module = None
-    build = getattr(module, "build_plan", None)
-    if build is None:
-        return {"available": False, "note": f"the per-version gate plan is {NOT_AVAILABLE}"}
-    data = build(analysis, threshold, flags, env).to_json()
+    """The per-version gate plan (`patches.plan`), compact."""
+    data = app.plan(analysis, threshold, flags, env).to_json()
     keep = ("family", "worker", "threshold", "launch_flags", "env", "adaptive_config", "caps",
             "blocked_by", "route", "patch", "caveats")
     out: dict[str, Any] = {"available": True, **{k: data.get(k) for k in keep}}
@@ -1019,23 +883,12 @@ def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list
 
 def report(args: TreeArgs, detail: int = 0, session: Session = SESSION) -> ReportOut:
     """Build the report of this tree and keep it as the latest-report resources (Markdown, JSON)."""
-    import json
-
     check_detail(detail)
     tree = session.locate(args)
-    try:
-        model = importlib.import_module("eaglegate.reports.model")
-        md = importlib.import_module("eaglegate.reports.markdown")
-        build, render = model.build_report, md.render_markdown
-    except (ImportError, AttributeError):
-        raise AgentError(f"report is {NOT_AVAILABLE} (the reports package has no Markdown renderer)") from None
     with session.lock:
-        built = build(session.analysis(tree))
-    try:
-        text = importlib.import_module("eaglegate.reports.json_report").render_json(built)
-    except (ImportError, AttributeError):
-        text = json.dumps(built.to_json(), indent=1)
-    markdown = render(built)
+        built = build_report(session.analysis(tree))
+    text = render_json(built)
+    markdown = render_markdown(built)
     session.latest_report = {"markdown": markdown, "json": text, "version": tree.version}
     sections = [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]
     out: ReportOut = {"schema": AGENTS_SCHEMA,
