@@ -17,9 +17,10 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
                  running cap plain-default logged
   gated-v2       EAGLE-3 on the patched tree, exactly what `eaglegate plan` prints for a
                  default launch (the overlap worker's gate)
-  adaptive, adaptive-skip, eagle-static
-                 0.5.14 on (no patch): plan's native adaptive config and flags, the same with
-                 SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, and EAGLE-3 without them
+  adaptive, adaptive-skip
+                 0.5.14 on (no patch): plan's native adaptive config with plain-default's
+                 running cap and graph sizes (not plan's caps), and the same with
+                 SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1
 Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
 pair for greedy equivalence. The threshold of a gating server is, by default, the one
 `eaglegate calibrate` picks from this run's plain and speculative rows (CALIBRATE_ON).
@@ -55,6 +56,7 @@ COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-
           "--random-seed", "0", "--dtype", "bfloat16"]
 V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
 RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
+GRAPH_MAX_BS = {}  # server -> the largest CUDA-graph batch size it captured
 DETERMINISTIC = False  # --deterministic
 EQUIV_THRESHOLD = 16
 
@@ -137,24 +139,35 @@ def config(server, pair, threshold):
 
 
 def adaptive_config(server, pair, threshold):
-    """0.5.14 on: no patch. `adaptive` runs exactly what `eaglegate plan` prints
-    for the pristine tree (the config file it gives, and its flags); `adaptive-skip` adds
-    SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; `eagle-static` is EAGLE-3 with the same caps
-    and no adaptive flags."""
-    # eagle-static drops the adaptive flags, so any threshold gives its flags (before calibrate has one).
-    out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold or 1), "--json",
+    """0.5.14 on: SGLang's native adaptive speculation, no patch. `adaptive` runs the config
+    `eaglegate plan` gives for the pristine tree, with caps that do not throttle plain
+    decoding: plain-default's logged running cap and its largest CUDA-graph batch size in
+    place of plan's; `adaptive-skip` adds SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1. Static
+    EAGLE is `eagle-v2` (plain-default's cap, never plan's)."""
+    if threshold is None:
+        raise SystemExit(f"{server} needs a threshold: --threshold N, or calibrate's (plain-default "
+                         "and eagle-v2 before it in --servers)")
+    out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)))
-    if out["family"] != "native-adaptive":
-        raise SystemExit(f"plan chose {out['family']}, not native-adaptive, for this SGLang")
-    flags = list(out["launch_flags"])
-    config_at = flags.index("--speculative-adaptive-config") + 1
-    flags[config_at] = f"{S}/adaptive_gate.json"
-    with open(flags[config_at], "w") as f:
-        json.dump(out["adaptive_config"], f)
-    if server == "eagle-static":
-        flags = [f for i, f in enumerate(flags) if not f.startswith("--speculative-adaptive")
-                 and (i == 0 or not flags[i - 1].startswith("--speculative-adaptive-config"))]
-        return "pristine", common(pair) + spec_flags(pair) + flags, {}
+    native = out if out["family"] == "native-adaptive" else out.get("alternative")
+    if not native or native.get("family") != "native-adaptive":
+        raise SystemExit(f"plan gives no native adaptive route for this SGLang ({out['family']})")
+    with open(f"{S}/adaptive_gate.json", "w") as f:
+        json.dump(native["adaptive_config"], f)
+    plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
+                  "graph": GRAPH_MAX_BS.get("plain-default")}
+    flags, caps = [], {cap["flag"]: cap["setting"] for cap in native.get("caps", [])}
+    it = iter(native["launch_flags"])
+    for flag in it:
+        if flag == "--speculative-adaptive-config":
+            flags += [flag, f"{S}/adaptive_gate.json"]
+            next(it)
+        elif flag in caps:
+            value = next(it)
+            mine = plain_caps["max_running_requests" if caps[flag] == "max_running_requests" else "graph"]
+            flags += [flag, str(mine if mine is not None else value)]
+        else:
+            flags.append(flag)
     env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
     return "pristine", common(pair) + spec_flags(pair) + flags, env
 
@@ -299,14 +312,17 @@ def digest(logp, name, outdir):
         stack_report(samples, os.path.join(outdir, f"stacks_{name}.txt"))
     # The running cap the scheduler chose (ServerArgs prints None when it is unset).
     cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
+    # The target's first capture is its decode graphs (the draft's and the gate's come later).
+    graphs = next((m for ln in lines if (m := re.search(r"Capture cuda graph bs \[([\d, ]+)\]", ln))), None)
     return {"max_running_requests": int(cap.group(1)) if cap else None,
+            "graph_max_bs": max(int(x) for x in graphs.group(1).split(",")) if graphs else None,
             "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
             "stack_samples": len(samples)}
 
 
 def serve(name, pair, threshold, a, work):
-    pick = adaptive_config if name in ("adaptive", "adaptive-skip", "eagle-static") else config
+    pick = adaptive_config if name in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(name, pair, threshold)
     probe = name in a.probe and pair == "accept"
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
@@ -368,6 +384,8 @@ def serve(name, pair, threshold, a, work):
         res.update(digest(logp, f"{name}-{pair}", a.out))
         if res["max_running_requests"] is not None:
             RUNNING_CAP[name] = res["max_running_requests"]
+        if res["graph_max_bs"] is not None:
+            GRAPH_MAX_BS[name] = res["graph_max_bs"]
     return res
 
 
@@ -408,8 +426,8 @@ def sweep_file(rows, server, pair, path):
 # The servers a gating server's threshold is calibrated on: the plain and speculative servers
 # it chooses between (the v1 gate needs overlap off; the native adaptive route keeps it).
 CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagle-v2"),
-                "adaptive": ("plain-default", "eagle-static"),
-                "adaptive-skip": ("plain-default", "eagle-static")}
+                "adaptive": ("plain-default", "eagle-v2"),
+                "adaptive-skip": ("plain-default", "eagle-v2")}
 
 
 def calibrate(rows, server, pair, out_dir):
