@@ -332,7 +332,7 @@ class Codebase:
             selfname = self.self_param(qn) if owner else None
             module_qn = self.scope_module[qn].name
             for base, value in found:
-                if value is None:
+                if base is None or value is None:
                     continue
                 if base[0] == "n":
                     table[(qn, base[1])].append((value, qn))
@@ -606,7 +606,7 @@ class Codebase:
                 values.add(stored)
             # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
             for assign, qn in self._assigns_on_others(name):
-                if ("inst", class_qn) in self.values(assign.target[1], qn):
+                if assign.target is not None and ("inst", class_qn) in self.values(assign.target[1], qn):
                     defined = True
                     values.update(self.values(assign.value, qn))
         return frozenset(values), defined
