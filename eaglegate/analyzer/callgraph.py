@@ -164,8 +164,9 @@ def load_codebase(
 ) -> tuple[Codebase, ParsedTree, float]:
     """Parse the tree (only the modules that define `reach_from` classes and what they import)."""
     start = time.perf_counter()
-    files = reachable_files(root, reach_from) if reach_from else None
-    parsed = parse_tree(root, files=files, progress=progress)
+    digests: dict[Path, str] = {}
+    files = reachable_files(root, reach_from, digests) if reach_from else None
+    parsed = parse_tree(root, files=files, progress=progress, digests=digests)
     # Summaries live as long as the analysis: move them out of the cyclic GC's view, or
     # every later allocation burst re-scans millions of objects that are never garbage.
     gc.freeze()

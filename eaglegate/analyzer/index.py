@@ -12,7 +12,10 @@ Values are small tuples:
     ("module", name) ("class", qn) ("inst", qn) ("func", qn) ("box", frozenset) ("ext", name)
 
 `box` is a container (a registry dict, a list of classes) whose elements are known:
-literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. `ext` is
+literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. A box
+that knows under which constant keys its elements sit is `("box", elements, entries)`,
+entries being `(key, value)` pairs (key None: stored under a key not known), so `d["a"]`
+reads only what was stored under "a". `ext` is
 something outside the analysed tree, named by its import path (`numpy.zeros`,
 `os.path.join`) or `<builtin>.name` for a builtin; calling it returns nothing known.
 Lambdas are functions named `<scope>.<lambdaN>`; a decorated def denotes what its
@@ -26,6 +29,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 from eaglegate.analyzer.parse import ParsedTree
 from eaglegate.analyzer.summary import Assign, Call, Expr, Import, ModuleSummary, Scope
@@ -36,9 +40,12 @@ ValueSet = frozenset
 _EMPTY: frozenset = frozenset()
 _MAX_CALL_SITES = 64  # call sites read to bind one parameter; beyond that it stays unknown
 # What a parameter takes from its call sites: functions and classes (factories handed to a
-# registry, classes to a wrapper). Instances come from annotations, which stay cheaper and
-# more precise than every caller's argument.
+# registry, classes to a wrapper), and containers of them. Instances come from annotations,
+# which stay cheaper and more precise than every caller's argument.
 _PASSED_KINDS = ("func", "class")
+# Names a function is also called by (`run = f`, a parameter it is passed to): at most this many.
+_MAX_ALIASES = 16
+_NAMED_KINDS = ("n", "a", "def")  # IR that names a callable (not the result of a call)
 _UNION_TYPES = {"Optional", "Union"}
 _CLASS_TYPES = {"Type", "type"}
 _CONTAINER_TYPES = {
@@ -57,6 +64,9 @@ _SELF_METHODS = {"values", "copy"}
 # Methods that store their argument (at this position) into the container they are called on.
 _STORE_METHODS = {"append": 0, "add": 0, "appendleft": 0, "insert": 1, "setdefault": 1}
 _EXTEND_METHODS = {"extend": 0, "update": 0}
+# The key of a store that merges another container's entries (`d.update(other)`).
+_MERGED = object()
+Store = tuple[object, Expr, str]  # (constant key, None, or _MERGED; the value's IR; the scope it is read in)
 
 
 @dataclass(frozen=True)
@@ -96,10 +106,13 @@ class Codebase:
         self._attr_assigns: dict[str, dict[str, list[tuple[Assign, str]]]] | None = None
         self._other_assigns: dict[str, list[tuple[Assign, str]]] | None = None
         self._calls_by_name: dict[str, list[tuple[str, Call]]] | None = None
-        self._stores: dict[tuple[str, str], list[tuple[Expr, str]]] | None = None
-        self._attr_stores: dict[tuple[str, str], list[tuple[Expr, str]]] = {}
+        self._stores: dict[tuple[str, str], list[Store]] | None = None
+        self._attr_stores: dict[tuple[str, str], list[Store]] = {}
         # module → global name → function storing into it → what it stores
-        self._module_stores: dict[str, dict[str, dict[str, list[tuple[Expr, str]]]]] = {}
+        self._module_stores: dict[str, dict[str, dict[str, list[Store]]]] = {}
+        # value's name → names assigned from it; argument's name → calls passing it (`_flow_index`)
+        self._assigned_from: dict[str, set[str]] | None = None
+        self._passed_by_name: dict[str, list[tuple[str, Call, int | str]]] = {}
         self._binding_index: dict[str, dict[str, tuple[list[Assign], list[Import], list[int]]]] = {}
 
     # -- naming ------------------------------------------------------------------------------
@@ -156,6 +169,11 @@ class Codebase:
         found = self._memo.get(key)
         if found is not None:
             return found
+        return self._fill(key, compute)
+
+    def _fill(self, key: tuple, compute) -> frozenset:
+        """Compute a memo entry (`key` not in the memo yet). The hottest queries look the
+        memo up themselves first, so a hit builds no closure."""
         self._memo[key] = _EMPTY  # a cycle sees "nothing known yet"
         result = frozenset(compute())
         self._memo[key] = result
@@ -200,7 +218,9 @@ class Codebase:
     # -- names ---------------------------------------------------------------------------------------
     def lookup(self, name: str, scope_qn: str) -> frozenset:
         """What `name` may be when read in scope `scope_qn`, following Python's scoping rules."""
-        return self._cached(("lookup", name, scope_qn), lambda: self._lookup(name, scope_qn))
+        key = ("lookup", name, scope_qn)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._lookup(name, scope_qn))
 
     def _lookup(self, name: str, scope_qn: str) -> Iterable[Value]:
         current: str | None = scope_qn
@@ -287,21 +307,28 @@ class Codebase:
             self._binding_index[scope_qn] = found
         return found
 
-    def _stored(self, stores: list[tuple[Expr, str]]) -> Value | None:
-        """A container holding what `stores` put in it (`d[k] = v`, `d.append(v)`)."""
-        items = frozenset(v for ir, qn in stores for v in self.values(ir, qn))
-        return ("box", items) if items else None
+    def _stored(self, stores: list[Store]) -> Value | None:
+        """A container holding what `stores` put in it (`d[k] = v`, `d.append(v)`, `d.update(e)`)."""
+        entries: set[tuple[object, Value]] = set()
+        for key, ir, qn in stores:
+            if key is _MERGED:
+                for value in ordered(self.values(ir, qn)):
+                    entries.update(_entries(value) if value[0] == "box"
+                                   else ((None, v) for v in self.elements({value})))
+            else:
+                entries.update((key, v) for v in self.values(ir, qn))
+        return box_of(entries)
 
     def _has_stores(self, scope_qn: str, name: str) -> bool:
-        if self._stores is None:
-            self._stores = self._index_stores()
+        self._index_calls()
+        assert self._stores is not None
         return (scope_qn, name) in self._stores or name in self._module_stores.get(scope_qn, {})
 
-    def stores(self, scope_qn: str, name: str) -> list[tuple[Expr, str]]:
+    def stores(self, scope_qn: str, name: str) -> list[Store]:
         """What is stored into the container bound to `name` in `scope_qn`: in that scope, or,
         for a module's global, in any function of the module that does not rebind the name."""
-        if self._stores is None:
-            self._stores = self._index_stores()
+        self._index_calls()
+        assert self._stores is not None
         found = list(self._stores.get((scope_qn, name), ()))
         if self.scopes[scope_qn].kind == "module":
             for qn, items in sorted(self._module_stores.get(scope_qn, {}).get(name, {}).items()):
@@ -309,45 +336,33 @@ class Codebase:
                     found.extend(items)
         return found
 
-    def _index_stores(self) -> dict[tuple[str, str], list[tuple[Expr, str]]]:
-        """Every `base[k] = v`, `base.append(v)`… with `base` a name or `self.attr`, by where
-        `base` lives: (scope, name) for names, (class, attr) for instance attributes."""
-        table: dict[tuple[str, str], list[tuple[Expr, str]]] = defaultdict(list)
-        self._attr_stores = defaultdict(list)
-        self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-        for qn, scope in self.scopes.items():
-            found: list[tuple[Expr, Expr]] = [(a.target[1], a.value) for a in scope.assigns
-                                              if a.target and a.target[0] == "s" and a.value is not None]
-            for call in scope.calls:
-                func = call.func
-                if func is None or func[0] != "a" or func[1][0] not in ("n", "a"):
-                    continue
-                if func[2] in _STORE_METHODS and len(call.args) > _STORE_METHODS[func[2]]:
-                    found.append((func[1], call.args[_STORE_METHODS[func[2]]]))
-                elif func[2] in _EXTEND_METHODS and call.args and call.args[0] is not None:
-                    found.append((func[1], ("s", call.args[0])))
-            if not found:
+    def _index_stores(self, qn: str, found: list[tuple[Expr, object, Expr]],
+                      table: dict[tuple[str, str], list[Store]]) -> None:
+        """File the stores `(container, key, value)` made in scope `qn` (`base[k] = v`,
+        `base.append(v)`…, with `base` a name or `self.attr`) by where `base` lives: (scope,
+        name) for names, (class, attr) for instance attributes."""
+        scope = self.scopes[qn]
+        owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
+        selfname = self.self_param(qn) if owner else None
+        module_qn = self.scope_module[qn].name
+        for base, key, value in found:
+            if value is None or base is None:
                 continue
-            owner = self.owner_class(qn) if scope.kind in _FUNCTION_KINDS else None
-            selfname = self.self_param(qn) if owner else None
-            module_qn = self.scope_module[qn].name
-            for base, value in found:
-                if base is None or value is None:
-                    continue
-                if base[0] == "n":
-                    table[(qn, base[1])].append((value, qn))
-                    if qn != module_qn:
-                        self._module_stores[module_qn][base[1]][qn].append((value, qn))
-                elif owner and base[1] == ("n", selfname):
-                    self._attr_stores[(owner, base[2])].append((value, qn))
-        return table
+            if base[0] == "n":
+                table[(qn, base[1])].append((key, value, qn))
+                if qn != module_qn:
+                    self._module_stores[module_qn][base[1]][qn].append((key, value, qn))
+            elif owner and base[1] == ("n", selfname):
+                self._attr_stores[(owner, base[2])].append((key, value, qn))
 
     # -- expressions ---------------------------------------------------------------------------------
     def values(self, expr: Expr, scope_qn: str) -> frozenset:
         """Everything `expr`, evaluated in scope `scope_qn`, may denote."""
         if expr is None:
             return _EMPTY
-        return self._cached(("values", expr, scope_qn), lambda: self._values(expr, scope_qn))
+        key = ("values", expr, scope_qn)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._values(expr, scope_qn))
 
     def _values(self, expr: tuple, scope_qn: str) -> Iterable[Value]:
         kind = expr[0]
@@ -373,10 +388,14 @@ class Codebase:
                         result.add(box)
             return result
         if kind == "s":
-            return self.elements(self.values(expr[1], scope_qn))
+            containers = self.values(expr[1], scope_qn)
+            return self.elements(containers) if len(expr) == 2 else self.elements_at(containers, expr[2])
         if kind == "k":
             items = frozenset(v for e in expr[1] for v in self.values(e, scope_qn))
             return {("box", items)} if items else _EMPTY
+        if kind == "kd":
+            box = box_of((key, v) for key, e in expr[1] for v in self.values(e, scope_qn))
+            return {box} if box else _EMPTY
         if kind == "u":
             return {v for e in expr[1] for v in self.values(e, scope_qn)}
         if kind == "g":
@@ -408,6 +427,17 @@ class Codebase:
                         found.update(iterator[1])
                     elif iterator[0] == "inst":
                         found.update(self.call_result(self.attribute(iterator, "__next__")))
+        return found
+
+    def elements_at(self, containers: Iterable[Value], key: object) -> set[Value]:
+        """What `container[key]` gives for a constant key: a box's elements stored under that
+        key or under one not known; anything else as `elements`."""
+        found: set[Value] = set()
+        for value in ordered(containers):
+            if value[0] == "box":
+                found.update(v for k, v in _entries(value) if k is None or k == key)
+            else:
+                found.update(self.elements({value}))
         return found
 
     def definition(self, qn: str) -> frozenset:
@@ -598,25 +628,33 @@ class Codebase:
                 defined = True
                 values.update(self.values(assign.value, method_qn))
                 values.update(self.type_values(assign.annotation, method_qn))
-            if self._stores is None:
-                self._stores = self._index_stores()
+            self._index_calls()
             stored = self._stored(self._attr_stores.get((class_qn, name), []))
             if stored:
                 defined = True
                 values.add(stored)
             # `obj.attr = v` elsewhere, where `obj` is an instance of this class.
-            for assign, qn in self._assigns_on_others(name):
-                if assign.target is not None and ("inst", class_qn) in self.values(assign.target[1], qn):
-                    defined = True
-                    values.update(self.values(assign.value, qn))
+            assigned = self._assigned_on(("inst", class_qn), name)
+            if assigned:
+                defined = True
+                values.update(assigned)
         return frozenset(values), defined
 
+    def _assigned_on(self, base: Value, name: str) -> set[Value]:
+        """What `x.<name> = v` stores, wherever `x` may be `base` (an instance, a function)."""
+        found: set[Value] = set()
+        for assign, qn in self._assigns_on_others(name):
+            if assign.target is not None and base in self.values(assign.target[1], qn):
+                found.update(self.values(assign.value, qn))
+        return found
+
     def _assigns_on_others(self, name: str) -> list[tuple[Assign, str]]:
-        """`x.<name> = …` where `x` is not the enclosing method's own instance."""
+        """`x.<name> = …` in a function or at a module's top level, where `x` is not the
+        enclosing method's own instance."""
         if self._other_assigns is None:
             table: dict[str, list[tuple[Assign, str]]] = defaultdict(list)
             for qn, scope in self.scopes.items():
-                if scope.kind != "function":
+                if scope.kind not in ("function", "module"):
                     continue
                 selfname = self.self_param(qn) if self.owner_class(qn) else None
                 for assign in scope.assigns:
@@ -628,7 +666,9 @@ class Codebase:
         return self._other_assigns.get(name, [])
 
     def attribute(self, base: Value, name: str) -> frozenset:
-        return self._cached(("attr", base, name), lambda: self._attribute(base, name))
+        key = ("attr", base, name)
+        found = self._memo.get(key)
+        return found if found is not None else self._fill(key, lambda: self._attribute(base, name))
 
     def _attribute(self, base: Value, name: str) -> Iterable[Value]:
         kind = base[0]
@@ -638,6 +678,8 @@ class Codebase:
             return {("ext", f"{base[1]}.{name}")}
         if kind == "inst" and name == "__class__":
             return {("class", base[1])}
+        if kind == "func":  # `f.hook = g`: an attribute set on a function object
+            return self._assigned_on(base, name)
         if kind in ("class", "inst", "super"):
             classes = self.mro(base[1])
             if kind == "super":
@@ -708,13 +750,21 @@ class Codebase:
         sites = [site for n in sorted(names) for site in self._calls_named(n)]
         if len(sites) > _MAX_CALL_SITES:
             return _EMPTY  # a name called everywhere (`forward`): too costly, too imprecise
+        # Calls through the other names it flows to (`run = f; run(x)`, `def apply(fn): fn(x)`).
+        aliases = sorted({a for n in names for a in self.aliases(n)} - names)
+        through = [site for n in aliases for site in self._calls_named(n)]
+        if len(through) <= _MAX_CALL_SITES:
+            sites += through
+        is_method = owner is not None and "staticmethod" not in self.scopes[func_qn].decorators
         found: set[Value] = set()
         for caller, call in sites:
             callees = self.values(call.func, caller)
             as_init = owner is not None and short == "__init__" and ("class", owner) in callees
             if ("func", func_qn) not in callees and not as_init:
                 continue
-            bound = as_init or (call.func is not None and call.func[0] == "a")
+            # A method called by another plain name is a bound method held in a variable.
+            bound = as_init or (call.func is not None and call.func[0] == "a") \
+                or (is_method and _last_name(call.func) in aliases)
             if name == "**":  # keywords that name no parameter
                 params = {p for p, _ in self.scopes[func_qn].params}
                 passed = [ir for keyword, ir in call.kwargs if keyword not in params]
@@ -725,20 +775,103 @@ class Codebase:
             passed += [ir for position, ir in enumerate(call.args)
                        if ir is not None and self.parameter_for(func_qn, position, bound) == wanted]
             for ir in passed:
-                found.update(v for v in self.values(ir, caller) if v[0] in _PASSED_KINDS)
+                found.update(v for v in self.values(ir, caller) if _passable(v))
         return found
 
+    def aliases(self, name: str) -> frozenset:
+        """The names a callable known as `name` may also be called by: the names and attributes
+        it is assigned to (`run = f`, `self.cb = f`) and the parameters it is passed to
+        (`apply(f)` binds `apply`'s), followed transitively; `name` itself included."""
+        return self._cached(("aliases", name), lambda: self._aliases(name))
+
+    def _aliases(self, name: str) -> Iterable[str]:
+        assigned_from, passed = self._flow_index()
+        found = {name}
+        queue = [name]
+        while queue and len(found) < _MAX_ALIASES:
+            current = queue.pop(0)
+            new = set(assigned_from.get(current, ()))
+            for caller, call, key in passed.get(current, [])[:_MAX_CALL_SITES]:
+                for callee in ordered(self.values(call.func, caller)):
+                    target = callee[1] if callee[0] == "func" else \
+                        self.constructor(callee[1]) if callee[0] == "class" else None
+                    bound = callee[0] == "class" or (call.func is not None and call.func[0] == "a")
+                    param = self.parameter_for(target, key, bound) if target else None
+                    if param:
+                        new.add(param)
+            for alias in sorted(new - found):
+                found.add(alias)
+                queue.append(alias)
+        return found
+
+    def _flow_index(self) -> tuple[dict[str, set[str]], dict[str, list[tuple[str, Call, int | str]]]]:
+        """A value's last name → the names assigned from it; and the calls that pass a
+        definition (a def, class or lambda, or a name assigned from one) as an argument, by
+        its name, with its position or keyword (built with `_calls_named`'s index)."""
+        self._index_calls()
+        assert self._assigned_from is not None
+        return self._assigned_from, self._passed_by_name
+
     def _calls_named(self, name: str) -> list[tuple[str, Call]]:
-        if self._calls_by_name is None:
-            table: dict[str, list[tuple[str, Call]]] = defaultdict(list)
-            for qn, scope in self.scopes.items():
-                for call in scope.calls:
-                    if call.args or call.kwargs:
-                        func = call.func
-                        key = _last_name(func[1]) + "()" if func and func[0] == "c" else _last_name(func)
-                        table[key].append((qn, call))
-            self._calls_by_name = table
+        self._index_calls()
+        assert self._calls_by_name is not None
         return self._calls_by_name.get(name, [])
+
+    def _index_calls(self) -> None:
+        """One pass over every scope's assignments and calls, for what needs the whole tree:
+        the stores into containers (`_index_stores`), the calls with arguments by the
+        callee's last name, the names assigned from other names, and the calls passing a
+        definition (a def, class or lambda, or a name assigned from one). Only definitions
+        are indexed as arguments: most arguments are plain data."""
+        if self._calls_by_name is not None:
+            return
+        self._attr_stores = defaultdict(list)
+        self._module_stores = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        stores: dict[tuple[str, str], list[Store]] = defaultdict(list)
+        assigned_from: dict[str, set[str]] = defaultdict(set)
+        found: dict[str, list[tuple[Expr, object, Expr]]] = defaultdict(list)  # scope → (container, key, value)
+        for qn, scope in self.scopes.items():
+            for assign in scope.assigns:
+                target, value = assign.target, assign.value
+                if target is None or value is None:
+                    continue
+                if target[0] == "s":
+                    found[qn].append((target[1], target[2] if len(target) == 3 else None, value))
+                elif value[0] in _NAMED_KINDS:
+                    assigned_from[_last_name(value)].add(_last_name(target))
+        defined = {qn.rsplit(".", 1)[-1] for qn, scope in self.scopes.items() if scope.kind != "module"}
+        defined.update(alias for name in list(defined) for alias in assigned_from.get(name, ()))
+        by_callee: dict[str, list[tuple[str, Call]]] = defaultdict(list)
+        passed: dict[str, list[tuple[str, Call, int | str]]] = defaultdict(list)
+        for qn, scope in self.scopes.items():
+            for call in scope.calls:
+                args, kwargs = call.args, call.kwargs
+                if not (args or kwargs):
+                    continue
+                func: tuple[Any, ...] = call.func or ()
+                kind = func[0] if func else None
+                if kind == "a":  # the common case first: `obj.method(...)`
+                    callee = func[2]
+                    if func[1][0] in ("n", "a"):
+                        if callee in _STORE_METHODS and len(args) > _STORE_METHODS[callee]:
+                            found[qn].append((func[1], None, args[_STORE_METHODS[callee]]))
+                        elif callee in _EXTEND_METHODS and args and args[0] is not None:
+                            found[qn].append((func[1], _MERGED, args[0]))
+                elif kind == "n":
+                    callee = func[1]
+                else:
+                    callee = _last_name(func[1]) + "()" if kind == "c" else _last_name(func)
+                by_callee[callee].append((qn, call))
+                if callee not in defined:  # only a callee in the tree has parameters to bind
+                    continue
+                for key, ir in [*enumerate(args), *kwargs] if kwargs else enumerate(args):
+                    # Only a name or a lambda can be a definition (not a call, a literal…).
+                    if ir is not None and ir[0] in _NAMED_KINDS and (name := _passed_name(ir)) in defined:
+                        passed[name].append((qn, call, cast("int | str", key)))
+        for qn, items in found.items():
+            self._index_stores(qn, items, stores)
+        self._stores, self._assigned_from, self._passed_by_name = stores, assigned_from, passed
+        self._calls_by_name = by_callee
 
     # -- calls -------------------------------------------------------------------------------------------
     def returns(self, func_qn: str) -> frozenset:
@@ -793,11 +926,43 @@ class Codebase:
         return found
 
 
+def _passable(value: Value) -> bool:
+    """A function or class, or a container holding one (`run({"a": f})`)."""
+    return value[0] in _PASSED_KINDS or value[0] == "box" and any(v[0] in _PASSED_KINDS for v in value[1])
+
+
+def box_of(entries: Iterable[tuple[object, Value]]) -> Value | None:
+    """A container of these (key, value) entries; None when it holds nothing known. Keys are
+    kept only when one is known, so most boxes stay `("box", elements)`."""
+    kept = frozenset(entries)
+    if not kept:
+        return None
+    items = frozenset(v for _, v in kept)
+    return ("box", items, kept) if any(k is not None for k, _ in kept) else ("box", items)
+
+
+def _entries(box: Value) -> Iterable[tuple[object, Value]]:
+    """A box's (key, value) entries; key None for each element of a box without keys."""
+    return box[2] if len(box) == 3 else ((None, v) for v in box[1])
+
+
 def ordered(values: Iterable[Value]) -> list[Value]:
     """Values in a fixed order. Lookups are memoized with a cycle guard (a query inside a
     cycle sees what is known so far), so the order they run in must not follow set hashing,
     or answers would change with PYTHONHASHSEED."""
-    return sorted(values, key=lambda v: (v[0], v[1] if isinstance(v[1], str) else ""))
+    if isinstance(values, (set, frozenset)) and len(values) < 2:  # most hold one value
+        return list(values)
+    return sorted(values, key=_order_key)
+
+
+def _order_key(value: Value) -> tuple[str, str]:
+    return value[0], value[1] if isinstance(value[1], str) else ""
+
+
+def _passed_name(ir: tuple) -> str | None:
+    """The name of a callable passed as an argument (`f`, `obj.m`, a lambda); None for data."""
+    kind = ir[0]
+    return ir[1] if kind == "n" else ir[2] if kind == "a" else ir[1].rsplit(".", 1)[-1] if kind == "def" else None
 
 
 def _last_name(expr: Expr) -> str:
@@ -807,4 +972,6 @@ def _last_name(expr: Expr) -> str:
         return expr[1]
     if expr[0] == "a":
         return expr[2]
+    if expr[0] in ("def", "raw"):  # `x = lambda: …`: the lambda's own name
+        return expr[1].rsplit(".", 1)[-1]
     return ""

@@ -1,7 +1,7 @@
 """Parse a tree of Python files into module summaries: in parallel, cached by content hash.
 
 A second run re-parses nothing unchanged: each file's summary is stored under the
-BLAKE2 hash of its bytes (plus the summarizer's own source), so a moved or copied tree
+SHA-256 hash of its bytes (plus the summarizer's own source), so a moved or copied tree
 hits the cache too.
 """
 
@@ -12,7 +12,7 @@ import hashlib
 import os
 import pickle
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -109,11 +109,20 @@ def _imports(data: bytes, name: str, is_package: bool) -> set[str]:
     return found
 
 
-def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
+def content_digest(data: bytes) -> str:
+    """A file's bytes as a cache key. SHA-256: hashlib's fastest here (the CPU's SHA
+    instructions), and every warm run hashes every file of the tree."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def reachable_files(root: Path, class_names: tuple[str, ...],
+                    digests: dict[Path, str] | None = None) -> list[Path]:
     """Files of the modules that define `class_names` and every module they import, transitively.
 
     A question about the scheduler and the EAGLE workers never needs the rest of the
     package (e.g. SGLang's separate multimodal generation runtime): parse only this.
+    `digests` receives every file's `content_digest`, so `parse_tree` need not read and
+    hash them again.
     """
     root = root.resolve()
     modules: dict[str, tuple[Path, bool]] = {}
@@ -124,9 +133,12 @@ def reachable_files(root: Path, class_names: tuple[str, ...]) -> list[Path]:
     contents = {name: path.read_bytes() for name, (path, _) in modules.items()}
     # The answer depends only on the modules' names and bytes and on the question, and
     # scanning every file takes longer than hashing them: a second run reads it back.
+    hashed = {name: content_digest(data) for name, data in contents.items()}
+    if digests is not None:
+        digests.update((modules[name][0], digest) for name, digest in hashed.items())
     key = hashlib.blake2b(repr(class_names).encode(), digest_size=20)
     for name in sorted(contents):
-        key.update(f"{name}\0".encode() + hashlib.blake2b(contents[name], digest_size=20).digest())
+        key.update(f"{name}\0{hashed[name]}\0".encode())
     entry = f"reach-{key.hexdigest()}"
     cached = _load(entry)
     if isinstance(cached, list):
@@ -197,10 +209,12 @@ def parse_tree(
     files: Iterable[Path] | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    digests: Mapping[Path, str] | None = None,
 ) -> ParsedTree:
-    """Summaries of every Python file under `root` (or of `files`), cached and in parallel."""
+    """Summaries of every Python file under `root` (or of `files`), cached and in parallel.
+    `digests`: files' `content_digest`s already computed (by `reachable_files`)."""
     with no_cyclic_gc():
-        return _parse_tree(root, files, workers, progress)
+        return _parse_tree(root, files, workers, progress, digests or {})
 
 
 def _parse_tree(
@@ -208,6 +222,7 @@ def _parse_tree(
     files: Iterable[Path] | None,
     workers: int | None,
     progress: Callable[[int, int], None] | None,
+    digests: Mapping[Path, str],
 ) -> ParsedTree:
     root = root.resolve()
     result = ParsedTree(root)
@@ -220,7 +235,7 @@ def _parse_tree(
     for file in file_list:
         rel = file.relative_to(root).as_posix()
         name, is_package = module_name(root, file, prefix)
-        digest = hashlib.blake2b(file.read_bytes(), digest_size=20, person=b"eaglegate-s1").hexdigest()
+        digest = digests.get(file) or content_digest(file.read_bytes())
         hashes.append(f"{name}:{rel}:{digest}")  # names are in the summaries, so in the key
         # The module name and path are part of the summary, so they are part of the key.
         key = hashlib.blake2b(f"{digest}|{name}|{rel}".encode(), digest_size=20).hexdigest()

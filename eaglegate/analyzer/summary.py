@@ -11,7 +11,9 @@ content-hash cache. Expressions become a tiny IR (`Expr`):
     ("a", base, attr)      an attribute
     ("c", func)            the result of calling `func`
     ("s", base)            an element of a container (subscript, iteration, unpacking)
-    ("k", (e, ...))        a container literal (list/tuple/set/dict values)
+    ("s", base, key)       `base[key]` with a constant key (a string or a number)
+    ("k", (e, ...))        a container literal (list/tuple/set values, comprehensions)
+    ("kd", ((key, e), ...)) a dict literal; key None where it is no constant
     ("u", (e, ...))        one of several values (conditional expression, `or`)
     ("g", base, (e, ...))  a generic type in an annotation (`Optional[X]`)
     ("super",)             `super()`
@@ -163,11 +165,15 @@ def expr_ir(node: ast.expr | None) -> Expr:
         return ("c", inner) if inner is not None else None
     if isinstance(node, ast.Subscript):
         base = expr_ir(node.value)
-        return ("s", base) if base is not None else None
+        if base is None:
+            return None
+        key = constant_key(node.slice)
+        return ("s", base) if key is None else ("s", base, key)
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return ("k", tuple(e for e in map(expr_ir, node.elts) if e is not None))
     if isinstance(node, ast.Dict):
-        return ("k", tuple(e for e in map(expr_ir, node.values) if e is not None))
+        return ("kd", tuple((constant_key(k), e) for k, v in zip(node.keys, node.values, strict=True)
+                            if (e := expr_ir(v)) is not None))
     if isinstance(node, ast.IfExp):
         return _union(expr_ir(node.body), expr_ir(node.orelse))
     if isinstance(node, ast.BoolOp):
@@ -185,6 +191,14 @@ def expr_ir(node: ast.expr | None) -> Expr:
     if isinstance(node, ast.DictComp):
         element = expr_ir(node.value)
         return ("k", (element,)) if element is not None else None
+    return None
+
+
+def constant_key(node: ast.expr | None) -> str | int | float | bytes | None:
+    """A container key written as a constant (`d["a"]`, `d[1]`): kept, so `d["a"]` reads only
+    what was stored under "a" (`"1"` and `1` stay apart, as in Python)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bytes)):
+        return node.value
     return None
 
 

@@ -105,6 +105,94 @@ CASES = [
         def run():
             X["k"]()
     """}, {"main.run": {"main.a"}}),
+    # A constant key reads only what was stored under it: in a literal, by `d[k] = v`, by
+    # `d.update(...)`, in a dict a function returns, and one level down in a nested dict.
+    ("constant_key_reads_its_own_entry", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        def run():
+            table = {"a": a, "b": b}
+            table["a"]()
+    """}, {"main.run": {"main.a"}}),
+    ("string_and_number_keys_stay_apart", {"main.py": """
+        def text():
+            pass
+        def number():
+            pass
+        def run():
+            table = {"1": text, 1: number}
+            table[1]()
+    """}, {"main.run": {"main.number"}}),
+    ("stored_keys_stay_apart", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        table = {}
+        table["a"] = a
+        table["b"] = b
+        def run():
+            table["b"]()
+    """}, {"main.run": {"main.b"}}),
+    ("update_adds_its_own_keys", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        def run():
+            table = {"a": a}
+            table.update({"b": b})
+            table["a"]()
+            table["b"]()
+    """}, {"main.run": {"main.a", "main.b"}}),
+    ("returned_dict_keeps_keys", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        def make():
+            return {"a": a, "b": b}
+        def run():
+            make()["b"]()
+    """}, {"main.run": {"main.make", "main.b"}}),
+    ("nested_dict_by_keys", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        def run():
+            table = {"outer": {"x": a, "y": b}}
+            table["outer"]["y"]()
+    """}, {"main.run": {"main.b"}}),
+    # A container of functions passed as an argument is bound to the parameter; one of data is not.
+    ("dict_of_functions_passed", {"main.py": """
+        def a():
+            pass
+        def use(table):
+            table["a"]()
+        def run():
+            use({"a": a})
+    """}, {"main.run": {"main.use"}, "main.use": {"main.a"}}),
+    ("dict_of_data_passed_binds_nothing", {"main.py": """
+        def use(table):
+            table["a"]()
+        def run():
+            use({"a": 1})
+    """}, {"main.run": {"main.use"}}),
+    # Whatever was stored under a key not known can be under any key.
+    ("unknown_key_store_matches_any_key", {"main.py": """
+        def a():
+            pass
+        def b():
+            pass
+        def put(name):
+            table[name] = b
+        table = {"a": a}
+        def run():
+            table["a"]()
+    """}, {"main.run": {"main.a", "main.b"}}),
 ]
 
 

@@ -103,8 +103,8 @@ def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> Co
                 findings.append(finding)
     order = {c: i for i, c in enumerate(CATEGORIES)}
     findings.sort(key=lambda f: (order[f.category], f.worker_path, f.path, f.line, f.kind))
+    annotate(ctx, findings)  # before the verdicts: they cite findings that hold under any launch first
     verdicts = build_verdicts(ctx, findings)
-    annotate(ctx, findings)
     timing["detectors"] = time.perf_counter() - start
     flow = ctx.flow
     scope = {

@@ -106,12 +106,15 @@ class CudaGraphDetector:
                     if not internal or not tainted:
                         continue
                     key, chain, node = tainted[0]
-                    findings.append(Finding(
-                        self.CATEGORY, "capture_setup", internal[0], facts.path, call.line,
-                        (*chain, Step(text_of(call.node), facts.path, call.line)),
-                        f"graph runner {runner.rsplit('.', 1)[-1]} sizes {internal[0].rsplit('.', 1)[-1]} "
-                        "from a speculative value while capturing",
-                        where, "blocks-runtime-switch", {"runner": runner}))
+                    # One finding per function the call may reach (`self.backend.init_…()` on
+                    # whichever backend was built): a launch keeps the ones whose code it runs.
+                    for callee in internal:
+                        findings.append(Finding(
+                            self.CATEGORY, "capture_setup", callee, facts.path, call.line,
+                            (*chain, Step(text_of(call.node), facts.path, call.line)),
+                            f"graph runner {runner.rsplit('.', 1)[-1]} sizes {callee.rsplit('.', 1)[-1]} "
+                            "from a speculative value while capturing",
+                            where, "blocks-runtime-switch", {"runner": runner}))
             if found_mode:
                 runners[runner] = "target"
         findings += self._backends(ctx, runners)

@@ -50,6 +50,9 @@ class DraftStateDetector:
                         path, line, writer = sites[0]
                         key = (member, read.attr)
                         if key in findings:
+                            readers_of = findings[key].detail["readers"]
+                            if qn not in readers_of:
+                                readers_of.append(qn)
                             if worker.label not in findings[key].detail["workers"]:
                                 findings[key].detail["workers"].append(worker.label)
                                 findings[key].worker_path = "both"
@@ -64,7 +67,10 @@ class DraftStateDetector:
                             "extend refreshes it",
                             worker.label, "degrades-acceptance",
                             {"class": member, "field": read.attr, "workers": [worker.label],
-                             "writes": [f"{p}:{n}" for p, n, _ in sites[:5]]})
+                             "writes": [f"{p}:{n}" for p, n, _ in sites[:5]],
+                             # Every function of the draft step that reads it: the field
+                             # matters to a launch that runs any of them.
+                             "readers": [qn]})
                         break
         return list(findings.values())
 

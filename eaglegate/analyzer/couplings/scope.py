@@ -125,7 +125,9 @@ class _Keying:
             if self.elsewhere and cb.owner_class(caller) in self.elsewhere:
                 continue
             here = _compared(cb, caller, call.cond)
-            outer = self.function(caller, depth) if depth < _KEY_DEPTH else None
+            # At the depth limit a caller's own keys (its registration, its dict of
+            # factories) are still read; only the search beyond it stops.
+            outer = self.function(caller, depth)
             if outer:
                 alternatives += [here + keys for keys in outer]
             elif here:
@@ -371,6 +373,65 @@ def _reach(ctx: Context, roots: list[str], avoid: set[str]) -> set[str]:
     return seen
 
 
+class _Functions:
+    """The innermost function around a line of a file of the tree."""
+
+    def __init__(self, cb: Codebase):
+        self.modules = {m.path: m for m in cb.modules.values()}
+        self._spans: dict[str, list[tuple[int, int, str]]] = {}
+
+    def at(self, path: str, line: int) -> str | None:
+        if path not in self._spans:
+            module = self.modules.get(path)
+            self._spans[path] = sorted(
+                (scope.lineno, scope.end_lineno, f"{module.name}.{qual}")
+                for qual, scope in module.scopes.items() if scope.kind == "function") if module else []
+        found = None
+        for start, end, qn in self._spans[path]:
+            if start > line:
+                break
+            if end >= line:
+                found = qn  # a def that starts later and still holds the line is nested deeper
+        return found
+
+
+def _handed_in(cb: Codebase, finding: Finding, function: str | None, functions: _Functions,
+               callers: dict[str, set[str]]) -> set[str]:
+    """When the speculative value reaches the finding's function as an argument (the step
+    before its first step inside the function is in a caller), every caller that passes it
+    a speculative value: the coupling happens only where one of them runs."""
+    if function is None or function not in callers:
+        return set()
+    previous = None
+    for step in finding.evidence:
+        here = functions.at(step.path, step.line)
+        if here == function:
+            return callers[function] if previous in callers[function] else set()
+        previous = here
+    return set()
+
+
+def _unique(ways: list[Keys]) -> list[Keys]:
+    """The ways without repeats (the same keys reached through several call sites)."""
+    seen: dict[tuple, Keys] = {}
+    for keys in ways:
+        seen.setdefault(tuple(sorted(set(keys))), keys)
+    return list(seen.values())
+
+
+def _all_of(required: list[list[Keys]], limit: int = 64) -> list[Keys]:
+    """The ways every requirement holds at once (each requirement a list of ways, any one
+    enough). A requirement that would make more than `limit` ways is dropped: the finding is
+    then kept under more launches, never under fewer."""
+    combined: list[Keys] = [[]]
+    for ways in sorted((_unique(r) for r in required), key=len):
+        if len(combined) * len(ways) > limit:
+            continue
+        combined = _unique([[*mine, *theirs] for mine in combined for theirs in ways])
+    return [] if combined == [[]] else combined
+
+
+
 def annotate(ctx: Context, findings: list[Finding]) -> None:
     """Record on each finding what selects its code (see the module docstring)."""
     cb = ctx.codebase
@@ -389,6 +450,15 @@ def annotate(ctx: Context, findings: list[Finding]) -> None:
     # (pipeline parallel, disaggregation) is not that launch's. Set-up code is reached from
     # none and always kept.
     loop_reach = {e.function: _reach(ctx, [e.function], alternatives) for e in ctx.spec_map.event_loops}
+    functions = _Functions(cb)
+    tainted_callers: dict[str, set[str]] = {}
+    for facts in ctx.flow.functions.values():
+        for call in facts.calls if facts.analysed else ():
+            if call.tainted_args():
+                for kind, target in call.callees:
+                    callee = target if kind == "func" else cb.constructor(target) if kind == "class" else None
+                    if callee:
+                        tainted_callers.setdefault(callee, set()).add(facts.qn)
     for finding in findings:
         cls = finding_class(cb, finding)
         function = finding_function(cb, finding)
@@ -397,6 +467,20 @@ def annotate(ctx: Context, findings: list[Finding]) -> None:
             sites = keying.cls(cls)
         if sites is None and function is not None and cb.owner_class(function) is None:
             sites = keying.function(function)
+        # Besides its own code: the function its symbol names (the backend method a graph
+        # runner sizes); for a value handed in as an argument, one of the callers that pass
+        # it (a helper fed by one backend's method is that backend's); of the draft step's
+        # readers of a field, one.
+        required = [sites] if sites else []
+        owner = cb.owner_class(function) if function is not None else None
+        if function is not None and owner is not None and cls is not None and owner not in cb.mro(cls):
+            required.append(keying.function(function) or [])
+        for group in (_handed_in(cb, finding, function, functions, tainted_callers),
+                      finding.detail.get("readers", ())):
+            ways = [keying.function(qn) for qn in sorted(group)]
+            if ways and all(ways):
+                required.append([keys for alternatives in ways if alternatives for keys in alternatives])
+        sites = _all_of([r for r in required if r])
         if sites:
             finding.detail["launch_keys"] = [[[list(family), key] for family, key in site] for site in sites]
         if function in only or (cls is not None and cls in alternatives):

@@ -108,7 +108,8 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                        key=lambda f: (ctx.codebase.owner_class(f.symbol) not in batch_types, f.path, f.line))
         bookkeeping = early[:2] + sorted(
             _on(findings, label, {"verify_appends"}), key=lambda f: (f.symbol not in steps, f.path, f.line))
-        state = _on(findings, label, {"draft_input_field"})
+        # Stale fields any launch has before those of one attention backend's code.
+        state = sorted(_on(findings, label, {"draft_input_field"}), key=lambda f: "launch_keys" in f.detail)
         caps = _on(findings, label, {"setting_changed"})
         cap_note = [f"config: {f.detail['setting']} = {f.detail['value']} under speculation ({f.where})"
                     for f in caps if "48" in f.detail.get("value", "")][:2]
