@@ -43,6 +43,9 @@ _CALLBACK_TAKERS: dict[str, tuple[int | str, ...]] = {
 _KEY_ARGUMENT = "key"
 
 KIND_EXTERNAL = "external"
+# What a function's callers hand it for the parameters it calls: (parameter, functions)
+# pairs, None when nothing narrows them (see `CallGraph.reach`).
+Handed = tuple[tuple[str, frozenset[str]], ...] | None
 
 
 @dataclass
@@ -50,6 +53,11 @@ class CallGraph:
     codebase: Codebase
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     expanded: set[str] = field(default_factory=set)
+    # (caller, callee) → the caller's parameters through which alone it calls the callee
+    # (`def common_template(self, call_fn): call_fn(i)`): the edge holds only where the
+    # caller was handed that callee (see `reach`).
+    through_param: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    _param_called: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
     def node(self, qn: str) -> None:
         if qn in self.graph:
@@ -65,32 +73,50 @@ class CallGraph:
 
     def callees(self, caller: str) -> Iterable[tuple[str, Site]]:
         """Resolve every call made directly in `caller`'s body."""
+        for target, site, _ in self._callees(caller):
+            yield target, site
+
+    def _targets(self, values: Iterable[tuple], implicit: bool = False) -> tuple[set[str], list[str]]:
+        """The tree's functions that calling one of `values` runs, and the external names."""
+        cb = self.codebase
+        targets: set[str] = set()
+        external: list[str] = []
+        for value in ordered(values):
+            if value[0] == "func":
+                targets.add(value[1])
+            elif value[0] == "class":
+                init = cb.instantiation(value[1])
+                if init is not None:
+                    targets.add(init)
+            elif implicit:
+                continue
+            elif value[0] == "inst":
+                targets.update(v[1] for v in cb.attribute(value, "__call__") if v[0] == "func")
+            elif value[0] == "ext":
+                external.append(value[1])
+        return targets, external
+
+    def _callees(self, caller: str) -> Iterable[tuple[str, Site, str | None]]:
+        """Every call made directly in `caller`'s body: (callee, site, the caller's parameter
+        the call goes through, or None for any other call)."""
         cb = self.codebase
         scope = cb.scopes[caller]
         owner = cb.owner_class(caller) if scope.kind in ("function", "lambda") else None
         selfname = cb.self_param(caller) if owner else None
+        params = {p for p, _ in scope.params} if scope.kind in ("function", "lambda") else set()
         for call in scope.calls:
             site = cb.site(caller, call.lineno, call.cond)
-            targets: set[str] = set()
-            external: list[str] = []
-            for value in ordered(cb.values(call.func, caller)):
-                if value[0] == "func":
-                    targets.add(value[1])
-                elif value[0] == "class":
-                    init = cb.instantiation(value[1])
-                    if init is not None:
-                        targets.add(init)
-                elif call.implicit:
-                    continue
-                elif value[0] == "inst":
-                    targets.update(v[1] for v in cb.attribute(value, "__call__") if v[0] == "func")
-                elif value[0] == "ext":
-                    external.append(value[1])
+            targets, external = self._targets(cb.values(call.func, caller), call.implicit)
+            func = call.func
+            # `fn(…)` where `fn` is a parameter (and the body never rebinds it): what runs is
+            # what this call of the caller was handed.
+            param = func[1] if func and func[0] == "n" and func[1] in params \
+                and not any(a.target == func for a in scope.assigns) else None
+            handed = frozenset(targets) if param else frozenset()
             # The code behind an external or unresolved callee (`xs.sort(key=f)`) calls back.
             if (external or not targets) and (call.args or call.kwargs) and not call.implicit:
                 targets.update(self._callbacks(caller, call, external))
             targets.update(external)
-            func = call.func
             # `self.method()` dispatches to overrides in subclasses too (template methods).
             if owner and selfname and func and func[0] == "a" and func[1] == ("n", selfname):
                 for sub in cb.subclasses(owner):
@@ -98,7 +124,7 @@ class CallGraph:
                     if override in cb.scopes and cb.scopes[override].kind == "function":
                         targets.add(override)
             for target in sorted(targets):  # edge order decides what a limited reach visits
-                yield target, site
+                yield target, site, param if target in handed else None
 
     def _callbacks(self, caller: str, call: Call, external: list[str]) -> set[str]:
         """The tree's functions that the external callees call back (`map(f, xs)`)."""
@@ -115,7 +141,8 @@ class CallGraph:
             return
         self.expanded.add(caller)
         self.node(caller)
-        for target, site in self.callees(caller):
+        through: dict[str, set[str] | None] = {}  # callee → parameters, None once called otherwise
+        for target, site, param in self._callees(caller):
             self.node(target)
             if self.graph.has_edge(caller, target):
                 sites = self.graph.edges[caller, target]["sites"]
@@ -123,6 +150,14 @@ class CallGraph:
                     sites.append(site)
             else:
                 self.graph.add_edge(caller, target, sites=[site])
+            known = through.setdefault(target, set())
+            if param is None:
+                through[target] = None
+            elif known is not None:
+                known.add(param)
+        for target, params in through.items():
+            if params:
+                self.through_param[(caller, target)] = frozenset(params)
 
     def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None) -> set[str]:
         """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep); returns those nodes."""
@@ -130,22 +165,101 @@ class CallGraph:
             return self._reach(roots, limit, depth)
 
     def _reach(self, roots: Iterable[str], limit: int | None, depth: int | None) -> set[str]:
+        # A function that calls one of its parameters (`call_fn(i)`) is visited once per
+        # set of callables its callers hand it, and follows only those: the runtime
+        # `init_forward_metadata` passing its own closure to a shared template does not
+        # reach the closure the capture-time method passes to the same template.
         seen: set[str] = set()
-        queue = deque((root, 0) for root in roots)
+        visited: set[tuple[str, Handed]] = set()
+        queue: deque[tuple[str, int, Handed]] = deque((root, 0, None) for root in roots)
         scopes = self.codebase.scopes
         while queue:
-            current, level = queue.popleft()
-            if current in seen or current not in scopes:  # external callees are leaves, not counted
+            current, level, handed = queue.popleft()
+            if current not in scopes:  # external callees are leaves, not counted
                 continue
+            if (current, None) in visited or (current, handed) in visited:
+                continue
+            visited.add((current, handed))
             seen.add(current)
             if depth is not None and level >= depth:
                 continue
             self.expand(current)
             if current in self.graph:
-                queue.extend((callee, level + 1) for callee in self.graph.successors(current))
+                given = dict(handed) if handed else {}
+                for callee in self.graph.successors(current):
+                    params = self.through_param.get((current, callee))
+                    if params and given and all(p in given and callee not in given[p] for p in params):
+                        continue  # a callable this call of `current` was not handed
+                    queue.append((callee, level + 1, self.handed(current, callee, given)))
             if limit and len(seen) >= limit:
                 break
         return seen
+
+    def param_called(self, qn: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The parameters `qn` calls (`def f(fn): fn()`) and those it hands on as an argument
+        (`def g(fn): f(fn)`), read from its calls alone."""
+        found = self._param_called.get(qn)
+        if found is None:
+            scope = self.codebase.scopes.get(qn)
+            params = {p for p, _ in scope.params} if scope is not None else set()
+            called: set[str] = set()
+            passed: set[str] = set()
+            for call in scope.calls if scope is not None and params else ():
+                if call.func and call.func[0] == "n" and call.func[1] in params:
+                    called.add(call.func[1])
+                passed.update(ir[1] for ir in (*call.args, *(v for _, v in call.kwargs))
+                              if ir is not None and ir[0] == "n" and ir[1] in params)
+            found = self._param_called[qn] = (frozenset(called), frozenset(passed - called))
+        return found
+
+    def handed(self, caller: str, callee: str, given: dict[str, frozenset[str]]) -> Handed:
+        """What `caller`'s calls of `callee` pass for the parameters `callee` calls: each
+        parameter's functions, where every such call passes a known callable (a parameter
+        of `caller` passes what `caller` was handed, in `given`); None when nothing is
+        known (no such parameter, a call that cannot be matched, an argument not passed)."""
+        called, passed = self.param_called(callee)
+        wanted = called | passed
+        if not wanted:
+            return None
+        cb = self.codebase
+        scope = cb.scopes[caller]
+        own = {p for p, _ in scope.params} if scope.kind in ("function", "lambda") else set()
+        found: dict[str, set[str]] = {}
+        matched = False
+        for call in scope.calls:
+            if call.implicit or callee not in self._targets(cb.values(call.func, caller))[0]:
+                continue
+            matched = True
+            bound = call.func is not None and call.func[0] == "a" or callee.endswith(".__init__")
+            arguments: dict[str, object] = {}
+            written: set[str] = set(call.keywords)  # passed, with or without IR
+            for position in range(call.npos):
+                name = cb.parameter_for(callee, position, bound)
+                if name is not None:
+                    written.add(name)
+                    ir = call.args[position] if position < len(call.args) else None
+                    if name in wanted and ir is not None:
+                        arguments[name] = ir
+            arguments.update((k, ir) for k, ir in call.kwargs if k in wanted)
+            for name in sorted(wanted):
+                ir = arguments.get(name)
+                if ir is None:
+                    if name in written:  # a constant or an expression: nothing callable
+                        found.setdefault(name, set())
+                    else:  # left to a default, or to `*args`/`**kwargs`
+                        wanted = wanted - {name}
+                    continue
+                if ir[0] == "n" and ir[1] in own and ir[1] in given:  # type: ignore[index]
+                    targets = set(given[ir[1]])  # type: ignore[index]
+                else:
+                    targets = self._targets(cb.values(ir, caller))[0]  # type: ignore[arg-type]
+                found.setdefault(name, set()).update(targets)
+        if not matched:
+            return None
+        # A parameter only handed on is kept when it carries a callable (most carry data).
+        kept = tuple(sorted((name, frozenset(found[name])) for name in wanted if name in found
+                            and (name in called or found[name])))
+        return kept or None
 
     def build_all(self) -> nx.DiGraph:
         with no_cyclic_gc():

@@ -61,6 +61,12 @@ class Call:
     # Made by the interpreter (iteration protocol, `raise X`): only functions and classes
     # defined in the tree are its callees, never an instance's `__call__` or an external name.
     implicit: bool = False
+    # What was written, IR or not: the positional arguments before any `*args`, every
+    # keyword's name, and whether `*args` or `**kwargs` pass more. An argument written as a
+    # constant (`fn=None`) has no IR but is known to be passed.
+    npos: int = 0
+    keywords: tuple[str, ...] = ()
+    spread: bool = False
 
 
 @dataclass(slots=True)
@@ -446,12 +452,16 @@ class _Summarizer(ast.NodeVisitor):
                 if isinstance(arg, ast.Starred):
                     break
                 args.append(expr_ir(arg))
+            npos = len(args)
             kwargs = tuple((kw.arg, ir) for kw in node.keywords
                            if kw.arg is not None and (ir := expr_ir(kw.value)) is not None)
+            keywords = tuple(kw.arg for kw in node.keywords if kw.arg is not None)
+            spread = npos < len(node.args) or len(keywords) < len(node.keywords)
             # Trailing arguments with nothing to say are dropped: most calls then store none.
             while args and args[-1] is None:
                 args.pop()
-            self.scope.calls.append(Call(func[1], node.lineno, tuple(self.cond), tuple(args), kwargs))
+            self.scope.calls.append(Call(func[1], node.lineno, tuple(self.cond), tuple(args), kwargs,
+                                         npos=npos, keywords=keywords, spread=spread))
         elif func is not None and func[0] == "a" and isinstance(node.func, ast.Name):
             pass  # getattr(x, "name"): an attribute read, not a call
         self.generic_visit(node)
