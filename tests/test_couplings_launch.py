@@ -21,6 +21,7 @@ from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.analyzer.couplings.scope import LaunchScope, for_launch
 
 from conftest import release
+from launch_facts import attention_classes, backend_classes
 
 pytestmark = pytest.mark.slow
 
@@ -44,11 +45,41 @@ def attention_files(version: str, findings) -> set[str]:
             and f.path.endswith("_backend.py")}
 
 
+def _row(m) -> tuple[str, str, str]:
+    return (m.category, m.kind, m.owner)
+
+
+def check_blocking_is_the_shared_list_and_the_backends_own(version: str, backend: str, other: str,
+                                                          limit: int | None = None) -> list:
+    """The blocking list of `--attention-backend backend` is what it is by the release's
+    code: every row is either launch-independent (the `other` backend's launch lists it
+    too, and it is code of no backend class the flags pick) or on a class the release's
+    registries build for `backend`; and every blocking row of the whole report on such a
+    class is listed. With `limit`, the launch-independent part stays at most that long
+    (issue 23's 40 for 0.5.9); the backend's own rows come on top, one per (kind, class)
+    of its code."""
+    mine = scoped(version, f"--speculative-algorithm EAGLE3 --attention-backend {backend}").blocking()
+    theirs = {_row(m) for m in scoped(version, f"--speculative-algorithm EAGLE3 --attention-backend {other}").blocking()}
+    built, others_built = backend_classes(version, backend), backend_classes(version, other)
+    assert built and others_built and not built & others_built
+    shared = [m for m in mine if _row(m) in theirs]
+    own = [m for m in mine if _row(m) not in theirs]
+    assert own and all(m.owner.rsplit(".", 1)[-1] in built for m in own), [_row(m) for m in own]
+    # A shared row names no class only the other backend's launch builds.
+    assert not [_row(m) for m in shared if attention_classes(m) & others_built]
+    from eaglegate.analyzer.couplings.scope import mechanisms
+
+    everything = [m for m in mechanisms(analysis(version).couplings.findings) if m.severity == "blocks-runtime-switch"]
+    assert {_row(m) for m in own} == {_row(m) for m in everything if m.owner.rsplit(".", 1)[-1] in built}
+    assert shared and (limit is None or len(shared) <= limit)
+    return mine
+
+
 def test_0_5_9_triton_launch_lists_few_blocking_mechanisms_all_on_its_code():
     view = scoped("0.5.9", TRITON)
     assert view.selects["worker_path"] == ["v1"] and view.selects["attention_backend"] == ["triton"]
     blocking = view.blocking()
-    assert 0 < len(blocking) <= 40
+    assert blocking == check_blocking_is_the_shared_list_and_the_backends_own("0.5.9", "triton", "flashinfer", 40)
     kept = [f for m in blocking for f in m.findings]
     # Of the attention backends only triton's code runs (hybrid linear attention is the model's
     # choice, which the flags do not name).
@@ -59,6 +90,25 @@ def test_0_5_9_triton_launch_lists_few_blocking_mechanisms_all_on_its_code():
     # Every finding left out is accounted for with its reason.
     assert len(view.kept) + sum(view.left_out.values()) == len(view.report.findings)
     assert any("attention_backend" in reason for reason in view.left_out)
+
+
+@pytest.mark.parametrize("version", ["0.5.4", "0.5.12.post1", "0.5.14"])
+def test_other_releases_list_the_shared_rows_and_tritons_own(version):
+    check_blocking_is_the_shared_list_and_the_backends_own(version, "triton", "flashinfer")
+
+
+def test_0_5_9_triton_list_has_the_draft_backends_graph_state():
+    """What the triton launch builds for the draft: the multi-step draft backend (its
+    per-step widths and kv_indptr, captured by the draft graph runner) and the extend
+    backend whose graph state the draft-extend runner sizes at max_bs × (steps + 1)."""
+    rows = {(m.kind, m.owner.rsplit(".", 1)[-1]): m for m in scoped("0.5.9", TRITON).blocking()}
+    assert {("backend_width", "TritonMultiStepDraftBackend"), ("alloc", "TritonMultiStepDraftBackend"),
+            ("alloc", "TritonAttnBackend")} <= set(rows)
+    extend = rows[("capture_setup", "EAGLEDraftExtendCudaGraphRunner")]
+    assert {f.symbol.rsplit(".", 1)[-1] for f in extend.findings} == {"init_cuda_graph_state"}
+    assert all(".triton_backend." in f.symbol for f in extend.findings)
+    sized = rows[("alloc", "TritonAttnBackend")]
+    assert any("init_cuda_graph_state(max_num_tokens=" in s.text for f in sized.findings for s in f.evidence)
 
 
 def test_verdict_evidence_of_both_paths_is_kept():
@@ -132,7 +182,8 @@ def test_cli_scoped_json_and_all():
     assert launch["selects"]["worker_path"] == ["v1"] and launch["flags"]["attention_backend"] == "triton"
     assert len(scoped_json["findings"]) + sum(launch["left_out"].values()) == len(report.findings)
     blocking = [m for m in scoped_json["mechanisms"] if m["severity"] == "blocks-runtime-switch"]
-    assert 0 < len(blocking) <= 40
+    assert [(m["category"], m["kind"], m["owner"]) for m in blocking] == \
+        [_row(m) for m in scoped("0.5.9", TRITON).blocking()]
     # Each kept finding sits under exactly one mechanism row.
     assert {s for m in scoped_json["mechanisms"] for s in m["sites"]} == {f["site"] for f in scoped_json["findings"]}
     text = _cli("--flags", TRITON).stdout
