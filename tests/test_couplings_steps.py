@@ -15,6 +15,8 @@ from test_couplings_recall import RECALL_FILES, RELEASES, _program, report, sour
 
 from eaglegate.analyzer.couplings import CouplingReport, find_couplings
 
+from conftest import release
+
 STEP_FILES = dict(RECALL_FILES)
 STEP_FILES["worker.py"] = RECALL_FILES["worker.py"].replace('''        def fast_topk(values, k):''', '''        def alloc_slots(n):
             return list(range(n))
@@ -226,3 +228,83 @@ def test_releases_adaptive_tiers_build_their_own_target_graphs(version):
     assert tiers, version
     assert any({"speculative_num_steps", "speculative_num_draft_tokens"} <= set(f.detail["sized_by"]) for f in tiers)
     assert all(f.worker_path == "v2" and "GraphRunner" in source_line(version, f) for f in tiers)
+
+
+# -- start-up code behind a template the steps share -----------------------------------------
+# A backend hands a shared template its own closure at run time and another one while its
+# graph is captured (SGLang's multi-step draft backends: `common_template(…, call_fn)`). The
+# capture closure's allocation is start-up code (`alloc`); the run-time closure's is not.
+
+TEMPLATE_FILES = dict(STEP_FILES)
+TEMPLATE_FILES["runner.py"] = STEP_FILES["runner.py"].replace('''            def init_graph_state(self, max_bs, max_tokens):''', '''            def template(self, batch, call_fn):
+                if call_fn is None:
+                    return
+                call_fn(batch)
+
+            def init_forward_metadata(self, batch):
+                def call_fn(b):
+                    self.step_metadata(b)
+                self.template(batch, call_fn)
+
+            def init_forward_metadata_capture(self, batch):
+                def call_fn(b):
+                    self.capture_metadata(b)
+                self.template(batch, call_fn)
+
+            def init_forward_metadata_replay(self, batch):
+                self.template(batch, None)
+
+            def capture_metadata(self, b):
+                self.capture_indptr = torch.arange(0, 9 * self.kept_tokens, step=self.kept_tokens)
+
+            def step_metadata(self, b):
+                self.step_indptr = torch.arange(0, 9 * self.kept_tokens, step=self.kept_tokens)
+
+            def init_graph_state(self, max_bs, max_tokens):''').replace('''            def capture(self):
+                graph = torch.cuda.CUDAGraph()''', '''            def capture(self):
+                self.model_runner.backend.init_forward_metadata_capture(None)
+                graph = torch.cuda.CUDAGraph()''').replace('''            def forward(self, batch):''', '''            def forward(self, batch):
+                self.backend.init_forward_metadata(batch)
+                self.backend.init_forward_metadata_replay(batch)''')
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> CouplingReport:
+    return find_couplings(_program(tmp_path_factory.mktemp("template"), TEMPLATE_FILES), use_cache=False)
+
+
+def test_capture_closure_behind_a_shared_template_stays_start_up(template):
+    allocs = {f.symbol.rsplit(".", 1)[-1]: f for f in template.kinds("alloc")}
+    # Positive: the capture closure's buffer, sized from the draft-token width.
+    assert "capture_metadata" in allocs
+    assert allocs["capture_metadata"].evidence[0].text.endswith("speculative_num_draft_tokens")
+    assert "torch.arange(" in text(template, allocs["capture_metadata"])
+    # Negative: the run-time closure's temporary is made every step, no start-up buffer.
+    assert "step_metadata" not in allocs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_releases_capture_allocations_behind_the_draft_template_stay_start_up(version):
+    """The multi-step draft backend hands `common_template` its own closure at run time and
+    another while capturing: the event loops reach the first only, so the target backend's
+    capture-time allocations stay `alloc` findings, and its run-time metadata allocations
+    (made on every forward) are `step_alloc`, never start-up ones."""
+    from eaglegate.analyzer.spec_map import build_map
+
+    spec_map = build_map(release(version))
+    loops = spec_map.callgraph.reach([e.function for e in spec_map.event_loops])
+    multi = "sglang.srt.layers.attention.triton_backend.TritonMultiStepDraftBackend"
+    target = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
+    assert {f"{multi}.init_forward_metadata", f"{multi}.common_template",
+            f"{multi}.init_forward_metadata.call_fn"} <= loops
+    assert f"{multi}.init_forward_metadata_capture_cuda_graph.call_fn" not in loops
+    assert f"{target}.init_forward_metadata_capture_cuda_graph" not in loops
+    r = report(version)
+    capture = _named(r, "alloc", "TritonAttnBackend.init_forward_metadata_capture_cuda_graph")
+    assert capture, version
+    assert all("torch.arange(" in source_line(version, f) or "torch.arange(" in f.evidence[-1].text for f in capture)
+    assert all("speculative_" in f.evidence[0].text for f in capture)
+    # Nothing the loops reach outside a set-up phase is called a start-up allocation.
+    runtime = {f.symbol for f in _named(r, "step_alloc", "MultiStepDraftBackend.init_forward_metadata")}
+    assert runtime and not {f.symbol for f in r.kinds("alloc")} & runtime
