@@ -308,3 +308,10 @@ def test_releases_capture_allocations_behind_the_draft_template_stay_start_up(ve
     # Nothing the loops reach outside a set-up phase is called a start-up allocation.
     runtime = {f.symbol for f in _named(r, "step_alloc", "MultiStepDraftBackend.init_forward_metadata")}
     assert runtime and not {f.symbol for f in r.kinds("alloc")} & runtime
+    # Per-forward metadata code that main's graph never reached and called start-up: the
+    # draft step's expand metadata, the MLA indices updaters (sized by the batch's sequence
+    # lengths), the sparse backends' target-verify precompute. Reached now, none is `alloc`.
+    per_forward = {qn for qn in loops if qn.endswith((
+        "FlashAttentionBackend.init_forward_metadata", "IndicesUpdaterDecode.call_begin_forward",
+        "IndicesUpdaterPrefill.call_begin_forward", "MTPPrecomputeMixin._precompute_target_verify_mode"))}
+    assert per_forward and not {f.symbol for f in r.kinds("alloc")} & per_forward
