@@ -149,9 +149,9 @@ def adaptive_config(server, pair, threshold):
                          "and eagle-v2 before it in --servers)")
     out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)))
-    native = out if out["family"] == "native-adaptive" else out.get("alternative")
-    if not native or native.get("family") != "native-adaptive":
+    if out["family"] != "native-adaptive":
         raise SystemExit(f"plan gives no native adaptive route for this SGLang ({out['family']})")
+    native = out
     with open(f"{S}/adaptive_gate.json", "w") as f:
         json.dump(native["adaptive_config"], f)
     plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
