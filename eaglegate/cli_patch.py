@@ -50,7 +50,7 @@ def register(root: typer.Typer) -> None:
         version: VersionOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Write the batch-gate patch (a unified diff) for SGLang's v1 EAGLE worker.
+        """Write the batch-gate patch (a unified diff) for the EAGLE workers this SGLang has (v1, the overlap worker, or both).
 
         Apply it from the directory that holds the `sglang` package with
         `git apply gate.patch` or `patch -p1 < gate.patch`, then launch with the

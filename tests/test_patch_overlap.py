@@ -14,7 +14,7 @@ from test_patch_flow import tree_hash
 from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.source import from_path
 from eaglegate.errors import UserError
-from eaglegate.patches.codemod_v1 import FLAG
+from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.diff import render_patch
 from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan

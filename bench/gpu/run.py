@@ -25,7 +25,9 @@ Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `c
 pair for greedy equivalence. The threshold of a gating server is, by default, the one
 `eaglegate calibrate` picks from this run's plain and speculative rows (CALIBRATE_ON).
 Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read and, for gating
-servers, stacks_<server>.txt: where the scheduler was when the probe sampled it.
+servers, and with --profile, profile_<tag>.txt: where the profiled servers' decode steps
+spend their time (trace_digest.py on SGLang's torch profiler traces, which come back in
+traces_<tag>.tar when small enough).
 """
 import argparse
 import hashlib
@@ -58,6 +60,7 @@ V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
 RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
 GRAPH_MAX_BS = {}  # server -> the largest CUDA-graph batch size it captured
 DETERMINISTIC = False  # --deterministic
+VERSION = []  # the SGLang version of the first plan answer
 EQUIV_THRESHOLD = 16
 
 
@@ -72,7 +75,10 @@ def eg(*args):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"eaglegate {' '.join(args[:1])} failed: {proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout)
+    answer = json.loads(proc.stdout)
+    if isinstance(answer, dict) and answer.get("version") and args[0] == "plan":
+        VERSION.append(answer["version"])  # the tree's version, as eaglegate reads it
+    return answer
 
 
 def plan(threshold, pair, v1=True):
@@ -149,9 +155,9 @@ def adaptive_config(server, pair, threshold):
                          "and eagle-v2 before it in --servers)")
     out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)))
-    native = out if out["family"] == "native-adaptive" else out.get("alternative")
-    if not native or native.get("family") != "native-adaptive":
+    if out["family"] != "native-adaptive":
         raise SystemExit(f"plan gives no native adaptive route for this SGLang ({out['family']})")
+    native = out
     with open(f"{S}/adaptive_gate.json", "w") as f:
         json.dump(native["adaptive_config"], f)
     plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
@@ -170,68 +176,6 @@ def adaptive_config(server, pair, threshold):
             flags.append(flag)
     env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
     return "pristine", common(pair) + spec_flags(pair) + flags, env
-
-
-PROBE = f"{S}/probe"
-SITECUSTOMIZE = """\
-# bench/gpu probe: every Python process of the server dumps its threads' stacks on SIGUSR2,
-# and says it can (only those pids are signalled: SIGUSR2 kills a process without a handler).
-import faulthandler, os, signal
-faulthandler.register(signal.SIGUSR2, all_threads=True)
-_pids = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pids")
-os.makedirs(_pids, exist_ok=True)
-open(os.path.join(_pids, str(os.getpid())), "w").close()
-"""
-
-
-def probe_install():
-    """A sitecustomize on the server's PYTHONPATH that registers the stack dump."""
-    shutil.rmtree(PROBE, ignore_errors=True)
-    os.makedirs(f"{PROBE}/pids")
-    with open(f"{PROBE}/sitecustomize.py", "w") as f:
-        f.write(SITECUSTOMIZE)
-
-
-def scheduler_pids():
-    pids = []
-    for name in os.listdir(f"{PROBE}/pids"):
-        try:
-            cmdline = open(f"/proc/{name}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if b"scheduler" in cmdline:
-            pids.append(int(name))
-    return pids
-
-
-class StackSampler:
-    """Sends SIGUSR2 to the scheduler every `period` s until stopped; before each, appends a
-    marker line to the server's log, so the dumps that follow are known by phase."""
-
-    def __init__(self, logp, phase, period):
-        self.logp, self.phase, self.period, self.count = logp, phase, period, 0
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def set(self, phase, period):
-        self.phase, self.period = phase, period
-
-    def stop(self):
-        self.phase = None
-
-    def _run(self):
-        while self.phase is not None:
-            time.sleep(self.period)
-            phase = self.phase
-            if phase is None:
-                return
-            with open(self.logp, "a") as f:
-                f.write(f"=== probe {phase} {self.count} t={time.time() - T0:.2f}\n")
-            self.count += 1
-            for pid in scheduler_pids():
-                try:
-                    os.kill(pid, signal.SIGUSR2)
-                except ProcessLookupError:
-                    pass
 
 
 def get(url, timeout=5):
@@ -253,45 +197,6 @@ def gpu_used_mib():
 FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (\S+)')
 
 
-def stack_samples(lines):
-    """The probe's samples: (phase, frames of the scheduler's main thread, innermost first)."""
-    samples, phase, block, main = [], None, None, None
-    for ln in lines:
-        if ln.startswith("=== probe "):
-            if phase is not None:
-                samples.append((phase, main or []))
-            phase, block, main = ln.split()[2], None, None
-        elif phase is None:
-            continue
-        elif re.match(r"^(Current thread|Thread) 0x", ln):
-            block = []
-        elif block is not None and (m := FRAME.match(ln)):
-            block.append(f"{os.path.basename(m.group(1))}:{m.group(3)}")
-            if m.group(3).startswith("event_loop") and main is None:
-                main = block
-    if phase is not None:
-        samples.append((phase, main or []))
-    return samples
-
-
-def stack_report(samples, outp):
-    """Where the scheduler spent the sampled time, per phase: innermost frames, counted."""
-    with open(outp, "w") as f:
-        for phase in sorted({p for p, _ in samples}):
-            mine = [fr for p, fr in samples if p == phase]
-            top = {}
-            for frames in mine:
-                key = " <- ".join(frames[:5]) or "(no scheduler stack)"
-                top[key] = top.get(key, 0) + 1
-            f.write(f"## {phase}: {len(mine)} samples\n")
-            for key, n in sorted(top.items(), key=lambda kv: -kv[1])[:25]:
-                f.write(f"{n:5d}  {key}\n")
-        warm = [fr for p, fr in samples if p == "warm"]
-        f.write("\n## warm samples in order, 12 innermost frames\n")
-        for i, frames in enumerate(warm[:60]):
-            f.write(f"{i:3d}  {' <- '.join(frames[:12])}\n")
-
-
 def digest(logp, name, outdir):
     lines = open(logp, errors="replace").read().splitlines() if os.path.exists(logp) else []
     bad = re.compile(r"Traceback|Error|Exception|assert", re.I)
@@ -307,9 +212,6 @@ def digest(logp, name, outdir):
         f.write(f"\n## decode lines ({len(decode_kept)} of {len(decode)}, the last)\n" + "\n".join(decode_kept))
         f.write("\n## graph capture\n" + "\n".join(ln for ln in lines if "Capture" in ln or "capture" in ln))
         f.write("\n## tail 40\n" + "\n".join(lines[-40:]) + "\n")
-    samples = stack_samples(lines)
-    if samples:
-        stack_report(samples, os.path.join(outdir, f"stacks_{name}.txt"))
     # The running cap the scheduler chose (ServerArgs prints None when it is unset).
     cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
     # The target's first capture is its decode graphs (the draft's and the gate's come later).
@@ -318,21 +220,17 @@ def digest(logp, name, outdir):
             "graph_max_bs": max(int(x) for x in graphs.group(1).split(",")) if graphs else None,
             "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
-            "stack_samples": len(samples)}
+            }
 
 
 def serve(name, pair, threshold, a, work):
     pick = adaptive_config if name in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(name, pair, threshold)
-    probe = name in a.probe and pair == "accept"
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
     shutil.copytree(f"{S}/{tree}", f"{S}/run-tree", symlinks=True)
     path = f"{S}/run-tree:{S}/site"
-    if probe:
-        probe_install()
-        path = f"{PROBE}:{path}"
     env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     port = 30000 + hash(name + pair) % 1000
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
@@ -341,7 +239,7 @@ def serve(name, pair, threshold, a, work):
     res = {"server": name, "pair": pair, "args": args[len(COMMON):], "env": extra_env}
     print(f"== {name} ({pair}): starting at t={time.time() - T0:.0f}s", flush=True)
     open(logp, "w").close()
-    with open(logp, "a") as lf:  # append mode: the probe's markers interleave in order
+    with open(logp, "a") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -352,18 +250,9 @@ def serve(name, pair, threshold, a, work):
         res["startup_s"] = round(time.time() - t, 1)
         print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
         if res["healthy"]:
-            sampler = StackSampler(logp, "warm", 0.25) if probe else None
             res["warm_s"] = loadgen.warm(url)
             print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
-            if sampler and a.probe_load_hz:
-                sampler.set("load", 1 / a.probe_load_hz)
-            elif sampler:  # the rows are measured unsampled unless --probe-load-hz
-                sampler.stop()
-            try:
-                work(url, res)
-            finally:
-                if sampler:
-                    sampler.stop()
+            work(url, res)
             if name.startswith("gated"):
                 res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
                                   if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
@@ -394,6 +283,54 @@ def serve(name, pair, threshold, a, work):
 TEMPERATURE = {"real": 1.0}
 
 
+TRACES = f"{S}/traces"
+PROFILE_STEPS = 30
+
+
+def post(url, body, timeout=60):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode(errors="replace")
+
+
+def profile(url, res, c, temperature, a):
+    """SGLang's torch profiler over PROFILE_STEPS steps under load at C=c, twice: without
+    Python stacks (the GPU timeline as served) and with them (where the scheduler's time
+    goes; tracing slows its Python). Appends trace_digest's summary to profile_<tag>.txt."""
+    import trace_digest
+
+    for stack in (False, True):
+        name = f"{res['server']}-{res['pair']}-C{c}-{'stack' if stack else 'nostack'}"
+        out_dir = f"{TRACES}/{name}"
+        os.makedirs(out_dir, exist_ok=True)
+        load = threading.Thread(target=loadgen.bench, args=(url, c),
+                                kwargs={"seed": 7, "temperature": temperature, "waves": 6})
+        load.start()
+        time.sleep(0.5)  # past the first prefills: the running batch decodes at C
+        try:
+            post(url + "/start_profile", {"output_dir": out_dir, "num_steps": PROFILE_STEPS,
+                                          "activities": ["CPU", "GPU"], "with_stack": stack,
+                                          "record_shapes": False})
+        except Exception as e:  # noqa: BLE001 - a profile is extra; the rows stand without it
+            print(f"   profile {name}: start failed: {e!r}", flush=True)
+        load.join()
+        traces = []
+        for _ in range(60):  # the scheduler writes the trace after its last profiled step
+            traces = [f"{out_dir}/{f}" for f in os.listdir(out_dir) if f.endswith(".trace.json.gz")]
+            if traces:
+                break
+            time.sleep(0.5)
+        time.sleep(1)  # let the writer finish the file it named
+        try:
+            text = "".join(trace_digest.digest(t) for t in traces) or f"# {name}: no trace written\n"
+        except Exception as e:  # noqa: BLE001 - the traces still come back in the tar
+            text = f"# {name}: digest failed: {e!r}\n"
+        with open(f"{a.out}/profile_{a.tag}.txt", "a") as f:
+            f.write(f"\n==== {name}\n{text}")
+        print(text.splitlines()[1] if len(text.splitlines()) > 1 else text, flush=True)
+
+
 def throughput(a, rows):
     def work(url, res):
         temperature = TEMPERATURE.get(res["pair"], 0.0)
@@ -410,6 +347,8 @@ def throughput(a, rows):
                 rows.append(row)
                 print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
                       f"accept={row['mean_accept_len']}", flush=True)
+            if res["server"] in a.profile and c in a.profile_levels:
+                profile(url, res, c, temperature, a)
     return work
 
 
@@ -454,17 +393,18 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
     ap.add_argument("--deadline-s", type=float, default=560)
-    ap.add_argument("--probe", default=",".join(CALIBRATE_ON),
-                    help="servers whose scheduler the stack probe samples (4 Hz in the warm pass)")
-    ap.add_argument("--probe-load-hz", type=float, default=0,
-                    help="also sample the probed servers while the rows are measured (0: not)")
+    ap.add_argument("--profile", default="",
+                    help="servers whose decode steps SGLang's torch profiler records, under load, "
+                         "after each --profile-levels level's rows (e.g. plain-default,gated-v2)")
+    ap.add_argument("--profile-levels", default="8,32")
     ap.add_argument("--deterministic", action="store_true",
                     help="context servers run SGLang's --enable-deterministic-inference")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     a.levels = [int(c) for c in a.levels.split(",")]
-    a.probe = set(a.probe.split(","))
+    a.profile = set(filter(None, a.profile.split(",")))
+    a.profile_levels = [int(c) for c in a.profile_levels.split(",")]
     global DETERMINISTIC
     DETERMINISTIC = a.deterministic
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
@@ -476,9 +416,8 @@ def main():
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
                         "--pairs", ",".join(missing)], check=True)
         print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
-    # The version as eaglegate reads it from the tree (version.py only imports it).
-    version = eg("plan", "--path", f"{S}/pristine", "--threshold", "1", "--json")["version"]
-    out = {"sglang": version,
+    shutil.rmtree(TRACES, ignore_errors=True)
+    out = {"sglang": None,
            "weights": json.load(open(f"{W}/weights.json")),
            "threshold": None if a.threshold == "calibrate" else int(a.threshold),
            "rows": [], "servers": [], "equivalence": {}}
@@ -507,12 +446,23 @@ def main():
                        ("gated-v2", "eagle-v2")):
         if {other, ref} <= outputs.keys():
             out["equivalence"][f"{other} vs {ref}"] = loadgen.compare(outputs[ref], outputs[other])
+    # The version as eaglegate reads it from the tree (version.py only imports it); a run
+    # whose servers asked plan nothing asks it now (a parse of the tree: seconds).
+    version = VERSION[0] if VERSION else eg("plan", "--path", f"{S}/pristine", "--threshold", "1",
+                                            "--json")["version"]
+    out["sglang"] = version
     for row in rows:
         row["sglang"] = version
     out["outputs"] = outputs
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
     json.dump(out, open(f"{a.out}/rows_{a.tag}.json", "w"))
+    if os.path.isdir(TRACES):  # the traces themselves, when they fit what comes back
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(TRACES) for f in fs)
+        if size < 15 * 2**20:
+            subprocess.run(["tar", "-cf", f"{a.out}/traces_{a.tag}.tar", "-C", TRACES, "."], check=False)
+        else:
+            print(f"== traces ({size >> 20} MiB) left on the machine", flush=True)
 
 
 if __name__ == "__main__":

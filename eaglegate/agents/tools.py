@@ -48,7 +48,8 @@ from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap, WorkerPath
 from eaglegate.app import TreeArgs, check_text
 from eaglegate.errors import UserError
-from eaglegate.patches import codemod_v1, generate
+from eaglegate.patches import generate
+from eaglegate.patches.codemods import v1_worker
 from eaglegate.patches.diff import render_file
 from eaglegate.patches.model import PatchSet
 from eaglegate.reports.json_report import render_json
@@ -688,7 +689,7 @@ def _insertion(tree: source.SourceTree, patch: PatchSet) -> dict[str, Any] | Non
                         "one-token DECODE through its own CUDA graphs; first in the extend branch: a "
                         "prefill while the gate is off runs without the draft",
                 "edits": edits}
-    entry = codemod_v1.entry_method_name(original, worker.path)
+    entry = v1_worker.entry_method_name(original, worker.path)
     # The call-site edit is the one inside the entry method (the first is the import).
     call_site = next((e for e in edits if any("_eaglegate_gated" in s for s in e["new"])), edits[0])
     return {"file": rel, "where": call_site["at"], "symbol": f"EAGLEWorker.{entry}",

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglegate.patches.codemod_v1 import ENTRY_NAMES, FINISH, INIT, PREPARE
+from eaglegate.patches.codemods.v1_worker import ENTRY_NAMES, FINISH, INIT, PREPARE
 from eaglegate.patches.model import PatchSet
 
 WORKER_PATH = "srt/speculative/eagle_worker.py"

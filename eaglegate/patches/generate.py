@@ -17,7 +17,15 @@ from packaging.version import InvalidVersion, Version
 
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.errors import UserError
-from eaglegate.patches import codemod_v1, codemod_v2
+from eaglegate.patches.codemods import (
+    scheduler_metrics,
+    server_args,
+    spec_metrics_log,
+    speculative_hook,
+    v1_worker,
+    v2_decode_prep,
+    v2_worker,
+)
 from eaglegate.patches.model import FileChange, PatchSet
 
 FAMILY_V1 = "eagle-v1"
@@ -107,7 +115,7 @@ def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[s
     No cap flags: the patch skips speculation's reset of the running-request cap while
     the gate is on, so SGLang chooses the running cap and the CUDA-graph batch sizes as
     it does without speculation (a smaller cap throttles plain decoding itself)."""
-    flags = [codemod_v1.FLAG, str(threshold)]
+    flags = [server_args.FLAG, str(threshold)]
     # The v1 worker runs only with overlap off (the default up to 0.5.10, opt-out after);
     # the overlap worker keeps SGLang's overlap scheduler.
     if worker == "v1" and _flag_exists(tree, "--disable-overlap-schedule"):
@@ -139,8 +147,8 @@ def _read(tree: SourceTree, rel: str) -> bytes:
 
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
-        return [(WORKER, codemod_v1.patch_worker)]
-    return [(WORKER_V2, codemod_v2.patch_worker), (DECODE_PREP_V2, codemod_v2.patch_decode_prep)]
+        return [(WORKER, v1_worker.patch_worker)]
+    return [(WORKER_V2, v2_worker.patch_worker), (DECODE_PREP_V2, v2_decode_prep.patch_decode_prep)]
 
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:
@@ -184,20 +192,20 @@ def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) 
         patched.append(name)
     if not patched:
         raise refusals[0]
-    edits: list[tuple[str, Callable[[str, str], str]]] = [(SERVER_ARGS, codemod_v1.patch_server_args)]
+    edits: list[tuple[str, Callable[[str, str], str]]] = [(SERVER_ARGS, server_args.patch_server_args)]
     hook = tree.root / SPECULATIVE_HOOK
-    if hook.is_file() and f"def {codemod_v1.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8"):
+    if hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8"):
         # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
-        edits = [(SERVER_ARGS, lambda text, path: codemod_v1.patch_server_args(text, path, cap_guard=False)),
-                 (SPECULATIVE_HOOK, codemod_v1.patch_speculative_hook)]
+        edits = [(SERVER_ARGS, lambda text, path: server_args.patch_server_args(text, path, cap_guard=False)),
+                 (SPECULATIVE_HOOK, speculative_hook.patch_speculative_hook)]
     scheduler_output = tree.root / SCHEDULER_OUTPUT
-    if scheduler_output.is_file() and codemod_v1.counts_spec_metrics(
+    if scheduler_output.is_file() and scheduler_metrics.counts_spec_metrics(
         scheduler_output.read_text(encoding="utf-8")
     ):
         # Gated steps leave the speculative metrics; the decode log then has intervals
         # with no speculative step, whose accept length must not divide by zero.
-        edits.append((SCHEDULER_OUTPUT, codemod_v1.patch_scheduler_metrics))
-        edits.append((_spec_metrics_module(tree), codemod_v1.patch_spec_metrics_log))
+        edits.append((SCHEDULER_OUTPUT, scheduler_metrics.patch_scheduler_metrics))
+        edits.append((_spec_metrics_module(tree), spec_metrics_log.patch_spec_metrics_log))
     for rel, transform in edits:
         change = _change(tree, rel, transform)
         if change is not None:

@@ -22,7 +22,9 @@ import networkx as nx
 
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
-from eaglegate.patches import behaviour, codemod_v1, codemod_v2, generate
+from eaglegate.patches import behaviour, generate
+from eaglegate.patches.codemods import v2_decode_prep, v2_worker
+from eaglegate.patches.codemods.common import GATE_MODULE
 
 
 @dataclass
@@ -49,7 +51,7 @@ class VerifyReport:
 
 def _wired(tree: SourceTree, rel: str) -> bool:
     path = tree.root / rel
-    return path.is_file() and codemod_v1.GATE_MODULE.encode() in path.read_bytes()
+    return path.is_file() and GATE_MODULE.encode() in path.read_bytes()
 
 
 def patched_families(tree: SourceTree) -> list[str]:
@@ -121,8 +123,8 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
     that is wired by half), and the gated branches come first in their branches."""
     name = "overlap worker: gated decode and prefill first in their branches, KV reserved through the gate"
     try:
-        for rel, transform in ((generate.WORKER_V2, codemod_v2.patch_worker),
-                               (generate.DECODE_PREP_V2, codemod_v2.patch_decode_prep)):
+        for rel, transform in ((generate.WORKER_V2, v2_worker.patch_worker),
+                               (generate.DECODE_PREP_V2, v2_decode_prep.patch_decode_prep)):
             text = (tree.root / rel).read_text(encoding="utf-8")
             if transform(text, rel) != text:
                 return VerifyCheck(name, False, f"{rel} is not fully patched")
@@ -130,7 +132,7 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
         firsts = _first_statements_of_branches(worker)
     except Exception as exc:  # noqa: BLE001 - a refusal or a broken file is a failed check
         return VerifyCheck(name, False, str(exc).splitlines()[0])
-    wanted = {codemod_v2.IS_GATED, codemod_v2.IS_GATED_PREFILL}
+    wanted = {v2_worker.IS_GATED, v2_worker.IS_GATED_PREFILL}
     found = wanted & firsts
     return VerifyCheck(name, found == wanted, f"first in their branches: {sorted(found)}")
 
@@ -140,10 +142,10 @@ def _first_statements_of_branches(module: cst.Module) -> set[str]:
     `EAGLEWorkerV2.forward_batch_generation`."""
     names: set[str] = set()
     for cls in module.body:
-        if not (isinstance(cls, cst.ClassDef) and cls.name.value == codemod_v2.WORKER_CLASS):
+        if not (isinstance(cls, cst.ClassDef) and cls.name.value == v2_worker.WORKER_CLASS):
             continue
         for func in cls.body.body:
-            if not (isinstance(func, cst.FunctionDef) and func.name.value == codemod_v2.ENTRY):
+            if not (isinstance(func, cst.FunctionDef) and func.name.value == v2_worker.ENTRY):
                 continue
             for stmt in func.body.body:
                 if not (isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else)):
@@ -168,7 +170,7 @@ def _gate_path(analysis: Any, label: str = "v1") -> list[dict[str, Any]]:
     gate_calls = [(graph.sites(worker.entry, n)[0].lineno, n) for n in graph.graph.successors(worker.entry)
                   if n.startswith(gate_module + ".")]
     if label == "v2":  # the overlap worker's path runs to the gated decode step
-        gate_calls = [c for c in gate_calls if c[1].endswith("." + codemod_v2.RUN_GATED)] or gate_calls
+        gate_calls = [c for c in gate_calls if c[1].endswith("." + v2_worker.RUN_GATED)] or gate_calls
     if not gate_calls:
         return []
     # The scheduler's own loop (not a disaggregation/pipeline variant), then the first gate call.

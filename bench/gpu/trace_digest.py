@@ -1,0 +1,112 @@
+"""Where a decode step's time goes, from a torch profiler trace of an SGLang server.
+
+    python3 bench/gpu/trace_digest.py TRACE.json.gz [TRACE ...]
+
+SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace this prints:
+- steps: the scheduler's `run_batch` calls in the window, and the wall time per step;
+- GPU: the time the device was busy (kernels, copies, the union over streams) per step, and
+  so whether the step waits on the GPU or on the scheduler's CPU;
+- CPU: the scheduler thread's Python functions by self time and by inclusive time per step,
+  and the CUDA runtime calls that block the CPU (synchronize, blocking copies).
+With the overlap scheduler, a step whose GPU busy time is well below its wall time is
+CPU-bound: its cost is the scheduler's Python, which the self-time table shows.
+"""
+import collections
+import gzip
+import json
+import sys
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+BLOCKING = ("Synchronize", "cudaMemcpy ", "cudaMemcpy(")
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def union_us(intervals):
+    total, end = 0.0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
+def self_times(events):
+    """Self and inclusive time per name of nested complete events of one thread."""
+    own, incl = collections.Counter(), collections.Counter()
+    stack = []  # (end, name, child time)
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        while stack and e["ts"] >= stack[-1][0]:
+            end, name, child, dur = stack.pop()
+            own[name] += dur - child
+            if stack:
+                stack[-1][2] += dur
+        stack.append([e["ts"] + e["dur"], e["name"], 0.0, e["dur"]])
+    while stack:
+        end, name, child, dur = stack.pop()
+        own[name] += dur - child
+        if stack:
+            stack[-1][2] += dur
+    for e in events:
+        incl[e["name"]] += e["dur"]
+    return own, incl
+
+
+def short(name):
+    # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
+    if "): " in name:
+        where, func = name.split("): ", 1)
+        return f"{where.rsplit('/', 1)[-1].split('(')[0]}:{func}"
+    return name
+
+
+def digest(path, top=22):
+    events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
+    py = [e for e in events if e.get("cat") == "python_function"]
+    steps = [e for e in py if e["name"].endswith(": run_batch")]
+    if not steps:  # profiled without Python stacks: the GPU timeline alone
+        gpu = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in GPU_CATS]
+        if not gpu:
+            return f"# {path.rsplit('/', 1)[-1]}: no GPU events\n"
+        t0, t1 = min(a for a, _ in gpu), max(b for _, b in gpu)
+        graphs = sum(1 for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
+        return (f"# {path.rsplit('/', 1)[-1]}\nno Python stacks: GPU busy {100 * union_us(gpu) / (t1 - t0):.0f} % "
+                f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {graphs} graph launches\n")
+    tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
+    t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
+    n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
+    gpu = [(e["ts"], e["ts"] + e["dur"]) for e in events
+           if e.get("cat") in GPU_CATS and t0 <= e["ts"] < t1]
+    busy = union_us(gpu)
+    wall = (t1 - t0) / max(n, 1)
+    out = [f"# {path.rsplit('/', 1)[-1]}",
+           f"steps {n}, wall {wall / 1000:.3f} ms/step, GPU busy {busy / max(n, 1) / 1000:.3f} ms/step "
+           f"({100 * busy / max(t1 - t0, 1):.0f} %), GPU events {len(gpu)}"]
+    mine = [e for e in py if (e["pid"], e["tid"]) == tid and t0 <= e["ts"] < t1]
+    own, incl = self_times(mine)
+    out.append(f"## scheduler thread, self time per step (ms), top {top}")
+    out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in own.most_common(top)]
+    out.append(f"## scheduler thread, inclusive time per step (ms), top {top}")
+    out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in incl.most_common(top)]
+    runtime = collections.Counter()
+    for e in events:
+        if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1 and any(b in e["name"] + "(" for b in BLOCKING):
+            runtime[e["name"]] += e["dur"]
+    out.append("## blocking CUDA runtime calls per step (ms)")
+    out += [f"{v / n / 1000:8.3f}  {k}" for k, v in runtime.most_common(8)]
+    launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1
+                   and "Launch" in e["name"])
+    out.append(f"## kernel and graph launches per step: {launches / n:.1f}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        print(digest(p))

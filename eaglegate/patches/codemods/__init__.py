@@ -1,0 +1,16 @@
+"""The LibCST transforms that wire the batch gate into an SGLang tree, one a module.
+
+Each is a function from source text to source text that refuses, with an `AnchorError`
+naming the anchor, when a site it needs is missing or found more than once, and returns
+already-patched source unchanged:
+
+- `v1_worker`: the v1 `EAGLEWorker` (eagle-v1 family);
+- `v2_worker` and `v2_decode_prep`: the overlap worker `EAGLEWorkerV2` and its decode
+  KV reservation (eagle-v2 family);
+- `server_args` and `speculative_hook`: the gate's server argument and the running-cap
+  guard, in `ServerArgs` or (0.5.13 on) the EAGLE family's own hook;
+- `scheduler_metrics` and `spec_metrics_log`: gated steps left out of the speculative
+  metrics, and the decode log's accept length guarded against intervals of gated steps.
+
+`common` holds what they share. `patches/generate.py` picks the transforms per release.
+"""

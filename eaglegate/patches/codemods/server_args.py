@@ -1,0 +1,222 @@
+"""Add the gate's server argument (`srt/server_args.py`).
+
+The `speculative_batch_gate_threshold` dataclass field and its
+`--speculative-batch-gate-threshold` argument go next to `speculative_num_draft_tokens`.
+Where the EAGLE branch of `ServerArgs`' post-processing resets an unset running-request
+cap to a constant (48), the reset is skipped while the gate is on, so the gate leaves the
+caps SGLang would choose without speculation. (From 0.5.13 that reset lives in its own
+function, which `speculative_hook` guards.)
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable
+
+import libcst as cst
+import libcst.matchers as m
+
+from eaglegate.errors import UserError
+from eaglegate.patches.codemods.common import Anchor, attribute, code, find_class, methods, parse
+
+FIELD = "speculative_batch_gate_threshold"
+FLAG = "--speculative-batch-gate-threshold"
+FIELD_HELP = (
+    "EAGLE batch-size gate: while the running batch is larger than this, "
+    "run plain one-token decode steps instead of speculating; speculation resumes once "
+    "the batch shrinks below a lower mark. Off when unset; also read from "
+    "SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate."
+)
+
+
+def string_literal(value: str) -> m.SimpleString:
+    """Matches a plain string literal whose value is `value`, however it is quoted."""
+    return m.SimpleString(value=m.MatchIfTrue(lambda text: ast.literal_eval(text) == value))
+
+
+def gate_is_off(receiver: str) -> m.UnaryOperation:
+    """Matches `not <receiver>.speculative_batch_gate_threshold`, the cap guard's test."""
+    return m.UnaryOperation(operator=m.Not(), expression=attribute(receiver, FIELD))
+
+
+def _flag_of(stmt: cst.BaseStatement) -> str | None:
+    """The flag of a `<parser>.add_argument("<flag>", ...)` statement."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    expr = stmt.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return None
+    call = expr.value
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+        return None
+    if call.args and isinstance(call.args[0].value, cst.SimpleString):
+        value = ast.literal_eval(call.args[0].value.value)
+        return value if isinstance(value, str) else None
+    return None
+
+
+class _AfterArgument(cst.CSTTransformer):
+    """Inserts a statement after the one `parser.add_argument(flag, ...)` statement."""
+
+    def __init__(
+        self, anchor_flag: str, make: Callable[[cst.SimpleStatementLine], cst.BaseStatement]
+    ):
+        self.anchor_flag = anchor_flag
+        self.make = make
+        self.found = 0
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body: list[cst.BaseStatement] = []
+        for stmt in updated_node.body:
+            body.append(stmt)
+            if _flag_of(stmt) == self.anchor_flag:
+                self.found += 1
+                assert isinstance(stmt, cst.SimpleStatementLine)
+                body.append(self.make(stmt))
+        return updated_node.with_changes(body=body)
+
+
+def _gate_argument(anchor: cst.SimpleStatementLine) -> cst.BaseStatement:
+    """`parser.add_argument("--speculative-batch-gate-threshold", ...)`, laid out like the
+    anchor argument it follows (same receiver, same line breaks and indentation)."""
+    expr = anchor.body[0]
+    assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
+    call = expr.value
+    values: dict[str | None, cst.BaseExpression] = {
+        None: cst.SimpleString(f'"{FLAG}"'),
+        "type": cst.Name("int"),
+        "default": cst.parse_expression(f"ServerArgs.{FIELD}"),
+        "help": cst.SimpleString(json.dumps(FIELD_HELP)),
+    }
+    keywords = [a.keyword.value if a.keyword else None for a in call.args]
+    if sorted(keywords, key=str) == sorted(values, key=str):
+        args = [a.with_changes(value=values[k]) for a, k in zip(call.args, keywords, strict=True)]
+        return anchor.with_changes(
+            body=[expr.with_changes(value=call.with_changes(args=args))], leading_lines=[]
+        )
+    receiver = code(call.func)
+    return cst.parse_statement(
+        f"{receiver}({FLAG!r}, type=int, default=ServerArgs.{FIELD}, help={FIELD_HELP!r})\n"
+    )
+
+
+def _names_eagle(test: cst.BaseExpression) -> bool:
+    # `self.speculative_algorithm in ("EAGLE", "EAGLE3", ...)` or `== "EAGLE"`: the branch
+    # that EAGLE launches take, whatever else it lists.
+    return bool(m.findall(test, m.Name("speculative_algorithm"))) and bool(
+        m.findall(test, string_literal("EAGLE"))
+    )
+
+
+class GateKeepsRunningCap(cst.CSTTransformer):
+    """In the EAGLE branch of ServerArgs' post-processing (or, `everywhere`, in a function
+    that handles the EAGLE family alone), the reset of an unset running-request cap to a
+    constant (48) also requires the gate to be off."""
+
+    def __init__(self, receiver: str = "self", everywhere: bool = False) -> None:
+        self.receiver = receiver
+        self.eagle_depth = 1 if everywhere else 0
+        self.found = 0
+        cap = attribute(receiver, "max_running_requests")
+        self.cap_unset = m.Comparison(
+            left=cap, comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))]
+        )
+        # `<receiver>.max_running_requests = <int>` as one statement of the body.
+        self.sets_cap = m.IndentedBlock(body=[
+            m.ZeroOrMore(),
+            m.SimpleStatementLine(body=[
+                m.ZeroOrMore(),
+                m.Assign(targets=[m.AssignTarget(target=cap), m.ZeroOrMore()], value=m.Integer()),
+                m.ZeroOrMore(),
+            ]),
+            m.ZeroOrMore(),
+        ])
+
+    def visit_If(self, node: cst.If) -> None:
+        if _names_eagle(node.test):
+            self.eagle_depth += 1
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if _names_eagle(original_node.test):
+            self.eagle_depth -= 1
+        if (
+            self.eagle_depth > 0
+            and m.matches(original_node.test, self.cap_unset)
+            and m.matches(original_node.body, self.sets_cap)
+        ):
+            self.found += 1
+            r = self.receiver
+            return updated_node.with_changes(
+                test=cst.parse_expression(f"{r}.max_running_requests is None and not {r}.{FIELD}")
+            )
+        return updated_node
+
+
+def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_guard: bool = True) -> str:
+    """Add the gate's dataclass field and CLI argument and, with `cap_guard`, the guard on
+    speculation's running-cap reset (releases whose EAGLE handling lives in this class);
+    unchanged if already there."""
+    module = parse(source, file)
+    cls = find_class(module, "ServerArgs", file)
+
+    def field_at(name: str) -> list[int]:
+        return [
+            i
+            for i, stmt in enumerate(cls.body.body)
+            if m.matches(stmt, m.SimpleStatementLine(
+                body=[m.AnnAssign(target=m.Name(name)), m.ZeroOrMore()]
+            ))
+        ]
+
+    has_field = len(field_at(FIELD)) == 1
+    # Text tests: a matcher over this long module would double the transform's time.
+    has_flag = f'"{FLAG}"' in source
+    has_guard = f"not self.{FIELD}" in source or not cap_guard
+    if has_field and has_flag and has_guard:
+        return source
+    if has_field or has_flag or (has_guard and cap_guard):
+        raise UserError(
+            f"{file} is partially patched (ServerArgs.{FIELD}, {FLAG} and the cap guard must "
+            "come together); restore the original file first"
+        )
+
+    anchor_at = field_at("speculative_num_draft_tokens")
+    Anchor(file, "ServerArgs.speculative_num_draft_tokens", "dataclass field").check(len(anchor_at))
+    cli = methods(cls, ("add_cli_args",))
+    Anchor(file, "ServerArgs.add_cli_args", "method definition").check(len(cli))
+
+    anchor_stmt = cls.body.body[anchor_at[0]]
+    assert isinstance(anchor_stmt, cst.SimpleStatementLine)
+    anchor_field = anchor_stmt.body[0]
+    assert isinstance(anchor_field, cst.AnnAssign)
+    # The same annotation as speculative_num_draft_tokens (an optional int in every version).
+    field = cst.parse_statement(
+        f"{FIELD}: {code(anchor_field.annotation.annotation)} = None  # eaglegate: off when None\n"
+    )
+    inserter = _AfterArgument("--speculative-num-draft-tokens", _gate_argument)
+    new_cli = cli[0].visit(inserter)
+    Anchor(
+        file,
+        "ServerArgs.add_cli_args",
+        'parser.add_argument("--speculative-num-draft-tokens", ...)',
+    ).check(inserter.found)
+
+    body: list[cst.BaseStatement] = []
+    for i, stmt in enumerate(cls.body.body):
+        body.append(new_cli if stmt is cli[0] else stmt)  # type: ignore[arg-type]
+        if i == anchor_at[0]:
+            body.append(field)
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
+    if cap_guard:
+        guard = GateKeepsRunningCap()
+        new_cls = cst.ensure_type(new_cls.visit(guard), cst.ClassDef)
+        Anchor(
+            file,
+            "ServerArgs",
+            "`if self.max_running_requests is None: self.max_running_requests = <n>` "
+            "inside the EAGLE branch",
+        ).check(guard.found)
+    return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code

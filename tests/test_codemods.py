@@ -1,0 +1,413 @@
+"""Each gate transform on a small hand-written source: the exact text it writes, that a
+second run leaves it unchanged, and its refusals (anchor missing, anchor found twice,
+file patched by half). The real releases are tested in tests/test_patch_*.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from eaglegate.errors import UserError
+from eaglegate.patches.codemods import (
+    scheduler_metrics,
+    server_args,
+    spec_metrics_log,
+    speculative_hook,
+    v1_worker,
+    v2_decode_prep,
+    v2_worker,
+)
+from eaglegate.patches.codemods.common import AnchorError
+
+Transform = Callable[[str, str], str]
+GATE_IMPORT = "from sglang.srt.speculative.batch_gate import "
+
+
+def assert_codemod(transform: Transform, before: str, after: str) -> None:
+    """`before` becomes exactly `after`, and `after` is left as it is."""
+    assert transform(before, "f.py") == after
+    assert transform(after, "f.py") == after
+
+
+def assert_refuses(transform: Transform, source: str, message: str, error: type = AnchorError) -> None:
+    with pytest.raises(error) as raised:
+        transform(source, "f.py")
+    assert message in str(raised.value)
+
+
+# --- v1_worker -------------------------------------------------------------------------
+
+V1_BEFORE = '''import torch
+
+
+class EAGLEWorker:
+    def __init__(self, server_args):
+        self.server_args = server_args
+
+    def forward_batch_generation(self, batch):
+        # extend: the target, then the draft
+        if batch.forward_mode.is_extend():
+            logits, next_token_ids, bid = self.forward_target_extend(batch)
+            self.forward_draft_extend(batch, next_token_ids)
+            return logits, next_token_ids, bid
+        return self.draft(batch)
+
+    def forward_target_extend(self, batch):
+        pass
+
+    def forward_draft_extend(self, batch, next_token_ids):
+        pass
+'''
+
+V1_AFTER = '''import torch
+from sglang.srt.speculative.batch_gate import finish_gated_decode, init_batch_gate, prepare_gated_decode
+
+
+class EAGLEWorker:
+    def __init__(self, server_args):
+        self.server_args = server_args
+        init_batch_gate(self)  # eaglegate: the gate and the target's DECODE graphs
+
+    def forward_batch_generation(self, batch):
+        # extend: the target, then the draft
+        _eaglegate_gated = prepare_gated_decode(self, batch)  # eaglegate: batch-size gate
+        if _eaglegate_gated or batch.forward_mode.is_extend():
+            logits, next_token_ids, bid = self.forward_target_extend(batch)
+            if not _eaglegate_gated:
+                self.forward_draft_extend(batch, next_token_ids)
+            if _eaglegate_gated:
+                finish_gated_decode(self, batch, next_token_ids)
+            return logits, next_token_ids, bid
+        return self.draft(batch)
+
+    def forward_target_extend(self, batch):
+        pass
+
+    def forward_draft_extend(self, batch, next_token_ids):
+        pass
+'''
+
+V1_EXTEND_TEST = "        if batch.forward_mode.is_extend():\n"
+
+
+def test_v1_worker():
+    assert_codemod(v1_worker.patch_worker, V1_BEFORE, V1_AFTER)
+    assert v1_worker.entry_method_name(V1_BEFORE) == "forward_batch_generation"
+
+
+def test_v1_worker_refuses_a_missing_extend_branch():
+    source = V1_BEFORE.replace("is_extend()", "is_decode()")
+    assert_refuses(v1_worker.patch_worker, source,
+                   "top-level `if ...forward_mode.is_extend()` extend branch in f.py matched 0 site(s)")
+
+
+def test_v1_worker_refuses_two_extend_branches():
+    source = V1_BEFORE.replace(V1_EXTEND_TEST, V1_EXTEND_TEST + "            pass\n" + V1_EXTEND_TEST, 1)
+    assert_refuses(v1_worker.patch_worker, source,
+                   "top-level `if ...forward_mode.is_extend()` extend branch in f.py matched 2 site(s)")
+
+
+def test_v1_worker_refuses_a_half_patched_file():
+    half = V1_AFTER.replace(GATE_IMPORT + "finish_gated_decode, init_batch_gate, prepare_gated_decode\n", "")
+    assert_refuses(v1_worker.patch_worker, half, "f.py is partially patched", UserError)
+
+
+# --- v2_worker -------------------------------------------------------------------------
+
+V2_BEFORE = '''import torch
+
+
+class EAGLEWorkerV2:
+    def __init__(self, server_args):
+        self.server_args = server_args
+
+    def forward_batch_generation(self, batch):
+        if batch.forward_mode.is_decode():
+            return self.draft_worker.draft(batch)
+        else:
+            return self._draft_extend_for_prefill(batch)
+'''
+
+V2_AFTER = '''import torch
+from sglang.srt.speculative.batch_gate import init_overlap_batch_gate, is_gated_decode, is_gated_prefill, run_gated_decode, run_gated_prefill
+
+
+class EAGLEWorkerV2:
+    def __init__(self, server_args):
+        self.server_args = server_args
+        init_overlap_batch_gate(self)  # eaglegate: the gate and the target's DECODE graphs
+
+    def forward_batch_generation(self, batch):
+        if batch.forward_mode.is_decode():
+            if is_gated_decode(batch):  # eaglegate: batch-size gate
+                return run_gated_decode(self, batch)
+            return self.draft_worker.draft(batch)
+        else:
+            if is_gated_prefill(batch):  # eaglegate: batch-size gate
+                return run_gated_prefill(self, batch)
+            return self._draft_extend_for_prefill(batch)
+'''
+
+
+def test_v2_worker():
+    assert_codemod(v2_worker.patch_worker, V2_BEFORE, V2_AFTER)
+
+
+def test_v2_worker_refuses_a_missing_draft_branch():
+    source = V2_BEFORE.replace("self.draft_worker.draft(batch)", "self.decode(batch)")
+    assert_refuses(v2_worker.patch_worker, source,
+                   "top-level if/else with one branch calling self.draft_worker.draft(...) in f.py matched 0 site(s)")
+
+
+def test_v2_worker_refuses_two_draft_branches():
+    branch = V2_BEFORE[V2_BEFORE.index("        if batch"):]
+    assert_refuses(v2_worker.patch_worker, V2_BEFORE + branch,
+                   "top-level if/else with one branch calling self.draft_worker.draft(...) in f.py matched 2 site(s)")
+
+
+def test_v2_worker_refuses_a_half_patched_file():
+    half = V2_AFTER.replace(V2_AFTER.splitlines(keepends=True)[1], "")
+    assert_refuses(v2_worker.patch_worker, half, "f.py is partially patched", UserError)
+
+
+# --- v2_decode_prep --------------------------------------------------------------------
+
+PREP_BEFORE = '''import torch
+
+
+class EagleDraftInputV2Mixin:
+    def prepare_for_decode(self, batch):
+        for r in batch.reqs:
+            x = r.kv_committed_len + 2 * self.ALLOC_LEN_PER_DECODE - r.kv_allocated_len
+'''
+
+PREP_AFTER = '''import torch
+from sglang.srt.speculative.batch_gate import decode_alloc_len
+
+
+class EagleDraftInputV2Mixin:
+    def prepare_for_decode(self, batch):
+        for r in batch.reqs:
+            x = max(0, r.kv_committed_len + 2 * decode_alloc_len(self, batch, self.ALLOC_LEN_PER_DECODE) - r.kv_allocated_len)
+'''
+
+
+def test_v2_decode_prep():
+    assert_codemod(v2_decode_prep.patch_decode_prep, PREP_BEFORE, PREP_AFTER)
+
+
+def test_v2_decode_prep_keeps_a_clamp_the_release_has():
+    before = PREP_BEFORE.replace(
+        "r.kv_committed_len + 2 * self.ALLOC_LEN_PER_DECODE - r.kv_allocated_len",
+        "max(r.kv_allocated_len, r.kv_committed_len + get_alloc_len_per_decode())",
+    )
+    after = PREP_AFTER.replace(
+        "max(0, r.kv_committed_len + 2 * decode_alloc_len(self, batch, self.ALLOC_LEN_PER_DECODE) - r.kv_allocated_len)",
+        "max(r.kv_allocated_len, r.kv_committed_len + decode_alloc_len(self, batch, get_alloc_len_per_decode()))",
+    )
+    assert_codemod(v2_decode_prep.patch_decode_prep, before, after)
+
+
+def test_v2_decode_prep_refuses_a_missing_reservation():
+    source = PREP_BEFORE.replace("self.ALLOC_LEN_PER_DECODE", "4")
+    assert_refuses(v2_decode_prep.patch_decode_prep, source, "the per-request reservation")
+
+
+def test_v2_decode_prep_refuses_two_reservations():
+    source = PREP_BEFORE.replace("2 * self.ALLOC_LEN_PER_DECODE", "self.ALLOC_LEN_PER_DECODE * self.ALLOC_LEN_PER_DECODE")
+    assert_refuses(v2_decode_prep.patch_decode_prep, source, "matched 2 site(s), expected 1")
+
+
+def test_v2_decode_prep_refuses_a_half_patched_file():
+    half = PREP_AFTER.replace(GATE_IMPORT + "decode_alloc_len\n", "")
+    assert_refuses(v2_decode_prep.patch_decode_prep, half, "f.py is partially patched", UserError)
+
+
+# --- server_args -----------------------------------------------------------------------
+
+ARGS_BEFORE = '''import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    speculative_num_draft_tokens: Optional[int] = None
+    max_running_requests: Optional[int] = None
+
+    def __post_init__(self):
+        if self.speculative_algorithm in ("EAGLE", "EAGLE3"):
+            if self.max_running_requests is None:
+                self.max_running_requests = 48
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument(
+            "--speculative-num-draft-tokens",
+            type=int,
+            default=ServerArgs.speculative_num_draft_tokens,
+            help="Draft tokens per step.",
+        )
+'''
+
+ARGS_AFTER = '''import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    speculative_num_draft_tokens: Optional[int] = None
+    speculative_batch_gate_threshold: Optional[int] = None  # eaglegate: off when None
+    max_running_requests: Optional[int] = None
+
+    def __post_init__(self):
+        if self.speculative_algorithm in ("EAGLE", "EAGLE3"):
+            if self.max_running_requests is None and not self.speculative_batch_gate_threshold:
+                self.max_running_requests = 48
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument(
+            "--speculative-num-draft-tokens",
+            type=int,
+            default=ServerArgs.speculative_num_draft_tokens,
+            help="Draft tokens per step.",
+        )
+        parser.add_argument(
+            "--speculative-batch-gate-threshold",
+            type=int,
+            default=ServerArgs.speculative_batch_gate_threshold,
+            help="EAGLE batch-size gate: while the running batch is larger than this, run plain one-token decode steps instead of speculating; speculation resumes once the batch shrinks below a lower mark. Off when unset; also read from SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate.",
+        )
+'''
+
+ARGS_RESET = "            if self.max_running_requests is None:\n                self.max_running_requests = 48\n"
+
+
+def _without_cap_guard(source: str, file: str) -> str:
+    return server_args.patch_server_args(source, file, cap_guard=False)
+
+
+def test_server_args():
+    assert_codemod(server_args.patch_server_args, ARGS_BEFORE, ARGS_AFTER)
+
+
+def test_server_args_without_the_cap_guard():
+    after = ARGS_AFTER.replace(" and not self.speculative_batch_gate_threshold", "")
+    assert_codemod(_without_cap_guard, ARGS_BEFORE, after)
+
+
+def test_server_args_refuses_a_missing_anchor_field():
+    source = ARGS_BEFORE.replace("    speculative_num_draft_tokens: Optional[int] = None\n", "")
+    assert_refuses(server_args.patch_server_args, source,
+                   "anchor ServerArgs.speculative_num_draft_tokens: dataclass field in f.py matched 0 site(s)")
+
+
+def test_server_args_refuses_two_cap_resets_in_the_eagle_branch():
+    source = ARGS_BEFORE.replace(ARGS_RESET, ARGS_RESET * 2)
+    assert_refuses(server_args.patch_server_args, source, "inside the EAGLE branch in f.py matched 2 site(s)")
+
+
+def test_server_args_refuses_a_half_patched_file():
+    half = ARGS_AFTER.replace(" and not self.speculative_batch_gate_threshold", "")
+    assert_refuses(server_args.patch_server_args, half, "f.py is partially patched", UserError)
+
+
+# --- speculative_hook ------------------------------------------------------------------
+
+HOOK_BEFORE = '''def _handle_eagle_family(args):
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+'''
+
+HOOK_AFTER = '''def _handle_eagle_family(args):
+    if args.max_running_requests is None and not args.speculative_batch_gate_threshold:
+        args.max_running_requests = 48
+'''
+
+
+def test_speculative_hook():
+    assert_codemod(speculative_hook.patch_speculative_hook, HOOK_BEFORE, HOOK_AFTER)
+
+
+def test_speculative_hook_refuses_a_missing_cap_reset():
+    source = HOOK_BEFORE.replace("= 48", "= args.cuda_graph_max_bs")
+    assert_refuses(speculative_hook.patch_speculative_hook, source, "matched 0 site(s)")
+
+
+def test_speculative_hook_refuses_two_cap_resets():
+    source = HOOK_BEFORE + HOOK_BEFORE[HOOK_BEFORE.index("    if"):]
+    assert_refuses(speculative_hook.patch_speculative_hook, source, "matched 2 site(s)")
+
+
+def test_speculative_hook_refuses_a_missing_hook():
+    source = HOOK_BEFORE.replace("_handle_eagle_family", "_handle_ngram")
+    assert_refuses(speculative_hook.patch_speculative_hook, source,
+                   "anchor _handle_eagle_family: module-level function definition in f.py matched 0 site(s)")
+
+
+# --- scheduler_metrics -----------------------------------------------------------------
+
+SCHED_BEFORE = '''class SchedulerOutputProcessorMixin:
+    def process_batch_result_decode(self, batch, result):
+        if not self.spec_algorithm.is_none():
+            self.update_spec_metrics(batch.batch_size(), result.num_accepted_tokens)
+'''
+
+SCHED_AFTER = '''class SchedulerOutputProcessorMixin:
+    def process_batch_result_decode(self, batch, result):
+        if (not self.spec_algorithm.is_none()) and not (getattr(batch, 'eaglegate_gated_step', False) or getattr(result, 'eaglegate_gated_step', False)):
+            self.update_spec_metrics(batch.batch_size(), result.num_accepted_tokens)
+'''
+
+
+def test_scheduler_metrics():
+    assert_codemod(scheduler_metrics.patch_scheduler_metrics, SCHED_BEFORE, SCHED_AFTER)
+    assert scheduler_metrics.counts_spec_metrics(SCHED_BEFORE)
+
+
+def test_scheduler_metrics_refuses_a_missing_update():
+    source = SCHED_BEFORE.replace("process_batch_result_decode", "process_batch_result_prefill")
+    assert_refuses(scheduler_metrics.patch_scheduler_metrics, source,
+                   "anchor process_batch_result_decode: `if ...: self.update_spec_metrics(...)` in f.py matched 0 site(s)")
+
+
+def test_scheduler_metrics_refuses_two_updates():
+    body = SCHED_BEFORE[SCHED_BEFORE.index("        if"):]
+    assert_refuses(scheduler_metrics.patch_scheduler_metrics, SCHED_BEFORE + body, "matched 2 site(s)")
+
+
+# --- spec_metrics_log ------------------------------------------------------------------
+
+LOG_BEFORE = '''class SchedulerMetricsMixin:
+    def log_decode_stats(self):
+        if self.spec_algorithm.is_none():
+            msg = ""
+        else:
+            accept_length = self.spec_num_accepted_tokens / self.spec_num_forward_ct
+            msg = f"accept len: {accept_length:.2f}"
+'''
+
+LOG_AFTER = '''class SchedulerMetricsMixin:
+    def log_decode_stats(self):
+        if self.spec_algorithm.is_none() or not self.spec_num_forward_ct:
+            msg = ""
+        else:
+            accept_length = self.spec_num_accepted_tokens / self.spec_num_forward_ct
+            msg = f"accept len: {accept_length:.2f}"
+'''
+
+
+def test_spec_metrics_log():
+    assert_codemod(spec_metrics_log.patch_spec_metrics_log, LOG_BEFORE, LOG_AFTER)
+
+
+def test_spec_metrics_log_refuses_a_missing_division():
+    source = LOG_BEFORE.replace(" / self.spec_num_forward_ct", "")
+    assert_refuses(spec_metrics_log.patch_spec_metrics_log, source,
+                   "anchor the decode stats: `if self.spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct` in f.py matched 0 site(s)")
+
+
+def test_spec_metrics_log_refuses_two_divisions():
+    body = LOG_BEFORE[LOG_BEFORE.index("        if"):]
+    assert_refuses(spec_metrics_log.patch_spec_metrics_log, LOG_BEFORE + body, "matched 2 site(s)")
