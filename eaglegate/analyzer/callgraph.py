@@ -27,7 +27,7 @@ import networkx as nx
 
 from eaglegate.analyzer.index import BUILTIN_PREFIX, Codebase, Site, ordered
 from eaglegate.analyzer.parse import ParsedTree, no_cyclic_gc, parse_tree, reachable_files
-from eaglegate.analyzer.summary import Call
+from eaglegate.analyzer.summary import Call, Expr
 
 # Callables outside the tree that call the functions passed to them: which arguments (a
 # position, or a keyword) they call. `key=` is called by every external or unresolved callee
@@ -231,7 +231,7 @@ class CallGraph:
                 continue
             matched = True
             bound = call.func is not None and call.func[0] == "a" or callee.endswith(".__init__")
-            arguments: dict[str, object] = {}
+            arguments: dict[str, Expr] = {}
             written: set[str] = set(call.keywords)  # passed, with or without IR
             for position in range(call.npos):
                 name = cb.parameter_for(callee, position, bound)
@@ -242,17 +242,17 @@ class CallGraph:
                         arguments[name] = ir
             arguments.update((k, ir) for k, ir in call.kwargs if k in wanted)
             for name in sorted(wanted):
-                ir = arguments.get(name)
-                if ir is None:
+                arg = arguments.get(name)
+                if arg is None:
                     if name in written:  # a constant or an expression: nothing callable
                         found.setdefault(name, set())
                     else:  # left to a default, or to `*args`/`**kwargs`
                         wanted = wanted - {name}
                     continue
-                if ir[0] == "n" and ir[1] in own and ir[1] in given:  # type: ignore[index]
-                    targets = set(given[ir[1]])  # type: ignore[index]
+                if arg[0] == "n" and arg[1] in own and arg[1] in given:
+                    targets = set(given[arg[1]])
                 else:
-                    targets = self._targets(cb.values(ir, caller))[0]  # type: ignore[arg-type]
+                    targets = self._targets(cb.values(arg, caller))[0]
                 found.setdefault(name, set()).update(targets)
         if not matched:
             return None
