@@ -12,6 +12,12 @@ Each edge `caller → callee` carries `sites`: a list of `Site(path, line, condi
 one per call expression, so a report can tell the overlap path from the normal one.
 Edges are computed on demand (`expand`), so a question about one entry point resolves
 only the functions it reaches; `build_all` computes the whole graph for export.
+
+A parameter called in the body (`def template(self, b, call_fn): call_fn(b)`) has an edge
+to every callable any caller hands it; `through_param` marks those edges. `reach` reads
+them per path: a function is visited once per set of callables its callers hand it
+(handed on through other parameters too), and follows only those, so code that hands a
+template its capture-time closure is not reached from code that hands its run-time one.
 """
 
 from __future__ import annotations
