@@ -315,3 +315,85 @@ def test_releases_capture_allocations_behind_the_draft_template_stay_start_up(ve
         "FlashAttentionBackend.init_forward_metadata", "IndicesUpdaterDecode.call_begin_forward",
         "IndicesUpdaterPrefill.call_begin_forward", "MTPPrecomputeMixin._precompute_target_verify_mode"))}
     assert per_forward and not {f.symbol for f in r.kinds("alloc")} & per_forward
+
+
+# -- the mode predicate that sends a batch to the captured graphs -----------------------------
+# The target runner captures in VERIFY only under speculation (`capture_mode`); a predicate of
+# the mode class that admits VERIFY and plain modes, and gates the runner's replay, is a site
+# of that mechanism (`graph_mode`). Negative: a predicate of VERIFY alone, and one that admits
+# VERIFY with other modes but gates no runner call.
+
+MODE_FILES = dict(STEP_FILES)
+MODE_FILES["runner.py"] = STEP_FILES["runner.py"].replace('''        import torch
+''', '''        import enum
+
+        import torch
+''', 1).replace('''        class Backend:''', '''        class ForwardMode(enum.IntEnum):
+            DECODE = 1
+            VERIFY = 2
+            EXTEND = 3
+
+            def is_graph(self):
+                return self == ForwardMode.DECODE or self == ForwardMode.VERIFY
+
+            def is_verify(self):
+                return self == ForwardMode.VERIFY
+
+            def is_step(self):
+                return self in (ForwardMode.DECODE, ForwardMode.EXTEND, ForwardMode.VERIFY)
+
+        class Backend:''', 1).replace('''                self.mode = "decode"''', '''                self.mode = ForwardMode.DECODE''').replace(
+    '''                    self.mode = "verify"''', '''                    self.mode = ForwardMode.VERIFY''').replace('''            def forward(self, batch):
+                if self.graph_runner.can_run(4) and self.graph_runner.is_plain(4):
+                    return self.graph_runner.replay(batch)
+                return batch''', '''            def forward(self, batch, mode: ForwardMode = ForwardMode.DECODE):
+                check = mode.is_graph
+                usable = check() and self.graph_runner.can_run(4)
+                if usable:
+                    return self.graph_runner.replay(batch)
+                if mode.is_verify() or mode.is_step():
+                    self.steps_seen = 1
+                return batch''')
+
+
+@pytest.fixture(scope="module")
+def modes(tmp_path_factory) -> CouplingReport:
+    return find_couplings(_program(tmp_path_factory.mktemp("modes"), MODE_FILES), use_cache=False)
+
+
+def test_mode_predicate_that_gates_the_graphs(modes):
+    assert MODE_FILES["runner.py"] != STEP_FILES["runner.py"]
+    found = {f.symbol.rsplit(".", 1)[-1]: f for f in modes.kinds("graph_mode")}
+    # Positive: `is_graph` admits VERIFY (captured only under speculation) and DECODE, and
+    # `forward` replays the runner's graphs where it holds.
+    assert set(found) == {"is_graph"}
+    finding = found["is_graph"]
+    assert "ForwardMode.VERIFY" in text(modes, finding)
+    assert finding.detail["mode"] == "VERIFY" and finding.detail["admits"] == ["DECODE", "VERIFY"]
+    assert finding.detail["part_of"] == "capture_mode" and finding.detail["runner"].endswith("GraphRunner")
+    assert finding.evidence[0].text.endswith("speculative_algorithm")
+    assert any(s.text.startswith("if ") for s in finding.evidence)
+    assert "calls the graph runner" in finding.evidence[-1].text
+    # It joins the runner's capture-mode row, it adds none.
+    from eaglegate.analyzer.couplings.scope import mechanisms
+
+    rows = {(m.kind, m.owner) for m in mechanisms(modes.findings)}
+    assert ("capture_mode", finding.detail["runner"]) in rows and not any(k == "graph_mode" for k, _ in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.5.4", "0.5.9", "0.5.12.post1", "0.5.14"])
+def test_releases_is_cuda_graph_admits_target_verify(version):
+    """`ForwardMode.is_cuda_graph` holds for TARGET_VERIFY (the mode the target runner
+    captures in only under speculation) and for DECODE: the model runner's forward replays
+    the graphs where it holds. No other ForwardMode predicate gates the replay."""
+    found = report(version).kinds("graph_mode")
+    assert [f.symbol.rsplit(".", 2)[-2:] for f in found] == [["ForwardMode", "is_cuda_graph"]]
+    finding = found[0]
+    assert "ForwardMode.TARGET_VERIFY" in source_line(version, finding)
+    assert {"DECODE", "TARGET_VERIFY"} <= set(finding.detail["admits"])
+    assert finding.evidence[0].text.rsplit(".", 1)[-1].startswith("speculative_")
+    assert any("capture_forward_mode = ForwardMode.TARGET_VERIFY" in s.text for s in finding.evidence)
+    gate = finding.evidence[-1]
+    gated = (release(version).root / gate.path).read_text(encoding="utf-8").splitlines()[gate.line - 1]
+    assert "graph_runner" in gated and "(" in gated

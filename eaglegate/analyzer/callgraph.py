@@ -45,6 +45,7 @@ _CALLBACK_TAKERS: dict[str, tuple[int | str, ...]] = {
     "itertools.dropwhile": (0,), "itertools.accumulate": (1, "func"),
     "threading.Thread": ("target",), "multiprocessing.Process": ("target",),
     "atexit.register": (0,),
+    "collections.defaultdict": (0,),  # its factory, for each missing key
 }
 _KEY_ARGUMENT = "key"
 

@@ -168,7 +168,10 @@ def expr_ir(node: ast.expr | None) -> Expr:
             base = expr_ir(node.args[0])
             return ("a", base, node.args[1].value) if base is not None else None
         inner = expr_ir(func)
-        return ("c", inner) if inner is not None else None
+        if inner is None:
+            return None
+        defaulted = _default_dict(node)
+        return ("c", inner) if defaulted is None else ("u", (("c", inner), defaulted))
     if isinstance(node, ast.Subscript):
         base = expr_ir(node.value)
         if base is None:
@@ -198,6 +201,27 @@ def expr_ir(node: ast.expr | None) -> Expr:
         element = expr_ir(node.value)
         return ("k", (element,)) if element is not None else None
     return None
+
+
+def _default_dict(node: ast.Call) -> Expr:
+    """`defaultdict(factory, {...})`: a dict literal whose missing keys hold what the
+    factory returns (`defaultdict(lambda: CudaGraphRunner, {"cpu": CPUGraphRunner})[device]`
+    is one of the two), as a dict literal with one more entry under no constant key. Only
+    for a factory and a dict written in the call; the call itself stays a call."""
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name != "defaultdict" or not node.args or node.keywords:
+        return None
+    factory = expr_ir(node.args[0])
+    if factory is None:
+        return None
+    entries: tuple = ((None, ("c", factory)),)
+    if len(node.args) == 2 and isinstance(node.args[1], ast.Dict):
+        written = expr_ir(node.args[1])
+        entries += written[1] if written is not None else ()
+    elif len(node.args) > 1:
+        return None
+    return ("kd", entries)
 
 
 def constant_key(node: ast.expr | None) -> str | int | float | bytes | None:
@@ -446,6 +470,8 @@ class _Summarizer(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = expr_ir(node)
+        if func is not None and func[0] == "u" and _default_dict(node) is not None:
+            func = func[1][0]  # the call of `defaultdict` itself
         if func is not None and func[0] == "c":
             args: list[Expr] = []
             for arg in node.args:

@@ -1,5 +1,5 @@
-"""Callables stored in containers (dict literals, `d[k] = f`, `.append`, `.update`) and
-fetched by key, by `.get()`, or by iterating."""
+"""Callables stored in containers (dict literals, `d[k] = f`, `.append`, `.update`,
+`defaultdict(factory, {...})`) and fetched by key, by `.get()`, or by iterating."""
 
 from __future__ import annotations
 
@@ -193,6 +193,35 @@ CASES = [
         def run():
             table["a"]()
     """}, {"main.run": {"main.a", "main.b"}}),
+    # A missing key gives what the factory returns (SGLang picks its graph runner class so).
+    ("defaultdict_factory_and_entries", {"main.py": """
+        from collections import defaultdict
+        class Cuda:
+            def __init__(self, runner):
+                pass
+        class Cpu:
+            def __init__(self, runner):
+                pass
+        def run(device):
+            table = defaultdict(lambda: Cuda, {"cpu": Cpu})
+            table[device](1)
+    """}, {"main.run": {"collections.defaultdict", "main.run.<lambda1>", "main.Cuda.__init__",
+                        "main.Cpu.__init__"}}),
+    # Negative: a class the table does not hold is no callee; a plain dict has no default.
+    ("plain_dict_has_no_default", {"main.py": """
+        class Cuda:
+            def __init__(self, runner):
+                pass
+        class Cpu:
+            def __init__(self, runner):
+                pass
+        def make():
+            return Cuda
+        def run(device):
+            table = dict({"cpu": Cpu})
+            other = {"cpu": Cpu}
+            other[device](1)
+    """}, {"main.run": {"<builtin>.dict", "main.Cpu.__init__"}}),
 ]
 
 
