@@ -25,7 +25,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,12 +166,15 @@ class CallGraph:
             if params:
                 self.through_param[(caller, target)] = frozenset(params)
 
-    def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None) -> set[str]:
-        """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep); returns those nodes."""
+    def reach(self, roots: Iterable[str], limit: int | None = None, depth: int | None = None,
+              avoid: Collection[str] = ()) -> set[str]:
+        """Expand what `roots` reach (at most `limit` nodes, `depth` calls deep, never entering
+        `avoid` unless it is a root); returns those nodes."""
         with no_cyclic_gc():
-            return self._reach(roots, limit, depth)
+            return self._reach(roots, limit, depth, avoid)
 
-    def _reach(self, roots: Iterable[str], limit: int | None, depth: int | None) -> set[str]:
+    def _reach(self, roots: Iterable[str], limit: int | None, depth: int | None,
+               avoid: Collection[str] = ()) -> set[str]:
         # A function that calls one of its parameters (`call_fn(i)`) is visited once per
         # set of callables its callers hand it, and follows only those: the runtime
         # `init_forward_metadata` passing its own closure to a shared template does not
@@ -197,7 +200,8 @@ class CallGraph:
                     params = self.through_param.get((current, callee))
                     if params and given and all(p in given and callee not in given[p] for p in params):
                         continue  # a callable this call of `current` was not handed
-                    queue.append((callee, level + 1, self.handed(current, callee, given)))
+                    if callee not in avoid:
+                        queue.append((callee, level + 1, self.handed(current, callee, given)))
             if limit and len(seen) >= limit:
                 break
         return seen

@@ -39,7 +39,10 @@ class DraftStateDetector:
                     if read.classes & workers:
                         continue
                     members = {m for c in read.classes for m in flow.family(c)}
-                    for member in sorted(members):
+                    # The classes the read is typed with first, then their relatives: the
+                    # evidence follows the declared type, not whichever relative sorts first
+                    # (which changed as the engine resolved more writes).
+                    for member in [*sorted(read.classes & members), *sorted(members - read.classes)]:
                         sites = sorted(s for s in flow.attr_writes.get((member, read.attr), ())
                                        if s[2] in writers)
                         if not sites:

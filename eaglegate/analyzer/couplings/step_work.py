@@ -217,7 +217,9 @@ class StepWorkDetector:
                 built = sorted(v[1] for v in call.callees if v[0] == "class" and v[1] in shaped)
                 if not built:
                     continue
-                runner = built[0]
+                # One of a family (`{"npu": NPUGraphRunner}` or the CudaGraphRunner it
+                # derives from): the mechanism is the family's, named by its base.
+                runner = next((r for r in built if not any(b != r and b in cb.mro(r) for b in built)), built[0])
                 findings.append(Finding(
                     "cuda_graph", "runner_build", qn, facts.path, call.line,
                     (*shaped[runner], Step(f"built: {text_of(call.node)}", facts.path, call.line)),
