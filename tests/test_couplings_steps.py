@@ -397,3 +397,63 @@ def test_releases_is_cuda_graph_admits_target_verify(version):
     gate = finding.evidence[-1]
     gated = (release(version).root / gate.path).read_text(encoding="utf-8").splitlines()[gate.line - 1]
     assert "graph_runner" in gated and "(" in gated
+
+
+# -- a graph runner rebuilt from the loop stays start-up ----------------------------------------
+# A weight update rebuilds the graph runner from the event loop (SGLang's
+# update_weights_from_disk -> init_device_graphs). What only the runner's construction reaches
+# (its input buffers, made by a helper of another class or module) is start-up code; a helper
+# the step itself calls is not.
+
+REBUILD_FILES = dict(STEP_FILES)
+REBUILD_FILES["runner.py"] = STEP_FILES["runner.py"].replace('''        class GraphRunner:''', '''        def graph_inputs(n):
+            return torch.zeros((n,))
+
+        def step_inputs(n):
+            return torch.zeros((n,))
+
+        class GraphRunner:''', 1).replace('''                self.input_ids = torch.zeros((self.max_tokens,))''', '''                self.input_ids = torch.zeros((self.max_tokens,))
+                self.extra_inputs = graph_inputs(self.max_tokens)''', 1).replace('''            def forward(self, batch):''', '''            def update_weights(self):
+                self.graph_runner = GraphRunner(self)
+
+            def forward(self, batch):
+                self.step_buf = step_inputs(self.graph_runner.max_tokens)''', 1)
+REBUILD_FILES["scheduler.py"] = STEP_FILES["scheduler.py"].replace('''                    self.run_batch(batch)''', '''                    self.run_batch(batch)
+                    self.draft_worker.model_runner.update_weights()''', 1)
+
+
+@pytest.fixture(scope="module")
+def rebuild(tmp_path_factory) -> CouplingReport:
+    return find_couplings(_program(tmp_path_factory.mktemp("rebuild"), REBUILD_FILES), use_cache=False)
+
+
+def test_runner_rebuilt_from_the_loop_keeps_its_start_up_buffers(rebuild):
+    assert REBUILD_FILES["scheduler.py"] != STEP_FILES["scheduler.py"]
+    assert "update_weights" in REBUILD_FILES["runner.py"] and "step_inputs(" in REBUILD_FILES["runner.py"]
+    allocs = {f.symbol.rsplit(".", 1)[-1]: f for f in rebuild.kinds("alloc")}
+    # Positive: the runner's input buffer, made by a module helper its constructor calls.
+    assert "graph_inputs" in allocs
+    assert any(s.text.startswith("self.max_tokens = ") for s in allocs["graph_inputs"].evidence)
+    # Negative: the helper the step calls makes a per-step temporary, no start-up buffer.
+    assert "step_inputs" not in allocs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12.post1", "0.5.14"])
+def test_releases_graph_state_built_with_the_runner_stays_start_up(version):
+    """The event loops rebuild the target graph runner (weight updates re-capture), yet what
+    only its construction reaches stays start-up code: the LoRA backends' graph batch info,
+    sized from the runner's speculative token count, are `alloc` findings."""
+    from eaglegate.analyzer.couplings.registry import build_context
+    from eaglegate.analyzer.spec_map import build_map
+
+    ctx = build_context(build_map(release(version)))
+    builders = {f.symbol for f in report(version).kinds("runner_build")
+                if f.detail["runner"].rsplit(".", 1)[-1] in ("CudaGraphRunner", "DecodeCudaGraphRunner")}
+    loops = [e.function for e in ctx.spec_map.event_loops]
+    assert builders & ctx.callgraph.reach(loops), version  # a loop does rebuild it
+    inits = {ctx.codebase.constructor(f.detail["runner"]) for f in report(version).kinds("runner_build")}
+    assert inits and not inits & ctx.loop_reach
+    lora = _named(report(version), "alloc", "LoRABackend.init_cuda_graph_batch_info")
+    assert lora and all(f.symbol not in ctx.loop_reach for f in lora)
+    assert all("speculative_" in f.evidence[0].text for f in lora)

@@ -17,7 +17,6 @@ from eaglegate.analyzer.couplings.dataflow import SpecFlow
 from eaglegate.analyzer.couplings.model import Finding
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap
-from eaglegate.analyzer.step_calls import capturing_functions, graph_runner_classes
 
 # Names from the user's question (like spec_map.Question): the settings object.
 SETTINGS_CLASS = "ServerArgs"
@@ -127,9 +126,12 @@ def build_context(spec_map: SpecMap) -> Context:
     # Building a graph runner captures graphs: start-up work, even where a loop repeats it
     # (a weight update or an expert rebalance re-captures). What only a runner's
     # construction reaches is set-up code, not the steps'.
-    builds = {init for cls in graph_runner_classes(cb, capturing_functions(cb))
-              if (init := cb.constructor(cls)) is not None}
-    loop_reach = cg.reach(loops, avoid=builds)
+    from eaglegate.analyzer.couplings.cuda_graph import runner_classes
+
+    loop_reach = cg.reach(loops)  # expands the graph the runners are read from
+    builds = {init for cls in runner_classes(cb, cg.graph) if (init := cb.constructor(cls)) is not None}
+    if builds & loop_reach:
+        loop_reach = cg.reach(loops, avoid=builds)
     ctx = Context(spec_map, cb, cg, SpecFlow(cb, set()), workers, {}, loop_reach, settings)
     for worker in workers:
         assert worker.cls is not None
