@@ -124,15 +124,18 @@ def build_context(spec_map: SpecMap) -> Context:
     settings = {qn for qn in cb.find(SETTINGS_CLASS) if cb.is_class(qn)}
     loops = [e.function for e in spec_map.event_loops]
     # Building a graph runner captures graphs: start-up work, even where a loop repeats it
-    # (a weight update or an expert rebalance re-captures). What only a runner's
-    # construction reaches is set-up code, not the steps'.
+    # (a weight update re-captures; a runner re-captures when a batch needs another size).
+    # What only a runner's set-up (its constructor and the methods that calls on itself,
+    # `capture` among them) reaches is set-up code, not the steps'.
     from eaglegate.analyzer.couplings.cuda_graph import runner_classes
 
+    placeholder = SpecFlow(cb, set())
     loop_reach = cg.reach(loops)  # expands the graph the runners are read from
-    builds = {init for cls in runner_classes(cb, cg.graph) if (init := cb.constructor(cls)) is not None}
+    builds = {qn for cls in sorted(_runner_family(cb, cg, runner_classes(cb, cg.graph)))
+              for qn in placeholder._setup_methods(cls)}
     if builds & loop_reach:
         loop_reach = cg.reach(loops, avoid=builds)
-    ctx = Context(spec_map, cb, cg, SpecFlow(cb, set()), workers, {}, loop_reach, settings)
+    ctx = Context(spec_map, cb, cg, placeholder, workers, {}, loop_reach, settings)
     for worker in workers:
         assert worker.cls is not None
         ctx.worker_reach[worker.label] = cg.reach(ctx.class_methods(worker.cls), limit=_REACH_LIMIT)
@@ -168,6 +171,25 @@ def build_context(spec_map: SpecMap) -> Context:
     ctx.flow.seed()
     ctx.flow.run()
     return ctx
+
+
+def _runner_family(cb: Codebase, cg: CallGraph, runners: set[str]) -> set[str]:
+    """The graph runners and the classes built by the same call as one of them (the device's
+    alternative: `defaultdict(lambda: CudaGraphRunner, {"cpu": CPUGraphRunner})[device](self)`,
+    where the CPU runner compiles instead of capturing)."""
+    family = set(runners)
+    graph = cg.graph
+    for cls in sorted(runners):
+        init = cb.constructor(cls)
+        if init is None or init not in graph:
+            continue
+        for caller in sorted(graph.predecessors(init)):
+            lines = {site.lineno for site in cg.sites(caller, init)}
+            for other in graph.successors(caller):
+                owner = cb.owner_class(other) if other in cb.scopes else None
+                if owner and other == cb.constructor(owner) and lines & {s.lineno for s in cg.sites(caller, other)}:
+                    family.add(owner)
+    return family
 
 
 def detectors() -> list[Detector]:
