@@ -167,9 +167,12 @@ def test_releases_both_workers_build_and_capture_runners(version):
     assert ("EAGLEWorker", "EAGLEDraftCudaGraphRunner") in builds
     assert ("EagleDraftWorker", "EAGLEDraftCudaGraphRunner") in builds
     for f in r.kinds("runner_build"):
-        line = source_line(version, f)
-        # The runner's name, or the registry it is looked up in (the call spans lines).
-        assert any(runner.rsplit(".", 1)[-1] in line for runner in f.detail["runners"]) or "GraphRunner" in line
+        # The runner's name at the call, or in the registry it is looked up in just above it
+        # (`graph_runners = defaultdict(lambda: CudaGraphRunner, {…}); graph_runners[device](self)`).
+        lines = (release(version).root / f.path).read_text(encoding="utf-8").splitlines()
+        near = "\n".join(lines[max(0, f.line - 30):f.line + 3])
+        assert any(runner.rsplit(".", 1)[-1] in near for runner in f.detail["runners"]) \
+            or "GraphRunner" in lines[f.line - 1], f.where
     captures = {f.symbol.rsplit(".", 2)[-2] for f in r.kinds("graph_capture")}
     assert {"CudaGraphRunner", "EAGLEDraftCudaGraphRunner"} <= captures
     target = next(f for f in r.kinds("graph_capture") if f.symbol.rsplit(".", 2)[-2] == "CudaGraphRunner")
