@@ -224,8 +224,9 @@ def digest(logp, name, outdir):
 
 
 def serve(name, pair, threshold, a, work):
-    pick = adaptive_config if name in ("adaptive", "adaptive-skip") else config
-    tree, args, extra_env = pick(name, pair, threshold)
+    kind = name.split("@")[0]  # NAME@2: the same server started again
+    pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
+    tree, args, extra_env = pick(kind, pair, threshold)
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
@@ -342,7 +343,8 @@ def throughput(a, rows):
                 if time.time() - T0 > a.deadline_s - 45:
                     res["cut_short"] = True
                     return
-                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature)
+                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature,
+                                    min_requests=a.min_requests)
                 row.update(server=res["server"], repeat=rep, pair=res["pair"])
                 rows.append(row)
                 print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
@@ -392,6 +394,8 @@ def main():
                          "which must come before gated in --servers")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    ap.add_argument("--min-requests", type=int, default=0,
+                    help="requests per repeat at least (default: 8 at C=1, else three waves)")
     ap.add_argument("--deadline-s", type=float, default=560)
     ap.add_argument("--profile", default="",
                     help="servers whose decode steps SGLang's torch profiler records, under load, "
@@ -429,7 +433,7 @@ def main():
             continue
         if pair in ("accept", "real"):
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
-            if name in CALIBRATE_ON and threshold is None:
+            if name.split("@")[0] in CALIBRATE_ON and threshold is None:
                 if "calibrate" not in out:  # adaptive and adaptive-skip share one
                     out["calibrate"] = calibrate(rows, name, pair, a.out)
                 threshold = out["threshold"] = out["calibrate"]["threshold"]
