@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from test_patch_flow import tree_hash
 
 from eaglegate.analyzer.analysis import analyze
@@ -24,8 +25,6 @@ from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan
 from eaglegate.patches.transaction import apply, revert, status
 from eaglegate.patches.verify import verify_tree
-
-from packaging.version import Version
 
 from conftest import release
 

@@ -39,7 +39,7 @@ class _GuardFeed(cst.CSTTransformer):
         calls = [
             small.value
             for small in original_node.body
-            if isinstance(small, cst.Expr) and m.matches(small.value, CALL)
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and m.matches(small.value, CALL)
         ]
         if len(calls) != 1 or len(original_node.body) != 1:
             return updated_node

@@ -124,7 +124,7 @@ class GateKeepsRunningCap(cst.CSTTransformer):
     The reset is `<r>.max_running_requests = <n>` under `if <r>.max_running_requests is
     None:`, or (0.5.19 on) a call that declares `max_running_requests=<n>` there, `<r>` being
     `receiver` (or, when it is None, whichever name the test reads: 0.5.19's resolving view).
-    `resets` counts every statement in reach that sets the cap to a constant, guarded or not."""
+    `resets` counts every statement in reach that writes the cap, guarded or not."""
 
     def __init__(self, receiver: str | None = "self", everywhere: bool = False) -> None:
         self.receiver = receiver
@@ -147,9 +147,19 @@ class GateKeepsRunningCap(cst.CSTTransformer):
         ])
         # The reset as one statement of the body.
         self.sets_cap = m.IndentedBlock(body=[m.ZeroOrMore(), self.reset, m.ZeroOrMore()])
+        # Any write of the cap, to count what the precise matcher must all find.
+        any_cap = m.Attribute(attr=m.Name("max_running_requests"))
+        self.writes_cap = m.SimpleStatementLine(body=[
+            m.ZeroOrMore(),
+            m.Assign(targets=[m.AssignTarget(target=any_cap), m.ZeroOrMore()])
+            | m.Expr(value=m.Call(args=[
+                m.ZeroOrMore(), m.Arg(keyword=m.Name("max_running_requests")), m.ZeroOrMore(),
+            ])),
+            m.ZeroOrMore(),
+        ])
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if self.eagle_depth > 0 and m.matches(node, self.reset):
+        if self.eagle_depth > 0 and m.matches(node, self.writes_cap):
             self.resets += 1
 
     def visit_If(self, node: cst.If) -> None:

@@ -33,12 +33,12 @@ def patch_speculative_hook(source: str, file: str) -> str:
     guard = GateKeepsRunningCap(None, everywhere=True)
     new_func = cst.ensure_type(func.visit(guard), cst.FunctionDef)
     if guard.resets == 0:
-        return source  # no cap reset for the EAGLE family in this release
+        return source  # the EAGLE family writes no running cap in this release
     Anchor(
         file,
         EAGLE_HOOK,
         f"`if <args>.max_running_requests is None:` setting it to a constant (of {guard.resets} "
-        "such reset(s) in the function)",
+        "write(s) of the cap in the function)",
     ).check(guard.found)
-    Anchor(file, EAGLE_HOOK, "running-cap resets to a constant").check(guard.resets)
+    Anchor(file, EAGLE_HOOK, "writes of the running cap").check(guard.resets)
     return module.with_changes(body=replace_in(module.body, func, new_func)).code
