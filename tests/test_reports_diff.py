@@ -42,7 +42,7 @@ def test_diff_reports_v1_removed(diff_json):
     v1 = next(v for v in d["verdicts"] if v["worker_path"] == "v1")
     assert v1["b"].startswith("absent")
     assert d["plan"]["state"] == "compared"
-    assert d["plan"]["a"].startswith("v1-code-patch") and d["plan"]["b"].startswith("native-adaptive")
+    assert d["plan"]["a"].startswith("v1-code-patch") and d["plan"]["b"].startswith("v2-code-patch")
 
 
 def test_diff_reports_adaptive_speculation_added(diff_json):

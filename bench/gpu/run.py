@@ -155,9 +155,11 @@ def adaptive_config(server, pair, threshold):
                          "and eagle-v2 before it in --servers)")
     out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)))
-    if out["family"] != "native-adaptive":
+    # The native route is plan's own where the patch does not fit, else its alternative.
+    native = out if out["family"] == "native-adaptive" else next(
+        (a for a in out.get("alternatives", []) if a["family"] == "native-adaptive"), None)
+    if native is None:
         raise SystemExit(f"plan gives no native adaptive route for this SGLang ({out['family']})")
-    native = out
     with open(f"{S}/adaptive_gate.json", "w") as f:
         json.dump(native["adaptive_config"], f)
     plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
@@ -174,6 +176,10 @@ def adaptive_config(server, pair, threshold):
             flags += [flag, str(mine if mine is not None else value)]
         else:
             flags.append(flag)
+    for cap in native.get("caps", []):  # caps plan leaves to the plain server's values
+        mine = plain_caps["max_running_requests" if cap["setting"] == "max_running_requests" else "graph"]
+        if cap["value"] is None and cap["flag"] not in flags and mine is not None:
+            flags += [cap["flag"], str(mine)]
     env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
     return "pristine", common(pair) + spec_flags(pair) + flags, env
 
