@@ -50,14 +50,17 @@ def register(root: typer.Typer) -> None:
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)
         plan = app.plan(analysis, threshold, flags, env or [])
-        if config_out and plan.adaptive_config is None:
+        # The route's own config, else the native alternative's (0.5.14 on, beside the patch).
+        config = plan.adaptive_config or next(
+            (a["adaptive_config"] for a in plan.alternatives if a.get("adaptive_config")), None)
+        if config_out and config is None:
             # Only a native-adaptive plan has a config; writing nothing and saying nothing
             # would leave the user launching with a file that is not there.
             raise UserError(f"--config-out: the plan for SGLang {tree.version} under these flags is "
                             f"{plan.family}, which has no adaptive config (native adaptive speculation "
                             f"needs a version that declares {ADAPTIVE_FLAGS[0]}); nothing was written")
-        if config_out and plan.adaptive_config is not None:
-            config_out.write_text(json.dumps(plan.adaptive_config, indent=2) + "\n", encoding="utf-8")
+        if config_out and config is not None:
+            config_out.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
             err.print(f"wrote {config_out}")
         if as_json:
             print_json(plan.to_json())

@@ -369,7 +369,8 @@ def test_scheduler_metrics():
 def test_scheduler_metrics_refuses_a_missing_update():
     source = SCHED_BEFORE.replace("process_batch_result_decode", "process_batch_result_prefill")
     assert_refuses(scheduler_metrics.patch_scheduler_metrics, source,
-                   "anchor process_batch_result_decode: `if ...: self.update_spec_metrics(...)` in f.py matched 0 site(s)")
+                   "anchor process_batch_result_decode: `if ...: self[.<reporter>].update_spec_metrics(...)` in f.py "
+                   "matched 0 site(s)")
 
 
 def test_scheduler_metrics_refuses_two_updates():
@@ -405,9 +406,104 @@ def test_spec_metrics_log():
 def test_spec_metrics_log_refuses_a_missing_division():
     source = LOG_BEFORE.replace(" / self.spec_num_forward_ct", "")
     assert_refuses(spec_metrics_log.patch_spec_metrics_log, source,
-                   "anchor the decode stats: `if self.spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct` in f.py matched 0 site(s)")
+                   "anchor the decode stats: `if self[.scheduler].spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct` in f.py matched 0 site(s)")
 
 
 def test_spec_metrics_log_refuses_two_divisions():
     body = LOG_BEFORE[LOG_BEFORE.index("        if"):]
     assert_refuses(spec_metrics_log.patch_spec_metrics_log, LOG_BEFORE + body, "matched 2 site(s)")
+
+
+# --- 0.5.14 on: the worker's graph init, its extra arguments, the prefill one call deeper ---
+
+V2_ADAPTIVE_BEFORE = '''import torch
+
+
+class EAGLEWorkerV2:
+    def __init__(self, server_args):
+        self.server_args = server_args
+
+    def init_cuda_graphs(self):
+        super().init_cuda_graphs()
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+        if batch.forward_mode.is_extend():
+            return self._forward_prefill_batch(batch, on_publish)
+        else:
+            return self.draft_worker.draft(batch)
+
+    def _forward_prefill_batch(self, batch, on_publish):
+        return self.draft_worker._draft_extend_for_prefill(batch)
+'''
+
+
+def test_v2_worker_on_the_adaptive_worker():
+    after = v2_worker.patch_worker(V2_ADAPTIVE_BEFORE, "f.py")
+    assert v2_worker.patch_worker(after, "f.py") == after
+    passed = "self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier, pp_proxy_tensors=pp_proxy_tensors"
+    assert f"return run_gated_decode({passed})" in after and f"return run_gated_prefill({passed})" in after
+    # Built after the target's graphs and the adaptive tiers, not in __init__.
+    assert "super().init_cuda_graphs()\n        init_overlap_batch_gate(self)" in after
+    assert after.count("init_overlap_batch_gate(self)") == 1
+
+
+def test_v2_worker_refuses_an_argument_it_does_not_know():
+    source = V2_ADAPTIVE_BEFORE.replace("pp_proxy_tensors=None)", "pp_proxy_tensors=None, extra=None)")
+    assert_refuses(v2_worker.patch_worker, source, "parameters (self, batch) followed by")
+
+
+def test_v2_worker_refuses_an_extend_branch_that_never_prefills_the_draft():
+    source = V2_ADAPTIVE_BEFORE.replace("self.draft_worker._draft_extend_for_prefill(batch)", "batch")
+    assert_refuses(v2_worker.patch_worker, source, "the extend branch beside it")
+
+
+PREP_FUNCTION_BEFORE = '''import torch
+
+
+def eagle_prepare_for_decode(batch):
+    double_alloc = get_alloc_reserve_per_decode()
+    lens = page_aligned_decode_alloc_lens(batch.reqs, reserve=double_alloc)
+'''
+
+
+def test_v2_decode_prep_function():
+    after = v2_decode_prep.patch_prepare_function(PREP_FUNCTION_BEFORE, "f.py")
+    assert "double_alloc = decode_alloc_len(batch.spec_info, batch, get_alloc_reserve_per_decode(), gated_len=2)" in after
+    assert GATE_IMPORT + "decode_alloc_len\n" in after
+    assert v2_decode_prep.patch_prepare_function(after, "f.py") == after
+
+
+def test_v2_decode_prep_function_refuses_a_reservation_no_one_clamps():
+    source = PREP_FUNCTION_BEFORE.replace("reserve=double_alloc", "reserve=8")
+    assert_refuses(v2_decode_prep.patch_prepare_function, source, "the over-allocation")
+
+
+FEED_BEFORE = '''class BatchResultProcessor:
+    def _resolve_spec_v2_tokens(self, result, batch):
+        self.model_worker.on_verify_complete_cpu(
+            result.num_correct_drafts_per_req_cpu, batch_size=len(batch.reqs)
+        )
+'''
+
+FEED_AFTER = '''class BatchResultProcessor:
+    def _resolve_spec_v2_tokens(self, result, batch):
+        if not getattr(result, 'eaglegate_gated_step', False):
+            self.model_worker.on_verify_complete_cpu(
+                result.num_correct_drafts_per_req_cpu, batch_size=len(batch.reqs)
+            )
+'''
+
+
+def test_adaptive_feed():
+    from eaglegate.patches.codemods import adaptive_feed
+
+    assert_codemod(adaptive_feed.patch_adaptive_feed, FEED_BEFORE, FEED_AFTER)
+    assert_refuses(adaptive_feed.patch_adaptive_feed, FEED_BEFORE + FEED_BEFORE.split("\n", 1)[1],
+                   "matched 2 site(s)")
+
+
+def test_scheduler_metrics_and_log_through_the_metrics_reporter():
+    source = SCHED_BEFORE.replace("self.update_spec_metrics(", "self.metrics_reporter.update_spec_metrics(")
+    assert "getattr(result, 'eaglegate_gated_step', False)" in scheduler_metrics.patch_scheduler_metrics(source, "f.py")
+    log = LOG_BEFORE.replace("self.spec_algorithm.is_none()", "self.scheduler.spec_algorithm.is_none()")
+    assert "if self.scheduler.spec_algorithm.is_none() or not " in spec_metrics_log.patch_spec_metrics_log(log, "f.py")

@@ -140,13 +140,16 @@ def test_running_request_cap_reset_to_48(report, version):
         assert f.severity == "needs-config-change" and "speculative_" in f.source
 
 
-def test_newest_has_native_adaptive_zero_steps(report):
+def test_newest_has_native_adaptive_zero_steps_as_the_alternative(report):
     r = report(NEWEST)
     zero = r.kinds("zero_steps")
     assert zero and all(f.worker_path == "v2" for f in zero)
     assert re.search(r"speculative_num_steps\s*==\s*0", line_of(NEWEST, zero[0]))
+    # The zero-step tier is the no-patch alternative; the route is the gated plain decode.
     verdict = r.verdict("v2")
-    assert verdict is not None and verdict.status == "feasible-natively"
+    assert verdict is not None and verdict.status == "feasible" and "DECODE" in verdict.route
+    assert any("zero-step tier" in reason and zero[0].where in reason for reason in verdict.reasons)
+    assert zero[0] in verdict.findings
 
 
 def test_0_5_9_verdicts(report):

@@ -180,10 +180,10 @@ FILES = {
 }
 
 
-def write_program(root: Path) -> SourceTree:
+def write_program(root: Path, files: dict[str, str] = FILES) -> SourceTree:
     package = root / "synth"
     package.mkdir()
-    for name, text in FILES.items():
+    for name, text in files.items():
         (package / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
     return SourceTree(root=package, version="synthetic", origin="path")
 
@@ -271,6 +271,18 @@ def test_every_finding_has_a_chain_from_a_setting(report):
 def test_verdict(report):
     verdict = report.verdict("v1")
     assert verdict is not None
-    # The worker has a zero-step branch of its own: a native route.
-    assert verdict.status == "feasible-natively"
+    # The scheduler's own batch, a speculative-only target graph and a draft extend: the
+    # plain DECODE route; the worker's zero-step branch is the no-patch alternative.
+    assert verdict.status == "feasible" and "DECODE" in verdict.route
+    assert any("zero-step tier" in reason for reason in verdict.reasons)
     assert report.verdict("v2").status == "absent"
+
+
+def test_verdict_is_native_where_no_draft_extend_refreshes_the_draft(tmp_path):
+    # Without a draft-extend step nothing refreshes the draft state after a plain step:
+    # the zero-step branch is then the route.
+    files = {**FILES, "worker.py": FILES["worker.py"].replace("self.forward_draft_extend(batch)", "pass")}
+    assert files["worker.py"] != FILES["worker.py"]
+    verdict = find_couplings(write_program(tmp_path, files)).verdict("v1")
+    assert verdict is not None and verdict.status == "feasible-natively"
+    assert "steps=0" in verdict.route

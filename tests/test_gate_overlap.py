@@ -316,11 +316,12 @@ def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(gate):
     assert gate.gate_for(worker).switches == 2
 
 
-@pytest.mark.parametrize("setting", ["enable_dp_attention", "speculative_adaptive"])
-def test_off_where_ranks_or_sglangs_controller_could_disagree(gate, setting):
+@pytest.mark.parametrize("setting", [{"enable_dp_attention": True}, {"pp_size": 2}])
+def test_off_where_ranks_could_disagree(gate, setting):
     """With attention data parallelism the decision would be taken per rank before the ranks
-    exchange sizes: the gate stays off on every rank, so none ever splits from the others."""
-    worker = make_worker(threshold=1, **{setting: True})
+    exchange sizes: the gate stays off on every rank, so none ever splits from the others.
+    With pipeline parallelism a stage before the last gets no tokens to publish."""
+    worker = make_worker(threshold=1, **setting)
     gate.init_overlap_batch_gate(worker)
     spec = draft_input(4)
     assert gate.decode_alloc_len(spec, schedule_batch(64), 4) == 4
@@ -527,3 +528,94 @@ def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_han
     # The scheduler's barrier reads the draft runner: it now waits on the DECODE replay.
     assert draft_runner.war_fastpath_read_done_event == "DECODE replay's"
     assert runner.war_fastpath_read_done_event is None
+
+
+# ---- SGLang's adaptive speculation (its tiers below the threshold) -----------------------
+
+
+class TierGraphs(GraphRunner):
+    """One tier's target graphs (a runner of the same class, as SGLang builds them)."""
+
+    def __init__(self, runner, steps=None):
+        super().__init__(runner)
+        if steps is not None:
+            self.mode = f"TARGET_VERIFY {steps}"
+
+
+class Tiers:
+    """0.5.14's AdaptiveController as the worker sees it: a tier is the step count, the
+    draft-token count and the target's attention backend and graphs, swapped in by
+    `apply_runtime_state` at the top of the speculative branch and after result processing."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        runner = worker.target_worker.model_runner
+        self.tiers = {
+            steps: (steps + 1, f"verify backend {steps}", TierGraphs(runner, steps))
+            for steps in (0, 1, 3)
+        }
+        self.activate(3)
+
+    def activate(self, steps):
+        ndt, backend, graphs = self.tiers[steps]
+        runner = self.worker.target_worker.model_runner
+        self.worker.speculative_num_steps, self.worker.speculative_num_draft_tokens = steps, ndt
+        runner.attn_backend, runner.graph_runner = backend, graphs
+
+    def activate_step_by_batch(self, size):  # the config {"1": [3], "8": [1], "16": [0]}
+        self.activate(3 if size < 8 else 1 if size < 16 else 0)
+
+
+@pytest.mark.parametrize("tier", [0, 1, 3])
+def test_with_adaptive_speculation_on_the_gated_step_is_the_same_in_every_tier(gate, tier):
+    """`--speculative-adaptive` no longer turns the gate off: below the threshold the native
+    tiers run (the gate only decides); above it a step is the plain decode whatever tier the
+    worker is in, and the tier's own backend and graphs are back in place after it."""
+    worker = make_worker(threshold=20, speculative_adaptive=True)
+    tiers = Tiers(worker)
+    gate.init_overlap_batch_gate(worker)
+    assert gate.gate_for(worker) is not None  # on, beside the controller
+    runner = worker.target_worker.model_runner
+    # Below the threshold: the native reservation of whatever tier is active, not gated.
+    tiers.activate_step_by_batch(12)
+    spec = draft_input(3)
+    assert gate.decode_alloc_len(spec, schedule_batch(12), 2 * 2, gated_len=2) == 4
+    assert not gate.is_gated_decode(worker_batch(spec, 3))
+    # Above it: gated, in the tier the worker was left in.
+    tiers.activate(tier)
+    spec = draft_input(3)
+    gate.decode_alloc_len(spec, schedule_batch(30), 2 * (tier + 1), gated_len=2)
+    assert gate.is_gated_decode(worker_batch(spec, 3))
+    result = gate.run_gated_decode(worker, worker_batch(spec, 3))
+    seen = worker.target_worker.seen[-1]
+    assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
+    assert seen["input_ids"] == [11, 12, 13] and seen["seq_lens"] == [11, 12, 13]
+    assert (runner.attn_backend, runner.graph_runner.mode) == (f"verify backend {tier}", f"TARGET_VERIFY {tier}")
+    # The row width travels on the result, so a tier switched before result processing
+    # still reads this step's tokens right.
+    stride = result.speculative_num_draft_tokens
+    assert stride == tier + 1 and result.next_token_ids.tolist()[::stride] == [111, 112, 113]
+    assert result.eaglegate_gated_step is True  # kept out of the accept statistics
+    # The next gated step reserves its two slots, whatever the tier's reservation is.
+    assert gate.decode_alloc_len(result.next_draft_input, schedule_batch(30), 8, gated_len=2) == 2
+
+
+def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_grammar_batch(gate):
+    worker = make_worker(threshold=2)
+    gate.init_overlap_batch_gate(worker)
+    calls = []
+    forward = worker.target_worker.forward_batch_generation
+
+    def recording(batch):
+        calls.append("forward")
+        return forward(batch)
+
+    worker.target_worker.forward_batch_generation = recording
+    for grammar in (False, True):
+        spec = draft_input(3)
+        gate.decode_alloc_len(spec, schedule_batch(3), 4)
+        batch = worker_batch(spec, 3)
+        batch.has_grammar = grammar
+        gate.run_gated_decode(worker, batch, on_publish=None,
+                              grammar_barrier=lambda: calls.append("barrier"), pp_proxy_tensors=None)
+    assert calls == ["forward", "forward", "barrier"]

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.cli import app
 from eaglegate.errors import UserError
+from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.diff import render_patch
 from eaglegate.patches.generate import (
     GATE,
@@ -334,11 +335,10 @@ def test_diff_applies_with_git_and_patch_and_is_idempotent(generated, tmp_path):
 
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
-def test_refuses_native_adaptive_versions_with_the_reason(release_tree, version):
-    with pytest.raises(UserError) as info:
-        generate_patch(release_tree(version), threshold=32)
-    message = str(info.value)
-    assert "no v1 EAGLEWorker" in message and "adaptive" in message
+def test_releases_with_native_adaptive_take_the_overlap_workers_patch(release_tree, version):
+    patch = generate_patch(release_tree(version), threshold=32)
+    assert patch.family == "eagle-v2" and patch.worker == "v2"
+    assert patch.launch_flags == [FLAG, "32"]  # overlap kept, no cap flags
 
 
 @pytest.mark.parametrize("version", ["0.3.6", "0.5.13.post1"])

@@ -1,14 +1,19 @@
-"""The overlap worker's gate on real releases: every release before native adaptive
-speculation either takes the patch (generate, git/patch check, apply, verify, apply again,
-revert byte-identical) or refuses it naming the anchor that differs; and `plan` routes a
-default launch there."""
+"""The overlap worker's gate on real releases: every release that has EAGLEWorkerV2 either
+takes the patch (generate, git/patch check, apply, verify, apply again, revert
+byte-identical) or refuses it naming the anchor that differs; and `plan` routes a default
+launch there. From 0.5.14 (native adaptive speculation) the releases come from the release
+catalogue (bench/versions.json, written from `pip index versions sglang`), so a release no
+test names is covered too."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from test_patch_flow import tree_hash
 
 from eaglegate.analyzer.analysis import analyze
@@ -23,6 +28,12 @@ from eaglegate.patches.verify import verify_tree
 
 from conftest import release
 
+CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
+# Every catalogued release with native adaptive speculation: the overlap worker's patch
+# anchors on each one's adaptive worker.
+NATIVE_ADAPTIVE = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                   if Version(v["version"]) >= Version("0.5.14")]
+
 # Every release that has EAGLEWorkerV2 and no native adaptive speculation (PyPI, 0.5.3.post2
 # to 0.5.13.post1), by what the overlap patch does there.
 TAKES_THE_PATCH = ["0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9",
@@ -36,8 +47,14 @@ REFUSES = {
 }
 
 
+def test_the_catalogue_reaches_the_newest_release_the_suite_names():
+    from conftest import NEWEST
+
+    assert "0.5.14" in NATIVE_ADAPTIVE and NEWEST in NATIVE_ADAPTIVE
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("version", TAKES_THE_PATCH)
+@pytest.mark.parametrize("version", TAKES_THE_PATCH + NATIVE_ADAPTIVE)
 def test_overlap_gate_flow(version, tmp_path):
     parent = tmp_path / "site"
     shutil.copytree(release(version).root, parent / "sglang")

@@ -7,11 +7,13 @@ import json
 import shutil
 
 import pytest
+from packaging.version import Version
 from typer.testing import CliRunner
 
 from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.settings import read_settings
 from eaglegate.cli import app
+from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.generate import launch_flags
 from eaglegate.patches.plan import build_plan
 
@@ -53,8 +55,8 @@ def unfit(tmp_path_factory):
         ("0.5.12.post1", [], "v2-code-patch", "EAGLEWorkerV2"),
         ("0.5.13", [], "v2-code-patch", "EAGLEWorkerV2"),
         ("0.5.12.post1", ["SGLANG_ENABLE_SPEC_V2=0"], "v1-code-patch", "EAGLEWorker"),
-        ("0.5.14", [], "native-adaptive", "EAGLEWorkerV2"),
-        (NEWEST, [], "native-adaptive", "EAGLEWorkerV2"),
+        ("0.5.14", [], "v2-code-patch", "EAGLEWorkerV2"),
+        (NEWEST, [], "v2-code-patch", "EAGLEWorkerV2"),
     ],
 )
 def test_family_per_version_and_flags(version, env, family, worker):
@@ -71,7 +73,8 @@ def test_family_per_version_and_flags(version, env, family, worker):
         # exactly the flags `patch` and `apply` print, and a caveat that says so.
         assert plan.caps == []
         assert plan.launch_flags == launch_flags(release(version), 64, family[:2])
-        assert sum("the patch skips that while the gate is on" in c for c in plan.caveats) == 1
+        assert sum("the patch skips that while the gate is on" in c for c in plan.caveats) == \
+            (Version(version) < Version("0.5.14"))  # from 0.5.14 the EAGLE hook's reset is not evaluated
         return
     assert {c["flag"] for c in plan.caps} == ({"--max-running-requests", "--cuda-graph-max-bs"} if version != NEWEST
                                              else {"--max-running-requests", "--cuda-graph-max-bs-decode"})
@@ -178,11 +181,32 @@ def _own_loader(version):
 @pytest.mark.parametrize("version", ["0.5.14", NEWEST])
 def test_adaptive_config_parses_with_the_versions_own_loader(version, tmp_path):
     plan = build_plan(analysis(version), 64, EAGLE3 + " --speculative-num-steps 4")
+    native = next(a for a in plan.alternatives if a["family"] == "native-adaptive")
     config = tmp_path / "adaptive.json"
-    config.write_text(json.dumps(plan.adaptive_config))
+    config.write_text(json.dumps(native["adaptive_config"]))
     _, slots = _own_loader(version)(str(config))
     assert slots == {1: {"candidate_steps": [4]}, 64: {"candidate_steps": [0]}}
-    assert "--speculative-adaptive" in plan.launch_flags
+    assert "--speculative-adaptive" in native["launch_flags"]
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", NEWEST])
+def test_from_0_5_14_the_patch_is_the_route_and_the_native_config_the_alternative_with_its_cost(version):
+    """Neither route throttles plain decoding: the patch's flags carry no cap, the native
+    alternative gives no cap number below what SGLang picks without speculation (none at all:
+    it names the plain server's logged cap), and it states what it was measured to cost."""
+    plan = build_plan(analysis(version), 50, EAGLE3)
+    assert plan.family == "v2-code-patch" and plan.adaptive_config is None
+    assert plan.launch_flags == launch_flags(release(version), 50, "v2") == [FLAG, "50"]
+    assert plan.caps == []
+    (native,) = plan.alternatives
+    assert native["family"] == "native-adaptive"
+    assert native["adaptive_config"] == {"1": {"candidate_steps": [3]}, "50": {"candidate_steps": [0]}}
+    assert "28-41 % of plain decoding" in native["cost"] and "0.5.16" in native["cost"]
+    assert all(cap["value"] is None for cap in native["caps"])
+    assert "--max-running-requests" in {cap["flag"] for cap in native["caps"]}
+    assert not any(flag.startswith(("--max-running", "--cuda-graph")) for flag in native["launch_flags"])
+    data = plan.to_json()
+    assert data["alternatives"][0]["cost"] == native["cost"]
 
 
 def test_older_adaptive_loader_rejects_a_zero_slot_so_the_plan_does_not_use_it():

@@ -85,7 +85,7 @@ def test_json_validates_and_holds_the_maps_paths(version):
         assert {s["site"] for s in got["selection"]} == {s["site"] for s in mapped["selection"]}
     # The plan section is the planner's answer for this version (EAGLE-3, default flags).
     assert data["plan"]["available"] is True
-    assert data["plan"]["detail"]["family"] == ("v1-code-patch" if version == "0.5.9" else "native-adaptive")
+    assert data["plan"]["detail"]["family"] == ("v1-code-patch" if version == "0.5.9" else "v2-code-patch")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -147,7 +147,7 @@ def test_markdown_summary_table_first_then_mermaid_and_couplings(version):
     assert "| SGLang | worker path | selected when | reaches the scheduler | verdict | recommended plan |" in summary
     rows = [line for line in summary.splitlines() if line.startswith(f"| {version} |")]
     assert len(rows) == 2
-    family = "v1-code-patch" if version == "0.5.9" else "native-adaptive"
+    family = "v1-code-patch" if version == "0.5.9" else "v2-code-patch"
     assert all(family in row for row in rows)  # the plan column, from `patches.plan`
     if version == "0.5.9":
         assert "`not enable_overlap`" in rows[0] and "`enable_overlap`" in rows[1]
@@ -213,7 +213,7 @@ def test_terminal_report_fits_100_columns(version):
     assert f"SGLang {version}" in text
     assert all(len(line) <= 100 for line in text.splitlines())
     assert "EAGLEWorkerV2" in text and "run_batch" in text
-    assert ("v1-code-patch" if version == "0.5.9" else "native-adaptive") in text
+    assert ("v1-code-patch" if version == "0.5.9" else "v2-code-patch") in text
     assert "\x1b[" not in text
 
 

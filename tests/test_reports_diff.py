@@ -42,7 +42,7 @@ def test_diff_reports_v1_removed(diff_json):
     v1 = next(v for v in d["verdicts"] if v["worker_path"] == "v1")
     assert v1["b"].startswith("absent")
     assert d["plan"]["state"] == "compared"
-    assert d["plan"]["a"].startswith("v1-code-patch") and d["plan"]["b"].startswith("native-adaptive")
+    assert d["plan"]["a"].startswith("v1-code-patch") and d["plan"]["b"].startswith("v2-code-patch")
 
 
 def test_diff_reports_adaptive_speculation_added(diff_json):
@@ -56,12 +56,13 @@ def test_diff_reports_adaptive_speculation_added(diff_json):
     enabling = [f for f in appeared if f["severity"] == "enables-runtime-switch" and f["worker_path"] == "v2"]
     assert enabling, sorted({(f["category"], f["kind"]) for f in appeared})
     assert any(h.startswith("runtime switch added") for h in diff_json["headlines"])
-    # ... and v2's verdict moves from the gate's route (decided at the draft input's decode
-    # preparation) to adaptive speculation.
+    # ... and v2's verdict stays the gate's plain DECODE, decided at the draft input's decode
+    # preparation in the older release (the worker gets a copy of the batch) and in the
+    # worker on the scheduler's own batch in the newer; the zero-step tier is its alternative.
     v2 = next(v for v in diff_json["verdicts"] if v["worker_path"] == "v2")
     assert v2["a"].startswith("feasible") and "draft input" in v2["a"]
-    assert v2["b"].startswith("feasible") and "adaptive" in v2["b"]
-    assert any("adaptive" in h for h in diff_json["headlines"]), diff_json["headlines"]
+    assert v2["b"].startswith("feasible") and "DECODE" in v2["b"] and "draft input" not in v2["b"]
+    assert any(h.startswith("runtime switch added (mode_check/zero_steps, v2)") for h in diff_json["headlines"])
     assert diff_json["headlines"][0].startswith("v1 EAGLEWorker removed")
 
 

@@ -56,9 +56,9 @@ def warm(url, c=128, max_new=32, temperature=0.0):
     return round(asyncio.run(_many(url, prompts(c, 256, 5), c, max_new, temperature=temperature))[1], 2)
 
 
-def bench(url, c, plen=256, max_new=128, seed=1000, temperature=0.0, waves=3):
+def bench(url, c, plen=256, max_new=128, seed=1000, temperature=0.0, waves=3, min_requests=0):
     # Three waves per level: with two (runs up to G3) one slow step moved a repeat by 10 %.
-    n = 8 if c == 1 else max(16, waves * c)
+    n = max(min_requests, 8 if c == 1 else max(16, waves * c))
     res, wall = asyncio.run(_many(url, prompts(n, plen, seed), c, max_new, temperature=temperature))
     ok = [r for r in res if "error" not in r]
     toks = sum(len(r["ids"] or []) for r in ok)

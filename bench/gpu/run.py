@@ -61,6 +61,9 @@ RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
 GRAPH_MAX_BS = {}  # server -> the largest CUDA-graph batch size it captured
 DETERMINISTIC = False  # --deterministic
 VERSION = []  # the SGLang version of the first plan answer
+_CORES = sorted(os.sched_getaffinity(0))
+LOAD_CORES = set(_CORES[-2:]) if len(_CORES) > 4 else set(_CORES)
+SERVER_CORES = set(_CORES) - LOAD_CORES or set(_CORES)
 EQUIV_THRESHOLD = 16
 
 
@@ -155,9 +158,11 @@ def adaptive_config(server, pair, threshold):
                          "and eagle-v2 before it in --servers)")
     out = eg("plan", "--path", f"{S}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(pair)))
-    if out["family"] != "native-adaptive":
+    # The native route is plan's own where the patch does not fit, else its alternative.
+    native = out if out["family"] == "native-adaptive" else next(
+        (a for a in out.get("alternatives", []) if a["family"] == "native-adaptive"), None)
+    if native is None:
         raise SystemExit(f"plan gives no native adaptive route for this SGLang ({out['family']})")
-    native = out
     with open(f"{S}/adaptive_gate.json", "w") as f:
         json.dump(native["adaptive_config"], f)
     plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
@@ -174,6 +179,10 @@ def adaptive_config(server, pair, threshold):
             flags += [flag, str(mine if mine is not None else value)]
         else:
             flags.append(flag)
+    for cap in native.get("caps", []):  # caps plan leaves to the plain server's values
+        mine = plain_caps["max_running_requests" if cap["setting"] == "max_running_requests" else "graph"]
+        if cap["value"] is None and cap["flag"] not in flags and mine is not None:
+            flags += [cap["flag"], str(mine)]
     env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
     return "pristine", common(pair) + spec_flags(pair) + flags, env
 
@@ -224,8 +233,9 @@ def digest(logp, name, outdir):
 
 
 def serve(name, pair, threshold, a, work):
-    pick = adaptive_config if name in ("adaptive", "adaptive-skip") else config
-    tree, args, extra_env = pick(name, pair, threshold)
+    kind = name.split("@")[0]  # NAME@2: the same server started again
+    pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
+    tree, args, extra_env = pick(kind, pair, threshold)
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
@@ -240,7 +250,8 @@ def serve(name, pair, threshold, a, work):
     print(f"== {name} ({pair}): starting at t={time.time() - T0:.0f}s", flush=True)
     open(logp, "w").close()
     with open(logp, "a") as lf:
-        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=lambda: os.sched_setaffinity(0, SERVER_CORES))
     url = f"http://127.0.0.1:{port}"
     try:
         t = time.time()
@@ -342,7 +353,8 @@ def throughput(a, rows):
                 if time.time() - T0 > a.deadline_s - 45:
                     res["cut_short"] = True
                     return
-                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature)
+                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature,
+                                    min_requests=a.min_requests)
                 row.update(server=res["server"], repeat=rep, pair=res["pair"])
                 rows.append(row)
                 print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
@@ -392,6 +404,8 @@ def main():
                          "which must come before gated in --servers")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    ap.add_argument("--min-requests", type=int, default=0,
+                    help="requests per repeat at least (default: 8 at C=1, else three waves)")
     ap.add_argument("--deadline-s", type=float, default=560)
     ap.add_argument("--profile", default="",
                     help="servers whose decode steps SGLang's torch profiler records, under load, "
@@ -402,6 +416,11 @@ def main():
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    # The load generator (this process) on cores of its own, the servers on the rest: a
+    # speculative server at C <= 8 is bound by its scheduler's CPU, and G2-G6 saw the same
+    # server move by up to 23 % between starts.
+    os.sched_setaffinity(0, LOAD_CORES)
+    print(f"== cores: servers {sorted(SERVER_CORES)}, load {sorted(LOAD_CORES)}", flush=True)
     a.levels = [int(c) for c in a.levels.split(",")]
     a.profile = set(filter(None, a.profile.split(",")))
     a.profile_levels = [int(c) for c in a.profile_levels.split(",")]
@@ -429,7 +448,7 @@ def main():
             continue
         if pair in ("accept", "real"):
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
-            if name in CALIBRATE_ON and threshold is None:
+            if name.split("@")[0] in CALIBRATE_ON and threshold is None:
                 if "calibrate" not in out:  # adaptive and adaptive-skip share one
                     out["calibrate"] = calibrate(rows, name, pair, a.out)
                 threshold = out["threshold"] = out["calibrate"]["threshold"]

@@ -871,7 +871,7 @@ def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list
     """The per-version gate plan (`patches.plan`), compact."""
     data = app.plan(analysis, threshold, flags, env).to_json()
     keep = ("family", "worker", "threshold", "launch_flags", "env", "adaptive_config", "caps",
-            "blocked_by", "route", "patch", "caveats")
+            "blocked_by", "route", "patch", "caveats", "alternatives")
     out: dict[str, Any] = {"available": True, **{k: data.get(k) for k in keep}}
     out["decided_by"] = [f"{d.get('setting')}={d.get('value')} ({d.get('source')})"
                          for d in data.get("why", [])]

@@ -51,7 +51,9 @@ where its KV is reserved (`decode_alloc_len`, called from the draft input's
 `prepare_for_decode`), and a gated step runs in the worker as the target's plain DECODE
 (`run_gated_decode`), returning the speculative result layout; a prefill while speculation
 is off runs without the draft (`run_gated_prefill`). `init_overlap_batch_gate` ends
-`EAGLEWorkerV2.__init__`. The section's opening comment says why it is built that way.
+`EAGLEWorkerV2.__init__` (from 0.5.14 `EAGLEWorkerV2.init_cuda_graphs`, after the target's
+graphs and SGLang's adaptive tiers). The section's opening comment says why it is built that
+way.
 
 Not gated, by design: batches with a logprob request (verify produces spec-v1 output
 logprobs; under DP this local veto can split the ranks unless `global_view` reduces
@@ -675,14 +677,18 @@ def _overlap_gate_off_reason(worker: Any) -> str | None:
         # The decision is taken while the batch is prepared, before the ranks exchange their
         # sizes: ranks could split between a plain step and draft/verify collectives.
         return "data-parallel attention is on"
-    if getattr(server_args, "speculative_adaptive", False):
-        return "SGLang's adaptive speculation is on (it would learn from gated steps)"
+    if (getattr(server_args, "pp_size", 1) or 1) > 1:
+        # A rank that is not the last stage gets proxy tensors from the target, not tokens.
+        return "pipeline parallelism is on"
+    # SGLang's adaptive speculation stays on below the threshold: its tiers switch only in
+    # the worker's speculative branch, which a gated step never enters, and the patched
+    # result processing keeps gated steps out of its accept statistics.
     return None
 
 
 def init_overlap_batch_gate(worker: Any) -> None:
-    """At the end of `EAGLEWorkerV2.__init__`: the gate, the target's DECODE graphs, the log
-    line and metrics. Does nothing when the gate is off."""
+    """At the end of `EAGLEWorkerV2.__init__` (from 0.5.14 its `init_cuda_graphs`): the gate,
+    the target's DECODE graphs, the log line and metrics. Does nothing when the gate is off."""
     global _overlap_gate
     _overlap_gate = None
     gate = gate_for(worker)
@@ -796,10 +802,22 @@ def _publish(result: Any, on_publish: Any, new_seq_lens: Any) -> None:
         on_publish(new_seq_lens)
 
 
-def run_gated_decode(worker: Any, batch: Any, on_publish: Any = None) -> Any:
+def run_gated_decode(
+    worker: Any,
+    batch: Any,
+    on_publish: Any = None,
+    grammar_barrier: Any = None,
+    pp_proxy_tensors: Any = None,
+) -> Any:
     """One plain DECODE step of the target for a batch whose draft input the FutureMap
     resolved (a ModelWorkerBatch up to 0.5.12, the scheduler's batch from 0.5.13, with its
-    publish hook); returns the result in the speculative layout (see above)."""
+    publish hook; from 0.5.17 the scheduler's grammar barrier, from 0.5.19 the pipeline's
+    proxy tensors, which are None here: the gate is off with pipeline parallelism); returns
+    the result in the speculative layout (see above).
+
+    The step does not depend on the adaptive tier the worker is in: the target's backend and
+    graphs in place are put back after the forward, and the result records its own row width.
+    """
     import copy
 
     import torch
@@ -833,6 +851,10 @@ def run_gated_decode(worker: Any, batch: Any, on_publish: Any = None) -> Any:
         batch.seq_lens_cpu = batch.seq_lens_cpu + 1
         batch.seq_lens_sum = batch.seq_lens_sum + size
     result = _target_forward(worker, batch)
+    if grammar_barrier is not None and getattr(batch, "has_grammar", False):
+        # Where verify calls it: after the target's launch, for a batch with a grammar (the
+        # gate never gates one, `_step_eligible`, so this only keeps the order if it did).
+        grammar_barrier()
     sampled = result.next_token_ids
     # Each request's row is `speculative_num_draft_tokens` wide (the stride result processing
     # reads); its one accepted token sits at the start.
@@ -924,7 +946,13 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     return rows
 
 
-def run_gated_prefill(worker: Any, batch: Any, on_publish: Any = None) -> Any:
+def run_gated_prefill(
+    worker: Any,
+    batch: Any,
+    on_publish: Any = None,
+    grammar_barrier: Any = None,
+    pp_proxy_tensors: Any = None,
+) -> Any:
     """The target's plain prefill of an extend batch while the gate has speculation off:
     no full hidden states (so SGLang's piecewise prefill graphs serve it, as without
     speculation) and no draft prefill. The draft state of these requests starts empty: they

@@ -1,7 +1,7 @@
 """Build the gate `PatchSet` for one SGLang tree: the v1 `EAGLEWorker` and the overlap
 worker `EAGLEWorkerV2`, each where the tree has it and its anchors fit.
 
-`generate_patch(tree, threshold, worker)` reads the tree, refuses versions with no
+`generate_patch(tree, threshold, worker)` reads the tree, refuses trees with no
 code-patch route (with the reason and the route to take instead), runs the codemods of
 each worker family, adds the gate module, and lists the launch flags of the worker the
 launch runs. One patched tree gates whichever worker SGLang then selects. Files that would
@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods import (
+    adaptive_feed,
     scheduler_metrics,
     server_args,
     spec_metrics_log,
@@ -32,18 +33,19 @@ FAMILY_V1 = "eagle-v1"
 FAMILY_V2 = "eagle-v2"
 WORKER = "srt/speculative/eagle_worker.py"
 WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
-DECODE_PREP_V2 = "srt/speculative/eagle_info_v2.py"
+DECODE_PREP_V2 = "srt/speculative/eagle_info_v2.py"  # the draft input's, up to 0.5.14
+DECODE_PREP_V2_FUNCTION = "srt/speculative/eagle_utils.py"  # a function of the batch, 0.5.15 on
 SERVER_ARGS = "srt/server_args.py"
 SPECULATIVE_HOOK = "srt/arg_groups/speculative_hook.py"
 GATE = "srt/speculative/batch_gate.py"
-# Where process_batch_result_decode counts the speculative metrics (0.5.3 on).
+# Where process_batch_result_decode counts the speculative metrics, 0.5.3 to 0.5.12.post1
+# (`result_module` finds it in any release).
 SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
 
 # The v1 code patch covers 0.4.x to 0.5.12.post1 (docs/gate-patch.md); the overlap
-# worker's patch every release before native adaptive speculation whose anchors fit.
+# worker's patch every release whose anchors fit (0.5.6 to the newest read).
 FIRST_V1 = Version("0.4.0")
 AFTER_LAST_V1 = Version("0.5.13")
-FIRST_NATIVE_ADAPTIVE = Version("0.5.14")
 
 
 def gate_module_source() -> bytes:
@@ -62,11 +64,8 @@ def _v1_refusal(tree: SourceTree) -> str | None:
     """Why the v1 patch does not apply to this tree, or None when it may."""
     version = _version(tree)
     worker = tree.root / WORKER
-    if version is not None and version >= FIRST_NATIVE_ADAPTIVE or not worker.is_file():
-        return (
-            f"SGLang {tree.version} has no v1 EAGLEWorker (sglang/{WORKER} "
-            f"{'is gone' if not worker.is_file() else 'is not the serving path'})"
-        )
+    if not worker.is_file():
+        return f"SGLang {tree.version} has no v1 EAGLEWorker (sglang/{WORKER} is gone)"
     if version is not None and not FIRST_V1 <= version < AFTER_LAST_V1:
         return (
             f"SGLang {tree.version} is outside the v1 gate patch's range (0.4.x to "
@@ -77,14 +76,8 @@ def _v1_refusal(tree: SourceTree) -> str | None:
 
 def _v2_refusal(tree: SourceTree) -> str | None:
     """Why the overlap worker's patch does not apply, or None when its anchors decide."""
-    version = _version(tree)
     if not (tree.root / WORKER_V2).is_file():
         return f"SGLang {tree.version} has no EAGLEWorkerV2 (sglang/{WORKER_V2})"
-    if version is not None and version >= FIRST_NATIVE_ADAPTIVE:
-        return (
-            f"SGLang {tree.version} has native adaptive speculation; its EAGLEWorkerV2 is "
-            "not the one this patch was written for"
-        )
     return None
 
 
@@ -99,7 +92,7 @@ def check_family(tree: SourceTree) -> str:
     if not families:
         raise UserError(
             f"{_v1_refusal(tree)}, and {_v2_refusal(tree)}: no code patch; `eaglegate plan` says "
-            "what this version allows (native adaptive speculation from 0.5.14 on)"
+            "what this version allows"
         )
     return "+".join(families)
 
@@ -123,19 +116,64 @@ def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[s
     return flags
 
 
-def _spec_metrics_module(tree: SourceTree) -> str:
-    """The module that defines `update_spec_metrics` (it moved between releases)."""
-    found = sorted(
-        str(path.relative_to(tree.root))
-        for path in (tree.root / "srt").rglob("scheduler_metrics_mixin.py")
-        if "def update_spec_metrics" in path.read_text(encoding="utf-8")
-    )
-    if len(found) != 1:
+def _modules_with(tree: SourceTree, under: str, *texts: str) -> list[str]:
+    """The modules under `sglang/<under>` whose source contains every one of `texts` (a byte
+    search: the files it rules out are never parsed)."""
+    wanted = [t.encode() for t in texts]
+    found = []
+    for path in (tree.root / under).rglob("*.py"):
+        data = path.read_bytes()
+        if all(t in data for t in wanted):
+            found.append(str(path.relative_to(tree.root)))
+    return sorted(found)
+
+
+def _one_module(tree: SourceTree, under: str, what: str, *texts: str) -> str | None:
+    """The one module that holds `texts`, None when none does; more than one refuses."""
+    found = _modules_with(tree, under, *texts)
+    if len(found) > 1:
         raise UserError(
-            f"sglang/srt: {len(found)} modules define update_spec_metrics, expected 1; "
+            f"sglang/{under}: {len(found)} modules hold {what} ({', '.join(found)}), expected 1; "
             "this SGLang tree differs from the versions the patch knows, refusing to guess"
         )
-    return found[0]
+    return found[0] if found else None
+
+
+def _spec_metrics_module(tree: SourceTree) -> str:
+    """The module that defines `update_spec_metrics` (it moved between releases: the
+    scheduler's metrics mixin, then from 0.5.13 its metrics reporter)."""
+    found = _one_module(tree, "srt", "the definition of update_spec_metrics", "def update_spec_metrics(")
+    if found is None:
+        raise UserError(
+            "sglang/srt: no module defines update_spec_metrics, which the result processing "
+            "calls; this SGLang tree differs from the versions the patch knows, refusing to guess"
+        )
+    return found
+
+
+def result_module(tree: SourceTree) -> str | None:
+    """The module whose `process_batch_result_decode` counts the speculative metrics (0.5.3
+    on: the scheduler's output-processor mixin, from 0.5.13 its batch-result processor)."""
+    return _one_module(tree, "srt/managers", "the decode result processing with speculative metrics",
+                       "def process_batch_result_decode(", "update_spec_metrics(")
+
+
+def patch_result_processing(text: str, path: str) -> str:
+    """Gated steps out of the speculative metrics and (where the module feeds it, 0.5.12 on)
+    out of SGLang's adaptive speculation. The metrics first: their guard is found by text."""
+    text = scheduler_metrics.patch_scheduler_metrics(text, path)
+    if adaptive_feed.feeds_adaptive(text):
+        text = adaptive_feed.patch_adaptive_feed(text, path)
+    return text
+
+
+def decode_prep_edit(tree: SourceTree) -> tuple[str, Callable[[str, str], str]]:
+    """Where the overlap worker's decode step reserves its KV, and the transform that routes
+    it through the gate: the draft input's `prepare_for_decode` while `eagle_info_v2.py`
+    exists (up to 0.5.14), else `eagle_utils.eagle_prepare_for_decode` (0.5.15 on)."""
+    if (tree.root / DECODE_PREP_V2).is_file():
+        return DECODE_PREP_V2, v2_decode_prep.patch_decode_prep
+    return DECODE_PREP_V2_FUNCTION, v2_decode_prep.patch_prepare_function
 
 
 def _read(tree: SourceTree, rel: str) -> bytes:
@@ -148,7 +186,7 @@ def _read(tree: SourceTree, rel: str) -> bytes:
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
         return [(WORKER, v1_worker.patch_worker)]
-    return [(WORKER_V2, v2_worker.patch_worker), (DECODE_PREP_V2, v2_decode_prep.patch_decode_prep)]
+    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree)]
 
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:
@@ -166,6 +204,23 @@ def default_worker(tree: SourceTree) -> str:
 
     plan = build_plan(analyze(tree))
     return "v2" if plan.family.startswith("v2") else "v1"
+
+
+def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
+    """The gate's server argument and the running-cap guard, where this release has them."""
+    hook = tree.root / SPECULATIVE_HOOK
+    if not (hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8")):
+        return [(SERVER_ARGS, server_args.patch_server_args)]
+    # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
+    guard = (SPECULATIVE_HOOK, speculative_hook.patch_speculative_hook)
+    if not server_args.declares_annotated_anchor(_read(tree, SERVER_ARGS).decode("utf-8")):
+        found = _one_module(tree, "srt/arg_groups", "speculative_num_draft_tokens's declaration",
+                            "speculative_num_draft_tokens: A[")
+        if found is not None:  # 0.5.21 on: a namespace of its own declares the field
+            return [(found, server_args.patch_annotated_field), guard]
+        return [(SERVER_ARGS, lambda text, path: server_args.patch_server_args(text, path, cap_guard=False)),
+                guard]
+    return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
 
 
 def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) -> PatchSet:
@@ -192,19 +247,13 @@ def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) 
         patched.append(name)
     if not patched:
         raise refusals[0]
-    edits: list[tuple[str, Callable[[str, str], str]]] = [(SERVER_ARGS, server_args.patch_server_args)]
-    hook = tree.root / SPECULATIVE_HOOK
-    if hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8"):
-        # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
-        edits = [(SERVER_ARGS, lambda text, path: server_args.patch_server_args(text, path, cap_guard=False)),
-                 (SPECULATIVE_HOOK, speculative_hook.patch_speculative_hook)]
-    scheduler_output = tree.root / SCHEDULER_OUTPUT
-    if scheduler_output.is_file() and scheduler_metrics.counts_spec_metrics(
-        scheduler_output.read_text(encoding="utf-8")
-    ):
-        # Gated steps leave the speculative metrics; the decode log then has intervals
-        # with no speculative step, whose accept length must not divide by zero.
-        edits.append((SCHEDULER_OUTPUT, scheduler_metrics.patch_scheduler_metrics))
+    edits = _server_args_edits(tree)
+    results = result_module(tree)
+    if results is not None:
+        # Gated steps leave the speculative metrics (and the adaptive controller's feed); the
+        # decode log then has intervals with no speculative step, whose accept length must
+        # not divide by zero.
+        edits.append((results, patch_result_processing))
         edits.append((_spec_metrics_module(tree), spec_metrics_log.patch_spec_metrics_log))
     for rel, transform in edits:
         change = _change(tree, rel, transform)

@@ -6,10 +6,13 @@ and `analyzer.settings` evaluates that version's own argument post-processing un
 the user's flags and environment. The plan then follows the strategies of docs/architecture.md:
 
 - the v1 `EAGLEWorker` runs → a code patch (`patches.generate`);
-- the v2 worker runs and the version declares native adaptive speculation → an
-  adaptive config with single-value slots and the launch flags, no patch;
-- the v2 worker runs and there is no native route → blocked, with the reasons, and the
-  flag or variable that makes that version select v1 instead, found by trying them.
+- the v2 worker runs → the overlap worker's code patch where its anchors fit; where the
+  version also declares native adaptive speculation (0.5.14 on), its config with
+  single-value slots is listed as the no-patch `alternative`, with the cost measured;
+- the patch does not fit and the version declares native adaptive speculation → that
+  config is the route;
+- neither → blocked, with the reasons, and the flag or variable that makes that version
+  select v1 instead, found by trying them.
 Every plan lists the cap changes the version needs, with flag names it declares.
 """
 
@@ -32,6 +35,13 @@ DEFAULT_ALGORITHM = "EAGLE3"
 # docs/architecture.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
+# What the native route's steps=0 state costs, measured (issue 21's H200 run, bench/gpu).
+NATIVE_COST = (
+    "measured on SGLang 0.5.16 (H200, EAGLE-3, accept pair, threshold 50): its steps=0 state served "
+    "28-41 % of plain decoding under load (5.4-5.9k against 13.3-21.2k output tok/s at 64-256 "
+    "concurrent requests), less than static EAGLE, with or without caps: a steps=0 step still runs a "
+    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/README.md, \"Native adaptive speculation on 0.5.16\")"
+)
 
 
 @dataclass
@@ -57,6 +67,9 @@ class GatePlan:
     route: dict[str, Any] | None = None
     patch: dict[str, Any] | None = None
     caveats: list[str] = field(default_factory=list)
+    # Other routes for this launch, each a dict like the plan's own fields (family,
+    # adaptive_config, launch_flags, caps, caveats) plus what it costs (`cost`).
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -131,21 +144,29 @@ def build_plan(
                             "planning for v1")
     native = v2 is not None and all(settings.declares(f) for f in ADAPTIVE_FLAGS) \
         and _gate_config_accepted(analysis)
-    worker = v1 or (v2 if not native else None)
+    worker = v1 or v2
     patch_refused: list[str] = []
     if worker is not None:
         _plan_code_patch(analysis, plan, worker)
         if plan.patch:  # without a patch, nothing skips speculation's cap
             plan.caveats += _patch_caps(settings, resolved, user_flags)
+            if worker is v2 and native:
+                plan.alternatives.append(_native_alternative(analysis, plan, v2, settings, resolved, user_flags))
             return plan
         if worker is v1:
             return plan
         patch_refused, plan.blocked_by = plan.blocked_by, []
+    if v2 and native:
+        alternative = _native_alternative(analysis, plan, v2, settings, resolved, user_flags)
+        for key in ("family", "adaptive_config", "launch_flags", "caps"):
+            setattr(plan, key, alternative[key])
+        plan.worker = v2.name
+        plan.caveats += [alternative["cost"], *alternative["caveats"]]
+        plan.blocked_by = patch_refused
+        return plan
     # Without a patch, speculation's caps stay: they must leave room above the threshold.
     plan.caps = _caps(settings, resolved, user_flags, threshold)
-    if v2 and native:
-        _plan_adaptive(analysis, plan, v2, settings, resolved)
-    elif v2:
+    if v2:
         _plan_blocked(analysis, plan, v2, settings, user_flags, user_env, wanted)
         plan.blocked_by = patch_refused + plan.blocked_by
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
@@ -197,25 +218,61 @@ def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> N
     plan.launch_flags = list(patch.launch_flags)  # generate.launch_flags, as patch and apply
 
 
-def _plan_adaptive(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
-                   resolved: Resolved) -> None:
-    plan.family, plan.worker = "native-adaptive", worker.name
+def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
+                        resolved: Resolved, flags: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's own adaptive speculation as a no-patch route: a config whose slot at the
+    threshold drafts no steps, its launch flags, the caps that keep it from throttling plain
+    decoding, and what it was measured to cost."""
+    caveats: list[str] = []
     steps = resolved.values.get("speculative_num_steps")
     if not isinstance(steps, int) or steps < 1:
         steps = 3
-        plan.caveats.append("--speculative-num-steps not given: the config speculates 3 steps below the threshold")
-    plan.adaptive_config = {
-        "1": {"candidate_steps": [steps]},
-        str(plan.threshold): {"candidate_steps": [0]},
-    }
-    plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], "adaptive_gate.json"]
+        caveats.append("--speculative-num-steps not given: the config speculates 3 steps below the threshold")
+    config = {"1": {"candidate_steps": [steps]}, str(plan.threshold): {"candidate_steps": [0]}}
     loader = adaptive_loader(analysis)
     if loader is None:
-        plan.caveats.append("this version's adaptive config loader was not found; the config is unchecked")
+        caveats.append("this version's adaptive config loader was not found; the config is unchecked")
     else:
-        plan.caveats.append(f"config checked with this version's own loader ({loader[1]})")
-    plan.caveats.append("batch sizes are padded to a CUDA-graph size before the slot is chosen: "
-                        "the switch happens at the first captured size at or above the threshold")
+        caveats.append(f"config checked with this version's own loader ({loader[1]})")
+    caveats.append("batch sizes are padded to a CUDA-graph size before the slot is chosen: "
+                   "the switch happens at the first captured size at or above the threshold")
+    caps = _native_caps(settings, resolved, flags)
+    return {
+        "family": "native-adaptive",
+        "worker": worker.name,
+        "adaptive_config": config,
+        "launch_flags": [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], "adaptive_gate.json"]
+        + [part for cap in caps if cap["value"] is not None for part in (cap["flag"], str(cap["value"]))],
+        "caps": caps,
+        "cost": f"native adaptive speculation (no patch) {NATIVE_COST}",
+        "caveats": caveats,
+    }
+
+
+def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[dict[str, Any]]:
+    """The caps the native route needs so that they do not throttle plain decoding: where
+    speculation resets the running cap, SGLang's own cap without speculation (which a plain
+    server logs at start-up; it depends on the GPU's memory, so no number is given), and a
+    graph cap no lower than that. A cap the user set is kept."""
+    running = "max_running_requests"
+    caps = []
+    for name in _cap_settings(settings):
+        if name in flags:
+            continue
+        if name == running:
+            # Listed whether or not the settings evaluation saw the reset (0.5.19 on declares
+            # it through a call): an EAGLE launch resets an unset cap to a constant.
+            sites = resolved.applied.get(name) or resolved.uncertain.get(name) or []
+            seen = f" (seen at {sites[-1].site.where})" if sites else ""
+            reason = (f"speculation resets an unset running cap{seen}; use the cap a server without "
+                      "speculation logs at start-up (max_running_requests)")
+        else:
+            reason = ("no lower than the running cap, or batches above it run without CUDA graphs: "
+                      "the largest batch size a server without speculation captures")
+        current = resolved.values.get(name)
+        caps.append({"setting": name, "flag": settings.flag_for(name), "value": None,
+                     "current": current if current is not UNKNOWN else None, "reason": reason})
+    return caps
 
 
 def _gate_config_accepted(analysis: Analysis) -> bool:

@@ -23,7 +23,7 @@ import networkx as nx
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.patches import behaviour, generate
-from eaglegate.patches.codemods import v2_decode_prep, v2_worker
+from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
 
 
@@ -69,7 +69,7 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     families = patched_families(tree)
     files = [generate.WORKER] if "v1" in families else []
     if "v2" in families:
-        files += [generate.WORKER_V2, generate.DECODE_PREP_V2]
+        files += [generate.WORKER_V2, generate.decode_prep_edit(tree)[0]]
     # Any other file that carries the gate's marks (edits of a patch this one does not know).
     marked = [p.split("/", 1)[1] for p in find_marks(tree.root.parent).files]
     for rel in dict.fromkeys([*files, generate.SERVER_ARGS, generate.GATE, *marked]):
@@ -124,7 +124,7 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
     name = "overlap worker: gated decode and prefill first in their branches, KV reserved through the gate"
     try:
         for rel, transform in ((generate.WORKER_V2, v2_worker.patch_worker),
-                               (generate.DECODE_PREP_V2, v2_decode_prep.patch_decode_prep)):
+                               generate.decode_prep_edit(tree)):
             text = (tree.root / rel).read_text(encoding="utf-8")
             if transform(text, rel) != text:
                 return VerifyCheck(name, False, f"{rel} is not fully patched")

@@ -255,4 +255,12 @@ def render_plan(plan) -> Group:
         lines.append(Text.from_markup("  launch with: [bold]" + " ".join(plan.launch_flags) + "[/bold]"))
     for caveat in plan.caveats:
         lines.append(Text.from_markup(f"  [dim]note: {caveat}[/dim]"))
+    for alt in plan.alternatives:
+        import json
+
+        lines.append(Text.from_markup(f"  alternative: [bold]{alt['family']}[/bold]  {alt['cost']}"))
+        lines.append(Text("    adaptive config: " + json.dumps(alt["adaptive_config"])))
+        for cap in alt["caps"]:
+            lines.append(Text(f"    cap: {cap['flag']} (set it)  {cap['reason']}"))
+        lines.append(Text("    launch with: " + " ".join(alt["launch_flags"])))
     return Group(*lines)

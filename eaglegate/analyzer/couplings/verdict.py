@@ -2,9 +2,7 @@
 
 Read from the findings and the map, not from version numbers:
 
-- a worker with a `zero_steps` branch can run a step without drafting natively
-  (adaptive speculation at steps=0): feasible, no code patch, a configuration;
-- else, when the target's CUDA graph is captured only in the speculative mode
+- when the target's CUDA graph is captured only in the speculative mode
   (`capture_mode` on the target runner), a plain decode cannot replay it; the step is
   still feasible when the worker receives the scheduler's own (mutable) batch and has
   a draft-extend step: the worker turns the batch into a plain decode for the target,
@@ -12,6 +10,9 @@ Read from the findings and the map, not from version numbers:
   mode from the speculative algorithm it is built under), and the draft extend of the
   next speculative step refreshes the draft state; the cost is that second capture
   plus redoing what verify does (the `verify_appends` and `early_return` findings);
+- a worker with a `zero_steps` branch (adaptive speculation at steps=0) also has a native
+  route: the alternative to the plain decode above, and the verdict where that one is not
+  feasible (feasible-natively: no code patch, a configuration);
 - otherwise the worker is blocked: it only sees a copy of the batch, so it cannot turn
   the step into a plain decode, and no width-1 graph or backend exists.
 """
@@ -115,17 +116,13 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                     for f in caps if "48" in f.detail.get("value", "")][:2]
         graph_reason = [f"target CUDA graph captured only in speculative mode: {f.symbol.rsplit('.', 1)[-1]} "
                         f"({f.where})" for f in verify_graph[:2]]
-        if zero:
-            verdicts.append(Verdict(
-                label, worker.cls, "feasible-natively", "adaptive speculation at steps=0 (configuration)",
-                "no code patch: a step with zero draft steps still verifies one token per request; "
-                "the draft extend keeps the draft state warm",
-                [f"the worker branches on a zero step count ({f.where})" for f in zero[:2]] + cap_note,
-                zero + caps))
-            continue
         mutable = receives_scheduler_batch(ctx, worker)
         has_extend = any(s.kind == "draft_extend" for s in worker.steps)
         prep = None if mutable else draft_input_decode_prep(ctx, worker)
+        # A zero-step tier is the no-patch alternative, not the route: it still verifies and
+        # runs the draft extend every step, which a plain decode does not.
+        native = [f"alternative without a patch: the worker's zero-step tier ({f.where}), which still "
+                  "verifies one token per request and runs the draft extend each step" for f in zero[:1]]
         if verify_graph and prep and has_extend:
             verdicts.append(Verdict(
                 label, worker.cls, "feasible",
@@ -139,8 +136,8 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                 + [f"the worker receives a copy of the batch ({worker.entry}), but the draft input's "
                    f"decode preparation {prep.rsplit('.', 2)[-2]}.{prep.rsplit('.', 1)[-1]} reserves the "
                    "step's KV slots on the scheduler's batch"]
-                + cap_note,
-                verify_graph + widths + state[:3] + caps))
+                + native + cap_note,
+                verify_graph + widths + state[:3] + caps + zero))
             continue
         if verify_graph and mutable and has_extend:
             verdicts.append(Verdict(
@@ -153,8 +150,16 @@ def build_verdicts(ctx: Context, findings: list[Finding]) -> list[Verdict]:
                 + [f"the worker receives the scheduler's batch ({worker.entry}) and has a draft-extend step"]
                 + [f"verify's bookkeeping to redo: {f.kind} {f.symbol.rsplit('.', 2)[-2]}."
                    f"{f.symbol.rsplit('.', 1)[-1]} ({f.where})" for f in bookkeeping[:5]]
-                + cap_note,
-                verify_graph + widths + bookkeeping + state[:3] + caps))
+                + native + cap_note,
+                verify_graph + widths + bookkeeping + state[:3] + caps + zero))
+            continue
+        if zero:
+            verdicts.append(Verdict(
+                label, worker.cls, "feasible-natively", "adaptive speculation at steps=0 (configuration)",
+                "no code patch: a step with zero draft steps still verifies one token per request; "
+                "the draft extend keeps the draft state warm",
+                [f"the worker branches on a zero step count ({f.where})" for f in zero[:2]] + cap_note,
+                zero + caps))
             continue
         reasons = graph_reason + [f"graph/backend width: {f.symbol} ({f.where})" for f in widths]
         if not mutable:

@@ -1,7 +1,9 @@
 """Leave gated steps out of the speculative metrics (the module whose
-`process_batch_result_decode` calls `update_spec_metrics`, 0.5.3 on).
+`process_batch_result_decode` calls `update_spec_metrics`, 0.5.3 on: the scheduler's own
+method up to 0.5.12, its `metrics_reporter`'s from 0.5.13).
 
-`if <spec>: self.update_spec_metrics(...)` becomes `if (<spec>) and not (<gated step>):`,
+`if <spec>: self[.<reporter>].update_spec_metrics(...)` becomes
+`if (<spec>) and not (<gated step>):`,
 so `accept len` and `spec_accept_length` describe speculation only. A gated step is
 marked on the batch by the v1 worker and on the result by the overlap worker (whose batch
 here is a copy made before the step ran).
@@ -10,11 +12,18 @@ here is a copy made before the step ran).
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
-from eaglegate.patches.codemods.common import Anchor, code, count_calls, method_call, parse
+from eaglegate.patches.codemods.common import Anchor, code, count_calls, parse
 
 GATED_STEP_ATTR = "eaglegate_gated_step"  # set on the batch by finish_gated_decode
 DECODE_RESULT = "process_batch_result_decode"
+# `self.update_spec_metrics(...)` or `self.<reporter>.update_spec_metrics(...)`.
+UPDATE = m.Call(
+    func=m.Attribute(
+        value=m.Name("self") | m.Attribute(value=m.Name("self")), attr=m.Name("update_spec_metrics")
+    )
+)
 
 
 def counts_spec_metrics(source: str) -> bool:
@@ -46,7 +55,7 @@ class _SkipGatedInSpecMetrics(cst.CSTTransformer):
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         body = getattr(original_node.body, "body", [])
         calls = sum(
-            count_calls(stmt, method_call("self", "update_spec_metrics"))
+            count_calls(stmt, UPDATE)
             for stmt in body
             if isinstance(stmt, cst.SimpleStatementLine)
         )
@@ -65,5 +74,5 @@ def patch_scheduler_metrics(source: str, file: str) -> str:
     module = parse(source, file)
     guard = _SkipGatedInSpecMetrics()
     new = module.visit(guard)
-    Anchor(file, DECODE_RESULT, "`if ...: self.update_spec_metrics(...)`").check(guard.found)
+    Anchor(file, DECODE_RESULT, "`if ...: self[.<reporter>].update_spec_metrics(...)`").check(guard.found)
     return new.code

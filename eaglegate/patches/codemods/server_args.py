@@ -6,6 +6,11 @@ Where the EAGLE branch of `ServerArgs`' post-processing resets an unset running-
 cap to a constant (48), the reset is skipped while the gate is on, so the gate leaves the
 caps SGLang would choose without speculation. (From 0.5.13 that reset lives in its own
 function, which `speculative_hook` guards.)
+
+From 0.5.14 a field is declared `name: A[<type>, "<help>"] = <default>` and its flag is
+derived from it (`patch_annotated_field`): the gate's field goes after
+`speculative_num_draft_tokens` in the class that declares that one (`ServerArgs`, or from
+0.5.21 the `Spec` namespace in `arg_groups/fields/spec.py`), and needs no CLI edit.
 """
 
 from __future__ import annotations
@@ -114,26 +119,48 @@ def _names_eagle(test: cst.BaseExpression) -> bool:
 class GateKeepsRunningCap(cst.CSTTransformer):
     """In the EAGLE branch of ServerArgs' post-processing (or, `everywhere`, in a function
     that handles the EAGLE family alone), the reset of an unset running-request cap to a
-    constant (48) also requires the gate to be off."""
+    constant (48) also requires the gate to be off.
 
-    def __init__(self, receiver: str = "self", everywhere: bool = False) -> None:
+    The reset is `<r>.max_running_requests = <n>` under `if <r>.max_running_requests is
+    None:`, or (0.5.19 on) a call that declares `max_running_requests=<n>` there, `<r>` being
+    `receiver` (or, when it is None, whichever name the test reads: 0.5.19's resolving view).
+    `resets` counts every statement in reach that writes the cap, guarded or not."""
+
+    def __init__(self, receiver: str | None = "self", everywhere: bool = False) -> None:
         self.receiver = receiver
         self.eagle_depth = 1 if everywhere else 0
         self.found = 0
-        cap = attribute(receiver, "max_running_requests")
+        self.resets = 0
+        name = m.Name(receiver) if receiver is not None else m.Name()
+        cap = m.Attribute(value=name, attr=m.Name("max_running_requests"))
         self.cap_unset = m.Comparison(
             left=cap, comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))]
         )
-        # `<receiver>.max_running_requests = <int>` as one statement of the body.
-        self.sets_cap = m.IndentedBlock(body=[
+        self.reset = m.SimpleStatementLine(body=[
             m.ZeroOrMore(),
-            m.SimpleStatementLine(body=[
+            m.Assign(targets=[m.AssignTarget(target=cap), m.ZeroOrMore()], value=m.Integer())
+            | m.Expr(value=m.Call(args=[
+                m.ZeroOrMore(), m.Arg(keyword=m.Name("max_running_requests"), value=m.Integer()),
                 m.ZeroOrMore(),
-                m.Assign(targets=[m.AssignTarget(target=cap), m.ZeroOrMore()], value=m.Integer()),
-                m.ZeroOrMore(),
-            ]),
+            ])),
             m.ZeroOrMore(),
         ])
+        # The reset as one statement of the body.
+        self.sets_cap = m.IndentedBlock(body=[m.ZeroOrMore(), self.reset, m.ZeroOrMore()])
+        # Any write of the cap, to count what the precise matcher must all find.
+        any_cap = m.Attribute(attr=m.Name("max_running_requests"))
+        self.writes_cap = m.SimpleStatementLine(body=[
+            m.ZeroOrMore(),
+            m.Assign(targets=[m.AssignTarget(target=any_cap), m.ZeroOrMore()])
+            | m.Expr(value=m.Call(args=[
+                m.ZeroOrMore(), m.Arg(keyword=m.Name("max_running_requests")), m.ZeroOrMore(),
+            ])),
+            m.ZeroOrMore(),
+        ])
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if self.eagle_depth > 0 and m.matches(node, self.writes_cap):
+            self.resets += 1
 
     def visit_If(self, node: cst.If) -> None:
         if _names_eagle(node.test):
@@ -148,7 +175,9 @@ class GateKeepsRunningCap(cst.CSTTransformer):
             and m.matches(original_node.body, self.sets_cap)
         ):
             self.found += 1
-            r = self.receiver
+            test = original_node.test
+            assert isinstance(test, cst.Comparison) and isinstance(test.left, cst.Attribute)
+            r = code(test.left.value)
             return updated_node.with_changes(
                 test=cst.parse_expression(f"{r}.max_running_requests is None and not {r}.{FIELD}")
             )
@@ -219,4 +248,50 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
             "`if self.max_running_requests is None: self.max_running_requests = <n>` "
             "inside the EAGLE branch",
         ).check(guard.found)
+    return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code
+
+
+def _field_named(cls: cst.ClassDef, name: str) -> list[cst.SimpleStatementLine]:
+    return [
+        stmt
+        for stmt in cls.body.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and m.matches(stmt, m.SimpleStatementLine(body=[m.AnnAssign(target=m.Name(name)), m.ZeroOrMore()]))
+    ]
+
+
+# `A[<type>, ...]`: a field whose flag and help SGLang derive from its annotation.
+ANNOTATED = m.AnnAssign(
+    annotation=m.Annotation(annotation=m.Subscript(value=m.Name("A"))), value=m.DoNotCare()
+)
+
+
+def declares_annotated_anchor(source: str) -> bool:
+    """Whether this module declares `speculative_num_draft_tokens: A[...]` (a text test)."""
+    return "speculative_num_draft_tokens: A[" in source
+
+
+def patch_annotated_field(source: str, file: str) -> str:
+    """Add `speculative_batch_gate_threshold: A[<the anchor's type>, "<help>"] = None` after
+    the class field `speculative_num_draft_tokens: A[...]` (0.5.14 on); unchanged if there."""
+    module = parse(source, file)
+    classes = [c for c in module.body if isinstance(c, cst.ClassDef) and _field_named(c, "speculative_num_draft_tokens")]
+    Anchor(file, "speculative_num_draft_tokens", "class declaring the field").check(len(classes))
+    cls = classes[0]
+    qual = f"{cls.name.value}.speculative_num_draft_tokens"
+    if _field_named(cls, FIELD):
+        return source
+    anchor = _field_named(cls, "speculative_num_draft_tokens")[0]
+    field = anchor.body[0]
+    Anchor(file, qual, "a field declared `A[<type>, ...] = <default>`").check(
+        int(len(anchor.body) == 1 and m.matches(field, ANNOTATED))
+    )
+    assert isinstance(field, cst.AnnAssign) and isinstance(field.annotation.annotation, cst.Subscript)
+    kind = field.annotation.annotation.slice[0].slice
+    assert isinstance(kind, cst.Index)
+    new = cst.parse_statement(
+        f"{FIELD}: A[{code(kind.value)}, {json.dumps(FIELD_HELP)}] = None  # eaglegate: off when None\n"
+    )
+    body = [s for stmt in cls.body.body for s in ((stmt, new) if stmt is anchor else (stmt,))]
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
     return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code

@@ -1,7 +1,8 @@
 """Keep the decode log's accept length from dividing by zero (the module that defines
-`update_spec_metrics`; it moved between releases).
+`update_spec_metrics`; it moved between releases: from 0.5.13 the scheduler's metrics
+reporter, which reads the algorithm as `self.scheduler.spec_algorithm`).
 
-`if self.spec_algorithm.is_none(): ... else: x = accepted / forward_ct` also takes the
+`if <...>.spec_algorithm.is_none(): ... else: x = accepted / forward_ct` also takes the
 first branch when `forward_ct` is 0: once gated steps leave the speculative metrics, an
 interval of gated steps only has no speculative step to divide by.
 """
@@ -13,15 +14,17 @@ import libcst.matchers as m
 
 from eaglegate.patches.codemods.common import Anchor, code, parse
 
-# `self.spec_algorithm.is_none()`: the test of the log's no-speculation branch.
+# `self[.scheduler].spec_algorithm.is_none()`: the test of the log's no-speculation branch.
 NO_SPECULATION = m.Call(
     func=m.Attribute(
-        value=m.Attribute(value=m.Name("self"), attr=m.Name("spec_algorithm")),
+        value=m.Attribute(
+            value=m.Name("self") | m.Attribute(value=m.Name("self")), attr=m.Name("spec_algorithm")
+        ),
         attr=m.Name("is_none"),
     ),
     args=[],
 )
-# The patched test: `self.spec_algorithm.is_none() or not <forward count>`.
+# The patched test: `<...>.spec_algorithm.is_none() or not <forward count>`.
 GUARDED = m.BooleanOperation(
     left=NO_SPECULATION, operator=m.Or(), right=m.UnaryOperation(operator=m.Not())
 )
@@ -40,17 +43,26 @@ class _NoSpecStepsNoAcceptLength(cst.CSTTransformer):
         orelse = original_node.orelse
         if not (m.matches(original_node.test, NO_SPECULATION) and isinstance(orelse, cst.Else)):
             return updated_node
-        divisors = [
+        # Divisions already under `x / ct if ct > 0 else 0` (0.5.16 on, the block accept
+        # length beside the accept length) need no guard.
+        guarded = {
+            id(node)
+            for cond in m.findall(orelse, m.IfExp())
+            if isinstance(cond, cst.IfExp)
+            for node in m.findall(cond.body, m.BinaryOperation(operator=m.Divide()))
+        }
+        divisors = {
             code(node.right)
             for node in m.findall(orelse, m.BinaryOperation(operator=m.Divide()))
             if isinstance(node, cst.BinaryOperation)
+            and id(node) not in guarded
             and _names_contain(node.right, "forward_ct")
             and _names_contain(node.left, "accept")
-        ]
+        }
         if len(divisors) != 1:
             return updated_node
         self.found += 1
-        test = cst.parse_expression(f"self.spec_algorithm.is_none() or not {divisors[0]}")
+        test = cst.parse_expression(f"{code(original_node.test)} or not {divisors.pop()}")
         return updated_node.with_changes(test=test)
 
 
@@ -65,6 +77,6 @@ def patch_spec_metrics_log(source: str, file: str) -> str:
     Anchor(
         file,
         "the decode stats",
-        "`if self.spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct`",
+        "`if self[.scheduler].spec_algorithm.is_none(): ... else: accept length = accepted / forward_ct`",
     ).check(guard.found)
     return new.code

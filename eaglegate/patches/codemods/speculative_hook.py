@@ -3,7 +3,9 @@
 
 The reset of an unset running-request cap to a constant in `_handle_eagle_family` is
 skipped while the gate is on, as `server_args` does inside `ServerArgs` for earlier
-releases.
+releases. From 0.5.19 the function reads a resolving view of the arguments and declares the
+reset through a call; 0.5.14 resets nothing for the EAGLE family, which leaves nothing to
+guard.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from eaglegate.patches.codemods.common import Anchor, parse, replace_in
-from eaglegate.patches.codemods.server_args import GateKeepsRunningCap, gate_is_off
+from eaglegate.patches.codemods.server_args import FIELD, GateKeepsRunningCap
 
 EAGLE_HOOK = "_handle_eagle_family"
 
@@ -26,14 +28,17 @@ def patch_speculative_hook(source: str, file: str) -> str:
     Anchor(file, EAGLE_HOOK, "one parameter (the server arguments)").check(
         int(len(func.params.params) == 1)
     )
-    receiver = func.params.params[0].name.value
-    if m.findall(func, gate_is_off(receiver)):
+    if m.findall(func, m.UnaryOperation(operator=m.Not(), expression=m.Attribute(attr=m.Name(FIELD)))):
         return source
-    guard = GateKeepsRunningCap(receiver, everywhere=True)
+    guard = GateKeepsRunningCap(None, everywhere=True)
     new_func = cst.ensure_type(func.visit(guard), cst.FunctionDef)
+    if guard.resets == 0:
+        return source  # the EAGLE family writes no running cap in this release
     Anchor(
         file,
         EAGLE_HOOK,
-        f"`if {receiver}.max_running_requests is None: {receiver}.max_running_requests = <n>`",
+        f"`if <args>.max_running_requests is None:` setting it to a constant (of {guard.resets} "
+        "write(s) of the cap in the function)",
     ).check(guard.found)
+    Anchor(file, EAGLE_HOOK, "writes of the running cap").check(guard.resets)
     return module.with_changes(body=replace_in(module.body, func, new_func)).code

@@ -5,8 +5,14 @@ The branch of `EAGLEWorkerV2.forward_batch_generation` that drafts (the decode b
 starts by handing a step the gate reserved as plain to `run_gated_decode`, which runs the
 target's one-token DECODE through its own CUDA graphs and returns the speculative result
 layout; the extend branch beside it starts by handing a prefill made while the gate has
-speculation off to `run_gated_prefill` (the target's plain prefill, no draft prefill).
-`EAGLEWorkerV2.__init__` ends by building the gate and those graphs.
+speculation off to `run_gated_prefill` (the target's plain prefill, no draft prefill). Both
+get the entry's own arguments (the scheduler's publish hook from 0.5.13, its grammar barrier
+from 0.5.17, the pipeline's proxy tensors from 0.5.19), by name.
+
+The gate and those graphs are built once the target's graphs exist: at the end of
+`EAGLEWorkerV2.init_cuda_graphs` where the worker has one (0.5.14 on: the scheduler captures
+the target's graphs, then calls it; it ends by building the adaptive tiers), else at the end
+of `EAGLEWorkerV2.__init__`.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import libcst.matchers as m
 from eaglegate.patches.codemods.common import (
     Anchor,
     already_wired,
-    end_init_with,
+    end_method_with,
     find_class,
     insert_gate_import,
     mentions,
@@ -36,7 +42,10 @@ IS_GATED_PREFILL = "is_gated_prefill"
 RUN_GATED_PREFILL = "run_gated_prefill"
 PREFILL_STEP = "_draft_extend_for_prefill"
 PUBLISH = "on_publish"
+# The entry's parameters after the batch that the gated steps take, by name.
+PASSED_ON = (PUBLISH, "grammar_barrier", "pp_proxy_tensors")
 INIT = "init_overlap_batch_gate"
+GRAPH_INIT = "init_cuda_graphs"
 
 
 def _drafts(node: cst.CSTNode, self_name: str) -> int:
@@ -45,6 +54,19 @@ def _drafts(node: cst.CSTNode, self_name: str) -> int:
         value=m.Name(self_name), attr=m.Name("draft_worker") | m.Name("_draft_worker")
     )
     return len(m.findall(node, m.Call(func=m.Attribute(value=draft_worker, attr=m.Name("draft")))))
+
+
+def _prefills(cls: cst.ClassDef, block: cst.CSTNode, self_name: str) -> bool:
+    """Whether block calls the draft's prefill step, itself or through one method of the
+    class it calls on `self` (0.5.21 on: `_forward_prefill_batch`)."""
+    if mentions(block, PREFILL_STEP):
+        return True
+    called = {
+        call.func.attr.value
+        for call in m.findall(block, m.Call(func=m.Attribute(value=m.Name(self_name))))
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    }
+    return any(mentions(method, PREFILL_STEP) for method in methods(cls, tuple(sorted(called))))
 
 
 def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v2.py") -> str:
@@ -58,14 +80,14 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     if already_wired(module, mentions(func, RUN_GATED), qual, file):
         return source
     params = func.params.params
-    # (self, model_worker_batch) up to 0.5.12; (self, batch, on_publish=None) on 0.5.13,
-    # whose worker gets the scheduler's batch and publishes the new lengths through the hook.
+    # (self, model_worker_batch) up to 0.5.12; then the scheduler's batch and what the
+    # worker forwards to its steps (PASSED_ON), which the gated steps take too.
     names = [p.name.value for p in params]
-    Anchor(file, qual, "parameters (self, batch) or (self, batch, on_publish)").check(
-        int(len(names) == 2 or names[2:] == [PUBLISH])
-    )
+    Anchor(
+        file, qual, f"parameters (self, batch) followed by the first of ({', '.join(PASSED_ON)}) or none"
+    ).check(int(len(names) >= 2 and names[2:] == list(PASSED_ON[: len(names) - 2])))
     self_name, batch_name = names[0], names[1]
-    args = ", ".join([self_name, *names[1:]])
+    args = ", ".join([self_name, batch_name, *(f"{n}={n}" for n in names[2:])])
 
     # The test whose one branch drafts (decode) and whose other prefills the draft (extend).
     tests = [
@@ -85,9 +107,9 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     blocks = (test.body, test.orelse.body)
     decode_at = 0 if _drafts(test.body, self_name) else 1
     extend = blocks[1 - decode_at]
-    Anchor(file, qual, f"the extend branch beside it, which calls {PREFILL_STEP}").check(
-        int(mentions(extend, PREFILL_STEP))
-    )
+    Anchor(
+        file, qual, f"the extend branch beside it, which calls {PREFILL_STEP} (or a method that does)"
+    ).check(int(_prefills(cls, extend, self_name)))
     gated = {
         decode_at: cst.parse_statement(
             f"if {IS_GATED}({batch_name}):  # eaglegate: batch-size gate\n"
@@ -107,7 +129,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
         body=func.body.with_changes(body=replace_in(func.body.body, test, new_test))
     )
 
-    new_cls = replace_methods(cls, {id(func): new_func, **end_init_with(cls, INIT, file)})
+    init_at = GRAPH_INIT if methods(cls, (GRAPH_INIT,)) else "__init__"
+    new_cls = replace_methods(cls, {id(func): new_func, **end_method_with(cls, init_at, INIT, file)})
     module = replace_class(module, cls, new_cls)
     imported = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
     return insert_gate_import(module, new_cls, imported, file).code
