@@ -292,7 +292,10 @@ def test_scheduler_metrics_leave_out_gated_steps(generated, release_tree):
     ).body
     assert ast.dump(guarded[0].test) == ast.dump(expected)
     assert source.count(METRICS_GUARD) == 1
-    assert source.count("eaglegate_gated_step") == 2  # the guard's two marks, nowhere else
+    # The guard's two marks, and where the release feeds SGLang's adaptive speculation its
+    # accept counts, the guard that keeps gated steps out of them; nowhere else.
+    feeds = original.count("self.model_worker.on_verify_complete_cpu(")
+    assert source.count("eaglegate_gated_step") == 2 + feeds
 
 
 def test_init_batch_gate_is_the_last_statement_of_eagle_worker_init(generated):
@@ -434,14 +437,16 @@ def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
     assert data["launch_flags"] == launch_flags(tree, 24)
 
 
-def test_cli_refuses_0_5_14(release_tree):
+def test_cli_patches_0_5_14_for_the_overlap_worker(release_tree):
+    # Native adaptive speculation is the alternative there, not a reason to refuse.
     runner = CliRunner()
     result = runner.invoke(
-        app, ["patch", "--path", str(release_tree("0.5.14").root), "--threshold", "8"]
+        app, ["patch", "--path", str(release_tree("0.5.14").root), "--threshold", "8", "--json"]
     )
-    assert result.exit_code != 0
-    assert isinstance(result.exception, UserError)
-    assert "adaptive" in str(result.exception)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["launch_flags"] == ["--speculative-batch-gate-threshold", "8"]
+    assert any(c["path"].endswith("eagle_worker_v2.py") for c in data["files"])
 
 
 def test_diff_marks_a_missing_final_newline(tmp_path):
