@@ -173,21 +173,39 @@ def _check_patch_inputs(tree: source.SourceTree, confined: bool) -> None:
         check_inside(tree, [f"{tree.root.name}/{rel}" for rel in (generate.WORKER, generate.SERVER_ARGS, generate.GATE)])
 
 
-def _generate(tree: source.SourceTree, threshold: int, confined: bool) -> PatchSet:
+def _generate(tree: source.SourceTree, confined: bool) -> PatchSet:
     from eaglegate.patches import generate
 
-    patch = generate.generate_patch(tree, threshold)
+    patch = generate.generate_patch(tree)
     if confined:
         check_inside(tree, [c.path for c in patch.changes])
     return patch
 
 
-def make_patch(tree: source.SourceTree, threshold: object, *, confined: bool = False) -> PatchSet:
-    """The gate patch for this tree (nothing is written)."""
-    check_threshold(threshold)
-    assert isinstance(threshold, int)
+@dataclass
+class Patch:
+    """The gate patch (the same bytes for every threshold) and the flags that launch its
+    worker with this threshold: the one place the threshold meets a patch."""
+
+    files: PatchSet
+    threshold: int
+    launch_flags: list[str]
+
+
+def patch_files(tree: source.SourceTree, *, confined: bool = False) -> PatchSet:
+    """The gate patch's file changes for this tree, the same for every threshold (nothing
+    is written)."""
     _check_patch_inputs(tree, confined)
-    return _generate(tree, threshold, confined)
+    return _generate(tree, confined)
+
+
+def make_patch(tree: source.SourceTree, threshold: object, *, confined: bool = False) -> Patch:
+    """The gate patch for this tree and its launch flags (nothing is written)."""
+    from eaglegate.patches import generate
+
+    checked = check_threshold(threshold)
+    patch = patch_files(tree, confined=confined)
+    return Patch(patch, checked, generate.launch_flags(tree, checked, patch.worker))
 
 
 @dataclass
@@ -206,8 +224,7 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
     same patch changes nothing."""
     from eaglegate.patches import generate, transaction
 
-    check_threshold(threshold)
-    assert isinstance(threshold, int)
+    checked = check_threshold(threshold)
     parent = writable_parent(tree, "apply")
     current = transaction.status(parent)
     manifest = current.manifest
@@ -217,8 +234,8 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
         # The same patch again: nothing to do, and the patched files are no input to the
         # generator, which reads the original anchors. The threshold is read at launch, so
         # another one changes no byte: only the flags.
-        outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-        flags = generate.launch_flags(tree, threshold, generate.default_worker(tree))
+        outcome = transaction.Outcome("apply", [], transaction.ALREADY_APPLIED)
+        flags = generate.launch_flags(tree, checked, generate.default_worker(tree))
         return Applied(outcome, flags, transaction.status(parent))
     # Generation must read original bytes: finish an interrupted transaction first.
     recovered = transaction.recover(parent) if current.state == "interrupted" else ""
@@ -226,11 +243,12 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
     # The map's files must parse (the scheduler, the workers): a gate patched into a tree
     # whose scheduler does not parse could never be verified.
     analyse(tree, progress)
-    patch = _generate(tree, threshold, confined)
-    outcome = transaction.apply(parent, patch, tree_version=tree.version,
+    patch = _generate(tree, confined)
+    outcome = transaction.apply(parent, patch, threshold=checked, tree_version=tree.version,
                                 git_mode=tree.origin == "git", allow_dirty=allow_dirty)
     outcome.recovered = outcome.recovered or recovered
-    return Applied(outcome, list(patch.launch_flags), transaction.status(parent), recovered)
+    return Applied(outcome, generate.launch_flags(tree, checked, patch.worker), transaction.status(parent),
+                   recovered)
 
 
 def revert(tree: source.SourceTree, *, force: bool = False,

@@ -212,12 +212,22 @@ def test_apply_refused_then_applied_then_reverted(release_0_5_9, tmp_path):
         assert applied["status"]["state"] == "patched"
         assert "sglang/srt/speculative/batch_gate.py" in applied["changed"]
         assert "--speculative-batch-gate-threshold" in applied["launch_flags"]
-        assert _digest(site) != before
+        patched = _digest(site)
+        assert patched != before
         located = await call(s, "locate", {"path": str(site)})
         assert located["patch_state"] == "patched"
-        # The analysis of the patched tree is fresh: the generator sees the patch in place.
+        # The analysis of the patched tree is fresh: the generator sees the patch in place,
+        # for every threshold (the patched code reads it at launch).
         again = await call(s, "generate_patch", {"path": str(site), "threshold": 32})
         assert again["already_applied"]
+        other = await call(s, "generate_patch", {"path": str(site), "threshold": 64})
+        assert other["already_applied"] and other["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
+        # Re-applying with another threshold is no error: nothing is written, the flags follow.
+        reapplied = await call(s, "apply_patch", {**where, "threshold": 64, "confirm": True})
+        assert reapplied["changed"] == [] and reapplied["message"].startswith("already applied")
+        assert reapplied["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
+        assert reapplied["status"]["state"] == "patched" and reapplied["status"]["threshold"] == 32
+        assert _digest(site) == patched
 
         assert "confirm" in await refused(s, "revert_patch", {"path": str(site)})
         reverted = await call(s, "revert_patch", {"path": str(site), "confirm": True})

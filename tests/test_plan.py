@@ -123,7 +123,7 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
     from eaglegate.patches.generate import SERVER_ARGS, generate_patch
 
     patched = next(
-        c.after.decode() for c in generate_patch(release(version), 64).changes
+        c.after.decode() for c in generate_patch(release(version)).changes
         if c.path.endswith(SERVER_ARGS)
     )
     path, lineno = where.rsplit(":", 1)

@@ -714,7 +714,8 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
     check_detail(detail)
     app.check_threshold(threshold)
     tree = session.locate(args)
-    patch = app.make_patch(tree, threshold, confined=True)
+    made = app.make_patch(tree, threshold, confined=True)
+    patch = made.files
     files = []
     for c in patch.changes:
         before = c.before.decode("utf-8", "replace").splitlines() if c.before is not None else []
@@ -733,7 +734,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
     return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
             "family": patch.family, "threshold": threshold, "package_parent": str(tree.root.parent),
             "files": files, "insertion_point": point, "already_applied": not patch.changes,
-            "launch_flags": list(patch.launch_flags),
+            "launch_flags": list(made.launch_flags),
             "hunks": chunk if detail else [], "hunks_page": meta}
 
 
@@ -824,7 +825,7 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
         except Exception as exc:  # noqa: BLE001
             log.exception("plan failed on %s", tree.root)
             plan = {"available": False, "note": f"the gate plan failed: {type(exc).__name__}: {exc}"}
-    gate = _gate_facts(tree, threshold)
+    gate = _gate_facts(tree)
     parts = [f"SGLang {tree.version}"]
     parts += [_path_summary(analysis, w) for w in sm.workers]
     if verdicts.get("available"):
@@ -848,12 +849,12 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
             "next_steps": next_steps}
 
 
-def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any]:
+def _gate_facts(tree: source.SourceTree) -> dict[str, Any]:
     """The patch generator's own answer: where the gate goes for the worker a default launch
-    runs, or why there is no code patch."""
+    runs, or why there is no code patch (the same for every threshold)."""
     try:
         family = generate.check_family(tree)
-        patch = app.make_patch(tree, threshold or 32, confined=True)
+        patch = app.patch_files(tree, confined=True)
     except UserError as exc:
         return {"route": "no code patch", "reason": str(exc)}
     route = ("code patch in the overlap worker EAGLEWorkerV2" if patch.worker == "v2"

@@ -199,11 +199,11 @@ def _patch_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -
 
 def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
     from eaglegate.patches.diff import render_patch
-    from eaglegate.patches.generate import generate_patch
+    from eaglegate.patches.generate import generate_patch, launch_flags
 
     plan.family, plan.worker = f"{worker.label}-code-patch", worker.name
     try:
-        patch = generate_patch(analysis.tree, plan.threshold, worker.label)
+        patch = generate_patch(analysis.tree, worker.label)
     except UserError as exc:
         # The plan still answers (worker, caps, why); only the patch is missing.
         plan.blocked_by = [f"the gate patch does not fit this tree: {exc}"]
@@ -215,7 +215,7 @@ def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> N
         "apply": f"eaglegate apply --threshold {plan.threshold}",
         "entry": worker.entry,
     }
-    plan.launch_flags = list(patch.launch_flags)  # generate.launch_flags, as patch and apply
+    plan.launch_flags = launch_flags(analysis.tree, plan.threshold, patch.worker)  # as patch and apply
 
 
 def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,
