@@ -84,13 +84,24 @@ def check_detail(detail: int) -> int:
     return detail
 
 
-def paginate(items: Sequence[T], page: int, page_size: int) -> tuple[list[T], Page]:
+# The paging arguments and their largest value.
+PAGING = {"page": MAX_PAGE, "below_page": MAX_PAGE, "page_size": MAX_PAGE_SIZE}
+# The yes/no arguments.
+SWITCHES = ("confirm", "force", "all_findings")
+
+
+def check_paging(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= PAGING[name]:
+        raise AgentError(f"{name} must be between 1 and {PAGING[name]}, not {value}")
+    return value
+
+
+def paginate(items: Sequence[T], page: int, page_size: int, page_name: str = "page") -> tuple[list[T], Page]:
     """One page of `items` (1-based) and where it stands; refuses pages past the end."""
-    for name, value, top in (("page", page, MAX_PAGE), ("page_size", page_size, MAX_PAGE_SIZE)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
-        if not 1 <= value <= top:
-            raise AgentError(f"{name} must be between 1 and {top}, not {value}")
+    check_paging(page_name, page)
+    check_paging("page_size", page_size)
     pages = max(1, -(-len(items) // page_size))
     if page > pages:
         raise AgentError(f"page {page} is past the last page ({pages}) of {len(items)} items")
@@ -343,7 +354,7 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
                 item["start_condition"] = _cond(started.cond, detail)
             paths.append(item)
         below, below_meta = paginate([row for w in workers for row in _below_rows(sm, w, detail)],
-                                     below_page, page_size)
+                                     below_page, page_size, "below_page")
         summary = (f"SGLang {tree.version}: {_short(sm, sm.scheduler)} "
                    f"({_where(analysis, sm.scheduler)}). "
                    + " | ".join(_path_summary(analysis, w) for w in workers) + ".")
@@ -431,8 +442,8 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
     """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
     mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
-    category = check_text("category", category, 40)
-    worker = check_text("worker", worker, 40)
+    category = check_text("category", category, app.TEXT_LIMITS["category"])
+    worker = check_text("worker", worker, app.TEXT_LIMITS["worker"])
     flags, env = app.check_launch(flags, env)
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
@@ -585,7 +596,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
                    session: Session = SESSION) -> SymbolOut:
     """A function or class: where it is defined, who calls it, what it calls, and its source."""
     check_detail(detail)
-    symbol = check_text("symbol", symbol, 300)
+    symbol = check_text("symbol", symbol, app.TEXT_LIMITS["symbol"])
     if (symbol is None) == (location is None):
         raise AgentError("give exactly one of symbol (e.g. EAGLEWorker.forward_batch_generation) "
                          "or location (e.g. srt/managers/scheduler.py:2368)")
@@ -914,8 +925,10 @@ _TREE_KEYS = ("version", "path", "git", "rev", "python")
 
 
 def check_arguments(name: str, arguments: dict[str, Any]) -> None:
-    """Refuse an argument the tool does not take (the MCP server asks here too, so both
-    refuse alike; a silently dropped argument would answer another question)."""
+    """Refuse an argument the tool does not take (a silently dropped argument would answer
+    another question) and any value out of its range, before any work. The MCP server asks
+    here first too, so `eaglegate tool` and MCP refuse a bad argument in the same words, the
+    application layer's (which the CLI gives too)."""
     import inspect
 
     accepted = set(inspect.signature(TOOLS[name]).parameters) - {"args", "session"}
@@ -923,6 +936,14 @@ def check_arguments(name: str, arguments: dict[str, Any]) -> None:
     if unknown:
         raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
                          f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+    app.check_inputs(arguments)
+    for key, value in arguments.items():
+        if key == "detail":
+            check_detail(value)
+        elif key in PAGING:
+            check_paging(key, value)
+        elif key in SWITCHES and not isinstance(value, bool):
+            raise AgentError(f"{key} must be true or false, not {value!r}")
 
 
 def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:
