@@ -24,6 +24,7 @@ from eaglegate.patches.model import MAX_THRESHOLD, PatchSet
 
 if TYPE_CHECKING:
     from eaglegate.analyzer.analysis import Analysis
+    from eaglegate.analyzer.couplings.model import CouplingReport
     from eaglegate.analyzer.couplings.scope import LaunchScope
     from eaglegate.live.calibrate import Calibration, Curve
     from eaglegate.live.client import Endpoint
@@ -163,6 +164,64 @@ def couplings_for_launch(analysis: Analysis, flags: object = "", env: object = N
 
     text, entries = check_launch(flags, env)
     return for_launch(analysis, text, entries)
+
+
+def check_categories(categories: object) -> list[str]:
+    """The coupling categories to keep (one, or a list; none: every category)."""
+    from eaglegate.analyzer.couplings.model import CATEGORIES
+
+    if categories is None:
+        return []
+    values = [categories] if isinstance(categories, str) else categories
+    if not isinstance(values, (list, tuple)):
+        raise UsageError(f"category must be a string or a list of them, not {type(categories).__name__}")
+    kept = []
+    for value in values:
+        name = check_text("category", value, TEXT_LIMITS["category"])
+        if name is not None and name not in CATEGORIES:
+            raise UsageError(f"category must be one of {', '.join(CATEGORIES)}, not {name!r}")
+        if name is not None:
+            kept.append(name)
+    return kept
+
+
+@dataclass
+class Couplings:
+    """What ties the runtime to speculation: the report (only the categories asked for) and,
+    unless every launch's findings were asked for, the part the launch runs."""
+
+    report: CouplingReport
+    scoped: LaunchScope | None
+
+
+def check_couplings_request(flags: object = "", env: object = None, categories: object = None,
+                            every: bool = False) -> tuple[list[str], str, list[str]]:
+    """The categories, launch flags and environment of a couplings request (callers check
+    them before locating a tree, `couplings` checks them again)."""
+    kept = check_categories(categories)
+    text, entries = check_launch(flags, env)
+    if every and (text or entries):
+        raise UsageError("--all (all_findings=) lists every finding of every launch: give either it "
+                         "or --flags/--env (flags=, env=)")
+    return kept, text, entries
+
+
+def couplings(analysis: Analysis, flags: object = "", env: object = None, *, categories: object = None,
+              every: bool = False) -> Couplings:
+    """The couplings for one launch (the version's default launch when flags and env are
+    empty), or with `every` all findings of every launch; kept to `categories` if given."""
+    import dataclasses
+
+    kept, text, entries = check_couplings_request(flags, env, categories, every)
+    scoped = None if every else couplings_for_launch(analysis, text, entries)
+    report = analysis.couplings
+    if kept:
+        # Copies: the analysis keeps its report for whoever asks next.
+        report = dataclasses.replace(report, findings=[f for f in report.findings if f.category in kept])
+        if scoped is not None:
+            scoped = dataclasses.replace(scoped, report=report,
+                                         kept=[f for f in scoped.kept if f.category in kept])
+    return Couplings(report, scoped)
 
 
 def check_launch_settings(analysis: Analysis, flags: str, env: list[str]) -> None:

@@ -215,6 +215,10 @@ BAD_ARGUMENTS = [
     pytest.param(["plan", "--version", VERSION, "--flags", "--bogus-flag 1"], "plan_gate",
                  {"version": VERSION, "flags": "--bogus-flag 1"},
                  "this SGLang does not declare --bogus-flag", 1, id="flags-undeclared"),
+    pytest.param(["couplings", "--version", VERSION, "--category", "bogus"], "find_couplings",
+                 {"version": VERSION, "category": "bogus"},
+                 "category must be one of buffer, cuda_graph, draft_state, mode_check, config_cap, not 'bogus'", 2,
+                 id="category"),
 ]
 
 

@@ -442,21 +442,18 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
     """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
     mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
-    category = check_text("category", category, app.TEXT_LIMITS["category"])
     worker = check_text("worker", worker, app.TEXT_LIMITS["worker"])
-    flags, env = app.check_launch(flags, env)
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
+    kept, flags, env = app.check_couplings_request(flags, env, category, bool(all_findings))
     tree = session.locate(args)
     with session.lock:
         analysis = session.analysis(tree)
-        data = _coupling_report(analysis)
+        found = app.couplings(analysis, flags, env, categories=kept, every=bool(all_findings))
+        data = found.report.to_json()  # only the category asked for
         spec_map = analysis.spec_map
-        view = None if all_findings else app.couplings_for_launch(analysis, flags, env)
+        view = found.scoped
     findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
-    known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
-    if category and category not in known:
-        raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
     # What the verdicts rest on first, then other blocking findings: the first page holds
     # what stands in the way on the paths the scheduler takes.
     cited = {str(f.get("site")) for v in data.get("verdicts", []) if isinstance(v, dict)
@@ -466,8 +463,6 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         verdicts = [v for v in verdicts if str(v.get("worker_path")).lower() == worker.lower()]
     said = "; ".join(_verdict_line(v) for v in verdicts)
     if view is None:
-        if category:
-            findings = [f for f in findings if f.get("category") == category]
         if worker:
             findings = [f for f in findings if _affects(f, worker)]
         findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
@@ -476,8 +471,7 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         launch: dict[str, Any] = {"scoped": False}
         counted = findings
     else:
-        mechanisms = [m for m in view.mechanisms if (not category or m.category == category)
-                      and (not worker or m.worker_path in (worker.lower(), "both"))]
+        mechanisms = [m for m in view.mechanisms if not worker or m.worker_path in (worker.lower(), "both")]
         mechanisms.sort(key=lambda m: (not any(site in cited for site in m.sites), m.severity not in _BLOCKING))
         rows = [_mechanism_facts(m, detail, spec_map, cited) for m in mechanisms]
         launch = {"scoped": True, "selects": view.selects, "left_out": view.left_out,
