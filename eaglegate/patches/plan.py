@@ -24,14 +24,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.launch import selected_workers, selection_atoms
-from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
+from eaglegate.analyzer.launch import evaluate_launch, selected_workers, selection_atoms
+from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD = 32
-DEFAULT_ALGORITHM = "EAGLE3"
 # docs/architecture.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
@@ -112,21 +111,17 @@ def build_plan(
     flags: str = "",
     env: list[str] | None = None,
 ) -> GatePlan:
-    """The plan for this tree under the user's launch flags and environment."""
-    if threshold is not None and threshold < 1:
-        raise UserError("--threshold must be a positive integer")
+    """The plan for this tree under the user's launch flags and environment (the threshold
+    is checked by the caller, `app.plan`)."""
     threshold = threshold or DEFAULT_THRESHOLD
     settings = analysis.settings
-    user_flags = parse_flags(settings, flags)
-    user_env = parse_env(settings, env or [])
-    assumed = []
-    if "speculative_algorithm" in settings.defaults and "speculative_algorithm" not in user_flags:
-        user_flags["speculative_algorithm"] = DEFAULT_ALGORITHM  # the question is about EAGLE-3
-        assumed.append(f"--speculative-algorithm {DEFAULT_ALGORITHM} assumed (not in --flags)")
+    # What the launch runs, decided as `couplings` decides it; the caps' post-processing too.
+    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env,
+                             wanted=set(_cap_settings(settings)))
+    user_flags, user_env, resolved = launch.flags, launch.env, launch.resolved
+    chosen, excluded, assumed = launch.workers, launch.excluded, launch.assumed
     atoms = _atoms(analysis)
     wanted = atoms | set(_cap_settings(settings))
-    resolved = resolve(settings, user_flags, user_env, wanted)
-    chosen, excluded = _selected(analysis, resolved)
     version = analysis.tree.version
     plan = GatePlan(version, "no-eagle-worker", None, threshold)
     plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
