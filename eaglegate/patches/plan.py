@@ -34,12 +34,12 @@ DEFAULT_THRESHOLD = 32
 # docs/architecture.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
-# What the native route's steps=0 state costs, measured (issue 21's H200 run, bench/gpu).
+# What the native route's steps=0 state costs, measured (the H200 runs of bench/gpu).
 NATIVE_COST = (
     "measured on SGLang 0.5.16 (H200, EAGLE-3, accept pair, threshold 50): its steps=0 state served "
     "40-45 % of plain decoding under load (5.4-5.9k against 13.3-21.2k output tok/s at 64-256 "
     "concurrent requests), less than static EAGLE, with or without caps: a steps=0 step still runs a "
-    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/README.md, ../shared/DESIGN.md)"
+    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/README.md)"
 )
 
 
