@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eaglegate.analyzer import source
 from eaglegate.errors import UsageError, UserError
@@ -24,7 +24,12 @@ from eaglegate.patches.model import MAX_THRESHOLD, PatchSet
 
 if TYPE_CHECKING:
     from eaglegate.analyzer.analysis import Analysis
+    from eaglegate.analyzer.couplings.model import CouplingReport
     from eaglegate.analyzer.couplings.scope import LaunchScope
+    from eaglegate.live.calibrate import Calibration, Curve
+    from eaglegate.live.client import Endpoint
+    from eaglegate.live.sweep import Point, SweepProgress
+    from eaglegate.live.verify_live import VerifyReport as LiveReport
     from eaglegate.patches import transaction
     from eaglegate.patches.plan import GatePlan
     from eaglegate.patches.verify import VerifyReport
@@ -40,6 +45,10 @@ Progress = Callable[[int, int], None]
 MAX_TEXT = 400
 MAX_FLAGS_TEXT = 2000
 MAX_ENV_TEXT = 200
+MAX_ENV_ENTRIES = 32
+# Every free-text argument an operation takes, with its longest plausible value.
+TEXT_LIMITS = {"version": 64, "path": MAX_TEXT, "git": MAX_TEXT, "rev": 200, "python": MAX_TEXT,
+               "flags": MAX_FLAGS_TEXT, "category": 40, "worker": 40, "symbol": 300, "location": MAX_TEXT}
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
 
 
@@ -69,8 +78,23 @@ def check_launch(flags: object, env: object) -> tuple[str, list[str]]:
     text = check_text("flags", flags, MAX_FLAGS_TEXT) or ""
     if env is not None and not isinstance(env, (list, tuple)):
         raise UsageError(f"env must be a list of NAME=VALUE strings, not {type(env).__name__}")
+    if env is not None and len(env) > MAX_ENV_ENTRIES:
+        raise UsageError(f"env holds at most {MAX_ENV_ENTRIES} entries, not {len(env)}")
     entries = [e for e in (check_text("env", item, MAX_ENV_TEXT) for item in (env or [])) if e]
     return text, entries
+
+
+def check_inputs(arguments: dict[str, object]) -> None:
+    """Every shared input among `arguments` (by name), checked as the operation that takes
+    it checks it: a caller that refuses a whole request up front (the MCP server, before
+    its schema's own checks) then refuses in the same words as the CLI and `eaglegate tool`."""
+    for name, value in arguments.items():
+        if name == "threshold" and value is not None:
+            check_threshold(value)
+        elif name in TEXT_LIMITS:
+            check_text(name, value, TEXT_LIMITS[name])
+    if "env" in arguments:
+        check_launch(None, arguments["env"])
 
 
 @dataclass(frozen=True)
@@ -87,11 +111,11 @@ class TreeArgs:
 def locate(args: TreeArgs, on_fetch: Callable[[str], None] | None = None,
            confined: bool = False) -> source.SourceTree:
     """The SGLang tree the arguments name, each argument checked first."""
-    version = check_text("version", args.version, 64)
-    path = check_text("path", args.path)
-    git = check_text("git", args.git)
-    rev = check_text("rev", args.rev, 200)
-    python = check_text("python", args.python)
+    version = check_text("version", args.version, TEXT_LIMITS["version"])
+    path = check_text("path", args.path, TEXT_LIMITS["path"])
+    git = check_text("git", args.git, TEXT_LIMITS["git"])
+    rev = check_text("rev", args.rev, TEXT_LIMITS["rev"])
+    python = check_text("python", args.python, TEXT_LIMITS["python"])
     if confined and python is not None and not _PYTHON_NAME.fullmatch(Path(python).name):
         # The interpreter is executed to read metadata: only something named python.
         raise UsageError(f"python must name a Python interpreter (python, python3.11...), not {python!r}")
@@ -142,6 +166,64 @@ def couplings_for_launch(analysis: Analysis, flags: object = "", env: object = N
     return for_launch(analysis, text, entries)
 
 
+def check_categories(categories: object) -> list[str]:
+    """The coupling categories to keep (one, or a list; none: every category)."""
+    from eaglegate.analyzer.couplings.model import CATEGORIES
+
+    if categories is None:
+        return []
+    values = [categories] if isinstance(categories, str) else categories
+    if not isinstance(values, (list, tuple)):
+        raise UsageError(f"category must be a string or a list of them, not {type(categories).__name__}")
+    kept = []
+    for value in values:
+        name = check_text("category", value, TEXT_LIMITS["category"])
+        if name is not None and name not in CATEGORIES:
+            raise UsageError(f"category must be one of {', '.join(CATEGORIES)}, not {name!r}")
+        if name is not None:
+            kept.append(name)
+    return kept
+
+
+@dataclass
+class Couplings:
+    """What ties the runtime to speculation: the report (only the categories asked for) and,
+    unless every launch's findings were asked for, the part the launch runs."""
+
+    report: CouplingReport
+    scoped: LaunchScope | None
+
+
+def check_couplings_request(flags: object = "", env: object = None, categories: object = None,
+                            every: bool = False) -> tuple[list[str], str, list[str]]:
+    """The categories, launch flags and environment of a couplings request (callers check
+    them before locating a tree, `couplings` checks them again)."""
+    kept = check_categories(categories)
+    text, entries = check_launch(flags, env)
+    if every and (text or entries):
+        raise UsageError("--all (all_findings=) lists every finding of every launch: give either it "
+                         "or --flags/--env (flags=, env=)")
+    return kept, text, entries
+
+
+def couplings(analysis: Analysis, flags: object = "", env: object = None, *, categories: object = None,
+              every: bool = False) -> Couplings:
+    """The couplings for one launch (the version's default launch when flags and env are
+    empty), or with `every` all findings of every launch; kept to `categories` if given."""
+    import dataclasses
+
+    kept, text, entries = check_couplings_request(flags, env, categories, every)
+    scoped = None if every else couplings_for_launch(analysis, text, entries)
+    report = analysis.couplings
+    if kept:
+        # Copies: the analysis keeps its report for whoever asks next.
+        report = dataclasses.replace(report, findings=[f for f in report.findings if f.category in kept])
+        if scoped is not None:
+            scoped = dataclasses.replace(scoped, report=report,
+                                         kept=[f for f in scoped.kept if f.category in kept])
+    return Couplings(report, scoped)
+
+
 def check_launch_settings(analysis: Analysis, flags: str, env: list[str]) -> None:
     """A malformed launch (an unknown flag, a bad value) is the caller's error, refused before
     any part of an answer is computed."""
@@ -173,21 +255,39 @@ def _check_patch_inputs(tree: source.SourceTree, confined: bool) -> None:
         check_inside(tree, [f"{tree.root.name}/{rel}" for rel in (generate.WORKER, generate.SERVER_ARGS, generate.GATE)])
 
 
-def _generate(tree: source.SourceTree, threshold: int, confined: bool) -> PatchSet:
+def _generate(tree: source.SourceTree, confined: bool) -> PatchSet:
     from eaglegate.patches import generate
 
-    patch = generate.generate_patch(tree, threshold)
+    patch = generate.generate_patch(tree)
     if confined:
         check_inside(tree, [c.path for c in patch.changes])
     return patch
 
 
-def make_patch(tree: source.SourceTree, threshold: object, *, confined: bool = False) -> PatchSet:
-    """The gate patch for this tree (nothing is written)."""
-    check_threshold(threshold)
-    assert isinstance(threshold, int)
+@dataclass
+class Patch:
+    """The gate patch (the same bytes for every threshold) and the flags that launch its
+    worker with this threshold: the one place the threshold meets a patch."""
+
+    files: PatchSet
+    threshold: int
+    launch_flags: list[str]
+
+
+def patch_files(tree: source.SourceTree, *, confined: bool = False) -> PatchSet:
+    """The gate patch's file changes for this tree, the same for every threshold (nothing
+    is written)."""
     _check_patch_inputs(tree, confined)
-    return _generate(tree, threshold, confined)
+    return _generate(tree, confined)
+
+
+def make_patch(tree: source.SourceTree, threshold: object, *, confined: bool = False) -> Patch:
+    """The gate patch for this tree and its launch flags (nothing is written)."""
+    from eaglegate.patches import generate
+
+    checked = check_threshold(threshold)
+    patch = patch_files(tree, confined=confined)
+    return Patch(patch, checked, generate.launch_flags(tree, checked, patch.worker))
 
 
 @dataclass
@@ -206,8 +306,7 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
     same patch changes nothing."""
     from eaglegate.patches import generate, transaction
 
-    check_threshold(threshold)
-    assert isinstance(threshold, int)
+    checked = check_threshold(threshold)
     parent = writable_parent(tree, "apply")
     current = transaction.status(parent)
     manifest = current.manifest
@@ -217,8 +316,8 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
         # The same patch again: nothing to do, and the patched files are no input to the
         # generator, which reads the original anchors. The threshold is read at launch, so
         # another one changes no byte: only the flags.
-        outcome = transaction.Outcome("apply", [], f"already applied (threshold {threshold}); nothing changed")
-        flags = generate.launch_flags(tree, threshold, generate.default_worker(tree))
+        outcome = transaction.Outcome("apply", [], transaction.ALREADY_APPLIED)
+        flags = generate.launch_flags(tree, checked, generate.default_worker(tree))
         return Applied(outcome, flags, transaction.status(parent))
     # Generation must read original bytes: finish an interrupted transaction first.
     recovered = transaction.recover(parent) if current.state == "interrupted" else ""
@@ -226,11 +325,12 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
     # The map's files must parse (the scheduler, the workers): a gate patched into a tree
     # whose scheduler does not parse could never be verified.
     analyse(tree, progress)
-    patch = _generate(tree, threshold, confined)
-    outcome = transaction.apply(parent, patch, tree_version=tree.version,
+    patch = _generate(tree, confined)
+    outcome = transaction.apply(parent, patch, threshold=checked, tree_version=tree.version,
                                 git_mode=tree.origin == "git", allow_dirty=allow_dirty)
     outcome.recovered = outcome.recovered or recovered
-    return Applied(outcome, list(patch.launch_flags), transaction.status(parent), recovered)
+    return Applied(outcome, generate.launch_flags(tree, checked, patch.worker), transaction.status(parent),
+                   recovered)
 
 
 def revert(tree: source.SourceTree, *, force: bool = False,
@@ -258,3 +358,175 @@ def verify(tree: source.SourceTree) -> VerifyReport:
     from eaglegate.patches.verify import verify_tree
 
     return verify_tree(tree)
+
+
+# ---------------------------------------------------------------- live measurement
+
+
+def check_count(name: str, value: object, low: int = 1) -> int:
+    """A count (requests, tokens, rounds, a concurrency): an integer from `low` on."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError(f"{name} must be an integer from {low} on, not {value!r}")
+    return value
+
+
+def check_positive(name: str, value: object) -> float:
+    """A quantity that must be above zero (seconds, parameters, bandwidth)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UsageError(f"{name} must be a number above 0, not {value!r}")
+    return float(value)
+
+
+def check_fraction(name: str, value: object) -> float:
+    """A share of something, from 0 up to (not including) 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise UsageError(f"{name} must be in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_output(path: object) -> None:
+    """An output file's folder must exist: a typo should not create a tree of folders, nor
+    fail only after minutes of work."""
+    if path is not None and not Path(str(path)).parent.is_dir():
+        raise UsageError(f"no such folder: {Path(str(path)).parent} (create it first)")
+
+
+def _endpoint(url: object, api: object) -> Endpoint:
+    from eaglegate.live.client import check_api, resolve_endpoint
+
+    text = check_text("--url", url)
+    if text is None:
+        raise UsageError("--url must name the server (host:port or a URL)")
+    return resolve_endpoint(text, check_api(api))
+
+
+def _prompts(path: object) -> list[str]:
+    from eaglegate.live.client import load_prompts
+
+    return load_prompts(check_text("--prompts", path))
+
+
+@dataclass
+class Swept:
+    """The server a sweep measured and one record per concurrency level."""
+
+    endpoint: Endpoint
+    records: list[dict[str, Any]]
+
+
+def sweep(url: object, *, concurrency: object = "1-256", prompts: object = None, output: object = "sweep.jsonl",
+          api: object = "auto", model: object = None, max_tokens: object = 256, rounds: object = 2,
+          min_requests: object = 8, ignore_eos: bool = True, timeout: object = 300.0, tag: object = None,
+          progress: SweepProgress | None = None) -> Swept:
+    """Measure output tokens/s, TTFT and inter-token latency at each concurrency level,
+    appending one JSON line per finished level to `output`."""
+    from eaglegate.live.sweep import parse_levels, run_sweep
+
+    tokens, per_worker = check_count("--max-tokens", max_tokens), check_count("--rounds", rounds)
+    least, seconds = check_count("--min-requests", min_requests), check_positive("--timeout", timeout)
+    check_output(output)
+    endpoint = _endpoint(url, api)
+    levels = parse_levels(check_text("--concurrency", concurrency) or "")
+    prompt_list = _prompts(prompts)
+    records = run_sweep(endpoint, levels, prompt_list, str(output), model=check_text("--model", model),
+                        max_tokens=tokens, rounds=per_worker, min_requests=least, ignore_eos=bool(ignore_eos),
+                        timeout=seconds, tag=check_text("--tag", tag), progress=progress)
+    return Swept(endpoint, records)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """`calibrate --estimate`'s model of the server (docs/calibrate.md): what the roofline
+    needs, the GPU by name or by its peak figures."""
+
+    params_b: float | None = None
+    draft_tokens: int | None = None
+    accept_len: float | None = None
+    gpu: str | None = None
+    peak_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    draft_params_b: float | None = None
+    num_steps: int | None = None
+    context_len: int = 1024
+    kv_kib_per_token: float | None = None
+    flops_efficiency: float = 0.6
+    bandwidth_efficiency: float = 0.8
+    overhead_ms: float = 0.0
+    max_concurrency: int = 1024
+
+
+@dataclass
+class Calibrated:
+    """Both curves, where speculation stops paying, and the estimate's figures (when estimated)."""
+
+    base: Curve
+    spec: Curve
+    result: Calibration
+    estimate: dict[str, Any] | None = None
+
+
+def calibrate(baseline: object = None, spec: object = None, *, margin: float = 0.05,
+              estimate: Estimate | None = None) -> Calibrated:
+    """Find where speculation stops paying and recommend the gate's threshold and
+    hysteresis: from two sweep files, or from a roofline `estimate`."""
+    from eaglegate.live import calibrate as cal
+    from eaglegate.live.sweep import read_results
+
+    base_file, spec_file = check_text("baseline", baseline), check_text("spec", spec)
+    figures: dict[str, Any] | None = None
+    if estimate is not None:
+        if base_file or spec_file:
+            raise UsageError("--estimate takes no sweep files")
+        missing = [n for n, v in (("--params-b", estimate.params_b), ("--draft-tokens", estimate.draft_tokens),
+                                  ("--accept-len", estimate.accept_len)) if v is None]
+        if missing:
+            raise UsageError(f"--estimate needs {', '.join(missing)}")
+        assert estimate.params_b is not None and estimate.draft_tokens is not None
+        assert estimate.accept_len is not None
+        check_count("--context-len", estimate.context_len)
+        check_count("--max-concurrency", estimate.max_concurrency, 2)
+        flops, bw = cal.roofline_for_gpu(estimate.gpu, estimate.peak_tflops, estimate.bandwidth_tbs)
+        model = cal.Roofline(
+            params_b=estimate.params_b, draft_tokens=estimate.draft_tokens, accept_len=estimate.accept_len,
+            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=estimate.draft_params_b,
+            num_steps=estimate.num_steps, context_len=estimate.context_len,
+            kv_kib_per_token=estimate.kv_kib_per_token, flops_efficiency=estimate.flops_efficiency,
+            bandwidth_efficiency=estimate.bandwidth_efficiency, overhead_ms=estimate.overhead_ms,
+        )
+        base_curve, spec_curve = cal.estimate_curves(model, estimate.max_concurrency)
+        figures = {
+            "peak_tflops": flops, "bandwidth_tbs": bw, "draft_params_b": model.draft_b,
+            "num_steps": model.steps, "kv_kib_per_token": model.kv_bytes / 1024,
+            "context_len": estimate.context_len, "overhead_ms": estimate.overhead_ms,
+        }
+    else:
+        if not base_file or not spec_file:
+            raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
+        base_curve = _curve(f"baseline ({base_file})", read_results(base_file))
+        spec_curve = _curve(f"speculative ({spec_file})", read_results(spec_file))
+    return Calibrated(base_curve, spec_curve, cal.calibrate(base_curve, spec_curve, margin=margin), figures)
+
+
+def _curve(label: str, points: list[Point]) -> Curve:
+    from eaglegate.live.calibrate import Curve
+
+    return Curve.of(label, [(p.concurrency, p.output_throughput) for p in points])
+
+
+def verify_live(url: object, baseline_url: object, *, low: object = 1, high: object = 128,
+                tolerance: object = 0.1, prompts: object = None, max_tokens: object = 128, rounds: object = 2,
+                logprobs: bool = True, api: object = "auto", model: object = None, timeout: object = 300.0,
+                on_phase: Callable[[str, int, int], None] | None = None,
+                on_request: Callable[[], None] | None = None) -> LiveReport:
+    """Check that the gated server gives the plain server's greedy tokens and throughput."""
+    from eaglegate.live.verify_live import verify_live as run
+
+    levels = check_count("--low", low), check_count("--high", high)
+    share = check_fraction("--tolerance", tolerance)
+    tokens, per_worker = check_count("--max-tokens", max_tokens), check_count("--rounds", rounds)
+    seconds = check_positive("--timeout", timeout)
+    gated, plain = _endpoint(url, api), _endpoint(baseline_url, api)
+    prompt_list = _prompts(prompts)
+    return run(gated, plain, prompt_list, low=levels[0], high=levels[1], tolerance=share, max_tokens=tokens,
+               rounds=per_worker, logprobs=bool(logprobs), timeout=seconds, model=check_text("--model", model),
+               on_phase=on_phase, on_request=on_request)

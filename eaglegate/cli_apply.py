@@ -44,8 +44,9 @@ def register(root: typer.Typer) -> None:
     ) -> None:
         """Install the batch-gate patch into an SGLang tree, atomically, with a manifest for revert.
 
-        With --git the patch is committed on a new branch eaglegate/gate-<threshold>.
-        A second apply of the same patch changes nothing.
+        With --git the patch is committed on a new branch eaglegate/gate. The threshold
+        is read at launch: a second apply, with this or another threshold, changes nothing
+        and prints the flags to launch with.
 
         Example: eaglegate apply --threshold 32 --path ./venv/lib/python3.11/site-packages
         """
@@ -115,7 +116,8 @@ def register(root: typer.Typer) -> None:
         m = st.manifest
         head = f"[bold]{st.state}[/bold]  {tree.label}"
         if m is not None:
-            head += f"  gate threshold {m.threshold} ({m.family}, applied {m.time})"
+            launched = f" for threshold {m.threshold}" if m.threshold is not None else ""
+            head += f"  gate {m.family}, applied {m.time}{launched}"
             if m.git:
                 head += f"  branch {m.git.get('branch')}"
         out.print(head, highlight=False)

@@ -20,7 +20,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from eaglegate import app
 from eaglegate.analyzer import source
-from eaglegate.errors import UserError
 from eaglegate.patches.model import THRESHOLD_HELP
 
 # Piped or redirected output (`| grep`, `> file`) keeps whole lines: rich would wrap it at
@@ -52,20 +51,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout
 
 
 def existing_folder(value: Any) -> Any:
-    """Option callback for an output file: its folder must exist. A typo in `-o` should not
-    silently create a tree of folders, nor fail only after minutes of work."""
-    if value is not None and not Path(value).parent.is_dir():
-        raise typer.BadParameter(f"no such folder: {Path(value).parent} (create it first)")
+    """Option callback for an output file: `app.check_output`, as the option is read (before
+    any work), with the application layer's words and exit 2."""
+    app.check_output(value)
     return value
 
 
 def _threshold(value: int | None) -> int | None:
-    """Checked as the option is read, before any tree is located or fetched; click names
-    the option before the application layer's words."""
-    try:
-        return None if value is None else app.check_threshold(value)
-    except UserError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    """Checked as the option is read, before any tree is located or fetched, in the
+    application layer's words: the line `eaglegate tool` and MCP give for the same value."""
+    return None if value is None else app.check_threshold(value)
 
 
 ThresholdOpt = Annotated[int, typer.Option("--threshold", help=THRESHOLD_HELP, callback=_threshold)]

@@ -3,7 +3,6 @@
 No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
-import dataclasses
 from typing import Annotated
 
 import typer
@@ -21,7 +20,6 @@ from eaglegate.cli_common import (
     out,
     print_json,
 )
-from eaglegate.errors import UserError
 
 
 def register(root: typer.Typer) -> None:
@@ -65,19 +63,12 @@ def register(root: typer.Typer) -> None:
         # Imported here, like every command's analysis: the CLI starts without loading it.
         from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 
-        if show_all and (flags or env):
-            raise UserError("--all lists every finding of every launch: give either --all or --flags/--env")
+        # Inputs first: a bad one is refused before any tree is fetched or analysed.
+        app.check_couplings_request(flags, env, category, show_all)
         tree = locate_tree(path, python, git, rev, version)
         with err.status(f"analysing {tree.label}…"):
-            analysis = app.analyse(tree)
-            scoped = None if show_all else app.couplings_for_launch(analysis, flags, env or [])
-            report = analysis.couplings
-        if category:
-            # Copies: the analysis keeps its report for whoever asks next.
-            report = dataclasses.replace(report, findings=[f for f in report.findings if f.category in category])
-            if scoped is not None:
-                scoped = dataclasses.replace(scoped, report=report,
-                                             kept=[f for f in scoped.kept if f.category in category])
+            found = app.couplings(app.analyse(tree), flags, env or [], categories=category, every=show_all)
+        report, scoped = found.report, found.scoped
         if as_json:
             print_json(report.to_json() if scoped is None else scoped.to_json())
             return

@@ -1,13 +1,13 @@
 """Measurement commands that run against a live server: sweep, calibrate, verify-live.
 
-Thin typer layers over `eaglegate.live.sweep`, `.calibrate` and `.verify_live`.
-`--json` prints only JSON on stdout; progress and messages go to stderr.
+Thin typer layers over `eaglegate.app`'s `sweep`, `calibrate` and `verify_live`, which
+check every input (one message for each bad one) and run `eaglegate.live`. `--json` prints
+only JSON on stdout; progress and messages go to stderr.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.progress import (
@@ -20,15 +20,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from eaglegate import app
 from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
-from eaglegate.errors import UserError
 from eaglegate.live import calibrate as cal
-from eaglegate.live.client import Api, load_prompts, resolve_endpoint
-from eaglegate.live.sweep import Point, SweepProgress, parse_levels, read_results, run_sweep
-from eaglegate.live.verify_live import verify_live
+from eaglegate.live.sweep import SweepProgress
 from eaglegate.reports import charts
-
-T = TypeVar("T")
 
 PromptsOpt = Annotated[
     str | None,
@@ -47,20 +43,6 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
-
-
-def _text_file(read: Callable[[Any], T], path: Any, what: str) -> T:
-    """`read(path)`, with a file that is not UTF-8 text (binary, UTF-16) refused in one line."""
-    try:
-        return read(path)
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
-def _api(value: str) -> Api:
-    if value not in ("auto", "completions", "chat", "generate"):
-        raise UserError(f"--api must be auto, completions, chat or generate, not {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def _progress(enabled: bool) -> Progress:
@@ -102,10 +84,10 @@ def sweep(
         str, typer.Option("--concurrency", "-c", help="Levels: 1,2,4,8 or 1-256 (powers of two).")
     ] = "1-256",
     prompts: PromptsOpt = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 256,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 256,
     output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.", callback=existing_folder)] = "sweep.jsonl",
-    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
-    min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.", min=1)] = 8,
+    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.")] = 2,
+    min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.")] = 8,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-tokens per request (SGLang/vLLM extension).")] = True,
     tag: Annotated[str | None, typer.Option("--tag", help="A label stored in every line (e.g. 'spec').")] = None,
     api: ApiOpt = "auto",
@@ -120,15 +102,13 @@ def sweep(
 
     Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
     """
-    endpoint = resolve_endpoint(url, _api(api))
-    levels = parse_levels(concurrency)
-    prompt_list = _text_file(load_prompts, prompts, "prompts file")
     with _progress(not as_json) as progress:
-        records = run_sweep(
-            endpoint, levels, prompt_list, output, model=model, max_tokens=max_tokens,
-            rounds=rounds, min_requests=min_requests, ignore_eos=ignore_eos,
+        swept = app.sweep(
+            url, concurrency=concurrency, prompts=prompts, output=output, api=api, model=model,
+            max_tokens=max_tokens, rounds=rounds, min_requests=min_requests, ignore_eos=ignore_eos,
             timeout=timeout, tag=tag, progress=_RichSweepProgress(progress),
         )
+    endpoint, records = swept.endpoint, swept.records
     if as_json:
         print_json({"output": output, "levels": records})
         return
@@ -143,10 +123,6 @@ def sweep(
         )
     out.print(table)
     err.print(f"appended {len(records)} level(s) to {output}")
-
-
-def _curve(label: str, points: list[Point]) -> cal.Curve:
-    return cal.Curve.of(label, [(p.concurrency, p.output_throughput) for p in points])
 
 
 def calibrate(
@@ -168,7 +144,7 @@ def calibrate(
     flops_eff: Annotated[float, typer.Option("--flops-efficiency", help="Estimate: achieved fraction of peak FLOP/s.")] = 0.6,
     bw_eff: Annotated[float, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.")] = 0.8,
     overhead_ms: Annotated[float, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.")] = 0.0,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.", min=2)] = 1024,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.")] = 1024,
     as_json: JsonOpt = False,
 ) -> None:
     """Find where speculation stops paying and recommend the gate's threshold and hysteresis.
@@ -177,34 +153,16 @@ def calibrate(
 
     Example: eaglegate calibrate --estimate --params-b 8 --draft-tokens 4 --accept-len 2.5 --gpu h200
     """
-    estimate_json: dict[str, Any] | None = None
-    if estimate:
-        if baseline or spec:
-            raise UserError("--estimate takes no sweep files")
-        missing = [n for n, v in (("--params-b", params_b), ("--draft-tokens", draft_tokens),
-                                  ("--accept-len", accept_len)) if v is None]
-        if missing:
-            raise UserError(f"--estimate needs {', '.join(missing)}")
-        flops, bw = cal.roofline_for_gpu(gpu, peak_tflops, bandwidth_tbs)
-        assert params_b is not None and draft_tokens is not None and accept_len is not None
-        model = cal.Roofline(
-            params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len,
-            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=draft_params_b,
-            num_steps=num_steps, context_len=context_len, kv_kib_per_token=kv_kib,
-            flops_efficiency=flops_eff, bandwidth_efficiency=bw_eff, overhead_ms=overhead_ms,
-        )
-        base_curve, spec_curve = cal.estimate_curves(model, max_concurrency)
-        estimate_json = {
-            "peak_tflops": flops, "bandwidth_tbs": bw, "draft_params_b": model.draft_b,
-            "num_steps": model.steps, "kv_kib_per_token": model.kv_bytes / 1024,
-            "context_len": context_len, "overhead_ms": overhead_ms,
-        }
-    else:
-        if not baseline or not spec:
-            raise UserError("give two sweep files (baseline, spec), or --estimate with model parameters")
-        base_curve = _curve(f"baseline ({baseline})", _text_file(read_results, baseline, "results file"))
-        spec_curve = _curve(f"speculative ({spec})", _text_file(read_results, spec, "results file"))
-    result = cal.calibrate(base_curve, spec_curve, margin=margin)
+    model = app.Estimate(
+        params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
+        peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs, draft_params_b=draft_params_b,
+        num_steps=num_steps, context_len=context_len, kv_kib_per_token=kv_kib,
+        flops_efficiency=flops_eff, bandwidth_efficiency=bw_eff, overhead_ms=overhead_ms,
+        max_concurrency=max_concurrency,
+    ) if estimate else None
+    calibrated = app.calibrate(baseline, spec, margin=margin, estimate=model)
+    base_curve, spec_curve, result = calibrated.base, calibrated.spec, calibrated.result
+    estimate_json = calibrated.estimate
     rows = charts.display_rows(base_curve, spec_curve, result)
     if png:
         charts.render_png(base_curve, spec_curve, result, png)
@@ -241,12 +199,12 @@ def calibrate(
 def verify_live_cmd(
     url: Annotated[str, typer.Option("--url", help="The gated server.")],
     baseline_url: Annotated[str, typer.Option("--baseline-url", help="The same model served without speculation.")],
-    low: Annotated[int, typer.Option("--low", help="Low concurrency (the gate speculates).", min=1)] = 1,
-    high: Annotated[int, typer.Option("--high", help="High concurrency (the gate decodes plainly).", min=1)] = 128,
+    low: Annotated[int, typer.Option("--low", help="Low concurrency (the gate speculates).")] = 1,
+    high: Annotated[int, typer.Option("--high", help="High concurrency (the gate decodes plainly).")] = 128,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed throughput loss at --high, as a fraction.")] = 0.1,
     prompts: PromptsOpt = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.", min=1)] = 128,
-    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.", min=1)] = 2,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 128,
+    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.")] = 2,
     logprobs: Annotated[bool, typer.Option("--logprobs/--no-logprobs", help="Ask for logprobs to compare token by token.")] = True,
     api: ApiOpt = "auto",
     model: ModelOpt = None,
@@ -260,11 +218,6 @@ def verify_live_cmd(
 
     Example: eaglegate verify-live --url localhost:30000 --baseline-url localhost:30001 --high 128
     """
-    if not 0 <= tolerance < 1:
-        raise UserError(f"--tolerance must be in [0, 1), got {tolerance}")
-    gated = resolve_endpoint(url, _api(api))
-    plain = resolve_endpoint(baseline_url, _api(api))
-    prompt_list = _text_file(load_prompts, prompts, "prompts file")
     with _progress(not as_json) as progress:
         state: dict[str, TaskID] = {}
 
@@ -274,10 +227,10 @@ def verify_live_cmd(
         def step() -> None:
             progress.advance(state["task"])
 
-        report = verify_live(
-            gated, plain, prompt_list, low=low, high=high, tolerance=tolerance,
-            max_tokens=max_tokens, rounds=rounds, logprobs=logprobs, timeout=timeout,
-            model=model, on_phase=phase, on_request=step,
+        report = app.verify_live(
+            url, baseline_url, low=low, high=high, tolerance=tolerance, prompts=prompts,
+            max_tokens=max_tokens, rounds=rounds, logprobs=logprobs, api=api, model=model,
+            timeout=timeout, on_phase=phase, on_request=step,
         )
     if as_json:
         print_json(report.to_json())

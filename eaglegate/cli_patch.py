@@ -59,7 +59,8 @@ def register(root: typer.Typer) -> None:
         Example: eaglegate patch --version 0.5.9 --threshold 32 -o gate.patch
         """
         tree = locate_tree(path, python, git, rev, version)
-        patch_set = app.make_patch(tree, threshold)
+        made = app.make_patch(tree, threshold)
+        patch_set = made.files
         diff = render_patch(patch_set)
         if output is not None:
             Path(output).write_text(diff, encoding="utf-8")
@@ -71,11 +72,11 @@ def register(root: typer.Typer) -> None:
             data: dict[str, object] = {
                 "version": patch_set.version,
                 "family": patch_set.family,
-                "threshold": patch_set.threshold,
+                "threshold": made.threshold,
                 "package_parent": str(tree.root.parent),
                 "files": files,
                 "already_applied": not patch_set.changes,
-                "launch_flags": patch_set.launch_flags,
+                "launch_flags": made.launch_flags,
                 "output": output,
             }
             if output is None:
@@ -107,7 +108,7 @@ def register(root: typer.Typer) -> None:
                 soft_wrap=True,
             )
         console.print(
-            "launch flags: " + shlex.join(patch_set.launch_flags), highlight=False, soft_wrap=True
+            "launch flags: " + shlex.join(made.launch_flags), highlight=False, soft_wrap=True
         )
 
     @root.command("verify")

@@ -212,12 +212,22 @@ def test_apply_refused_then_applied_then_reverted(release_0_5_9, tmp_path):
         assert applied["status"]["state"] == "patched"
         assert "sglang/srt/speculative/batch_gate.py" in applied["changed"]
         assert "--speculative-batch-gate-threshold" in applied["launch_flags"]
-        assert _digest(site) != before
+        patched = _digest(site)
+        assert patched != before
         located = await call(s, "locate", {"path": str(site)})
         assert located["patch_state"] == "patched"
-        # The analysis of the patched tree is fresh: the generator sees the patch in place.
+        # The analysis of the patched tree is fresh: the generator sees the patch in place,
+        # for every threshold (the patched code reads it at launch).
         again = await call(s, "generate_patch", {"path": str(site), "threshold": 32})
         assert again["already_applied"]
+        other = await call(s, "generate_patch", {"path": str(site), "threshold": 64})
+        assert other["already_applied"] and other["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
+        # Re-applying with another threshold is no error: nothing is written, the flags follow.
+        reapplied = await call(s, "apply_patch", {**where, "threshold": 64, "confirm": True})
+        assert reapplied["changed"] == [] and reapplied["message"].startswith("already applied")
+        assert reapplied["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
+        assert reapplied["status"]["state"] == "patched" and reapplied["status"]["threshold"] == 32
+        assert _digest(site) == patched
 
         assert "confirm" in await refused(s, "revert_patch", {"path": str(site)})
         reverted = await call(s, "revert_patch", {"path": str(site), "confirm": True})
@@ -246,12 +256,12 @@ def test_hostile_arguments_are_tool_errors(release_0_5_9, tmp_path):
             ("explain_symbol", {**tree, "location": "srt/leakdir/secret.py:1"}, "outside"),
             ("locate", {"path": str(tmp_path)}, "not a SGLang tree"),
             ("locate", {"python": "/bin/sh"}, "python must name"),
-            ("map_paths", {**tree, "detail": 10**9}, "less than or equal"),
-            ("map_paths", {**tree, "page_size": 10**6}, "less than or equal"),
+            ("map_paths", {**tree, "detail": 10**9}, "or 2 (full), not 1000000000"),
+            ("map_paths", {**tree, "page_size": 10**6}, "page_size must be between 1 and 100, not 1000000"),
             ("map_paths", {**tree, "page": 999}, "past the last page"),
-            ("map_paths", {**tree, "detail": "full"}, "valid integer"),
-            ("map_paths", {**tree, "page": [1]}, "valid integer"),
-            ("apply_patch", {**tree, "threshold": 32, "confirm": "yes"}, "valid boolean"),
+            ("map_paths", {**tree, "detail": "full"}, "detail must be an integer 0..2, not str"),
+            ("map_paths", {**tree, "page": [1]}, "page must be an integer, not list"),
+            ("apply_patch", {**tree, "threshold": 32, "confirm": "yes"}, "confirm must be true or false, not 'yes'"),
             ("generate_patch", {**tree, "threshold": -4}, "from 1 to 2147483647, not -4"),
             ("explain_symbol", {**tree, "symbol": "os.system('x')"}, "dotted Python name"),
             ("explain_symbol", {**tree}, "exactly one of"),

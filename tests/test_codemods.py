@@ -18,7 +18,7 @@ from eaglegate.patches.codemods import (
     v2_decode_prep,
     v2_worker,
 )
-from eaglegate.patches.codemods.common import AnchorError
+from eaglegate.patches.codemods.common import AnchorError, gate_import
 
 Transform = Callable[[str, str], str]
 GATE_IMPORT = "from sglang.srt.speculative.batch_gate import "
@@ -507,3 +507,10 @@ def test_scheduler_metrics_and_log_through_the_metrics_reporter():
     assert "getattr(result, 'eaglegate_gated_step', False)" in scheduler_metrics.patch_scheduler_metrics(source, "f.py")
     log = LOG_BEFORE.replace("self.spec_algorithm.is_none()", "self.scheduler.spec_algorithm.is_none()")
     assert "if self.scheduler.spec_algorithm.is_none() or not " in spec_metrics_log.patch_spec_metrics_log(log, "f.py")
+
+
+def test_the_gate_import_is_built_as_a_node():
+    import libcst as cst
+
+    # The bytes a transform inserts: a node, not source text pasted into the module.
+    assert cst.Module(body=[gate_import(("a", "b"))]).code == "from sglang.srt.speculative.batch_gate import a, b\n"

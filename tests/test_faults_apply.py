@@ -61,7 +61,7 @@ def site(release_tree, tmp_path) -> Path:
 
 
 def change_order(site: Path) -> list[str]:
-    return [c.path for c in generate_patch(from_path(site), 32).changes]
+    return [c.path for c in generate_patch(from_path(site)).changes]
 
 
 def test_apply_with_a_file_it_may_not_replace_rolls_back(site):
@@ -166,7 +166,7 @@ _DISK_FULL = textwrap.dedent("""
     mount, release, stage = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     site = mount / "site"
     shutil.copytree(release, site / "sglang")
-    changes = generate_patch(from_path(site), 32).changes
+    changes = generate_patch(from_path(site)).changes
     page = os.statvfs(mount).f_frsize
     pages = lambda data: -(-len(data or b"") // page)
     eaglegate = [sys.executable, "-m", "eaglegate"]

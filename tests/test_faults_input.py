@@ -195,3 +195,82 @@ def test_one_threshold_bound_for_the_whole_product():
     # The largest allowed value is accepted everywhere.
     proc = eaglegate("tool", "plan_gate", json.dumps({"version": VERSION, "threshold": MAX_THRESHOLD}))
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- one message from every entry point
+
+
+# The same bad argument to a command, to `eaglegate tool` and to MCP: (command line, tool,
+# its arguments, the application layer's one line, the command line's exit code).
+BAD_ARGUMENTS = [
+    pytest.param(["plan", "--version", VERSION, "--threshold", "0"], "plan_gate", {"version": VERSION, "threshold": 0},
+                 f"threshold must be an integer batch size from 1 to {MAX_THRESHOLD}, not 0", 2, id="threshold"),
+    pytest.param(["plan", "--version", "9" * 65], "plan_gate", {"version": "9" * 65},
+                 "version is not a plausible value (over 64 characters or a NUL byte)", 2, id="version"),
+    pytest.param(["plan", "--git", "/nonexistent", "--rev=-x"], "plan_gate", {"git": "/nonexistent", "rev": "-x"},
+                 "rev must be a tag or commit, not '-x'", 2, id="rev"),
+    pytest.param(["plan", "--version", VERSION, "--flags", "-x " * 700], "plan_gate",
+                 {"version": VERSION, "flags": "-x " * 700},
+                 "flags is not a plausible value (over 2000 characters or a NUL byte)", 2, id="flags-length"),
+    pytest.param(["plan", "--version", VERSION, "--flags", "--bogus-flag 1"], "plan_gate",
+                 {"version": VERSION, "flags": "--bogus-flag 1"},
+                 "this SGLang does not declare --bogus-flag", 1, id="flags-undeclared"),
+    pytest.param(["couplings", "--version", VERSION, "--category", "bogus"], "find_couplings",
+                 {"version": VERSION, "category": "bogus"},
+                 "category must be one of buffer, cuda_graph, draft_state, mode_check, config_cap, not 'bogus'", 2,
+                 id="category"),
+]
+
+
+def _mcp_refusal(tool: str, arguments: dict) -> str:
+    from test_agents_mcp import refused, with_server
+
+    said: list[str] = []
+
+    async def scenario(session) -> None:
+        said.append(await refused(session, tool, arguments))
+
+    with_server(scenario)
+    return said[0]
+
+
+@pytest.mark.parametrize("entry", ["cli", "tool", "mcp"])
+@pytest.mark.parametrize("cli_args, tool, tool_args, message, code", BAD_ARGUMENTS)
+def test_a_bad_argument_gets_one_message_from_every_entry_point(entry, cli_args, tool, tool_args, message, code):
+    if entry == "cli":
+        assert error_line(eaglegate(*cli_args), code) == f"error: {message}"
+    elif entry == "tool":  # a refused tool call exits 1, as over MCP it is one error answer
+        assert error_line(eaglegate("tool", tool, json.dumps(tool_args))) == f"error: {message}"
+    else:
+        pytest.importorskip("mcp")
+        assert _mcp_refusal(tool, tool_args) == message
+
+
+# The live commands (no agent tool measures servers): each input checked once, by the
+# application layer, whose words the command line prints.
+LIVE_ARGUMENTS = [
+    pytest.param(["sweep", "--url", "localhost:1", "--rounds", "0"], "sweep", {"url": "localhost:1", "rounds": 0},
+                 id="sweep-rounds"),
+    pytest.param(["sweep", "--url", "localhost:1", "--api", "grpc"], "sweep", {"url": "localhost:1", "api": "grpc"},
+                 id="sweep-api"),
+    pytest.param(["sweep", "--url", "localhost:1", "-c", "0,1"], "sweep", {"url": "localhost:1", "concurrency": "0,1"},
+                 id="sweep-levels"),
+    pytest.param(["verify-live", "--url", "localhost:1", "--baseline-url", "localhost:2", "--tolerance", "1.5"],
+                 "verify_live", {"url": "localhost:1", "baseline_url": "localhost:2", "tolerance": 1.5},
+                 id="verify-live-tolerance"),
+    pytest.param(["verify-live", "--url", "localhost:1", "--baseline-url", "localhost:2", "--timeout", "0"],
+                 "verify_live", {"url": "localhost:1", "baseline_url": "localhost:2", "timeout": 0.0},
+                 id="verify-live-timeout"),
+    pytest.param(["calibrate", "a.jsonl"], "calibrate", {"baseline": "a.jsonl"}, id="calibrate-one-file"),
+]
+
+
+@pytest.mark.parametrize("cli_args, operation, app_args", LIVE_ARGUMENTS)
+def test_live_inputs_are_checked_once_in_the_application_layer(cli_args, operation, app_args):
+    from eaglegate import app
+    from eaglegate.errors import UsageError, UserError
+
+    with pytest.raises(UserError) as refused:
+        getattr(app, operation)(**app_args)  # refused before any request is sent
+    code = 2 if isinstance(refused.value, UsageError) else 1
+    assert error_line(eaglegate(*cli_args), code) == f"error: {refused.value}"

@@ -40,7 +40,7 @@ EXPECTED_CHECKS = {
 
 
 def patched_sources(release_tree, version):
-    patch = generate_patch(release_tree(version), threshold=32)  # reads only
+    patch = generate_patch(release_tree(version))  # reads only
     by_path = {c.path: c.after.decode() for c in patch.changes}
     return patch, by_path[f"sglang/{WORKER}"], by_path[f"sglang/{GATE}"]
 

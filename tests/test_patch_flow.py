@@ -34,7 +34,7 @@ def test_gate_flow(version, tmp_path):
     pristine = tree_hash(parent)
     tree = from_path(parent)
 
-    patch = generate_patch(tree, 64)
+    patch = generate_patch(tree)
     diff = tmp_path / "gate.patch"
     diff.write_text(render_patch(patch))
     for check in (["git", "apply", "--check", str(diff)], ["patch", "-p1", "--dry-run", "-i", str(diff)]):
@@ -49,7 +49,7 @@ def test_gate_flow(version, tmp_path):
     assert any(c.endswith("EAGLEWorker." + c.rsplit(".", 1)[-1]) for c in callees)
     assert ".speculative.batch_gate." in callees[-1]
 
-    again = apply(parent, generate_patch(from_path(parent), 64), tree_version=tree.version)
+    again = apply(parent, generate_patch(from_path(parent)), tree_version=tree.version)
     assert not again.changed
     assert status(parent).state == "patched"
 

@@ -106,7 +106,7 @@ def run(cmd: list[str], cwd: Path, stdin: str | None = None) -> subprocess.Compl
 def generated(request, release_tree, tmp_path_factory):
     version = request.param
     tree = pristine_copy(release_tree, version, tmp_path_factory.mktemp(version))
-    patch = generate_patch(tree, threshold=32)
+    patch = generate_patch(tree)
     return version, tree, patch, render_patch(patch)
 
 
@@ -114,7 +114,7 @@ def test_generate_changes_the_worker_server_args_gate_and_scheduler_metrics(
     generated, release_tree
 ):
     version, tree, patch, diff = generated
-    assert patch.version == version and patch.family == "eagle-v1" and patch.threshold == 32
+    assert patch.version == version and patch.family == "eagle-v1" and patch.worker == "v1"
     expected = [GATE, SERVER_ARGS, WORKER]
     # 0.4.x counts spec metrics in scheduler.py without update_spec_metrics: no fourth file.
     assert counts_spec_metrics(release_tree, version) == (version != "0.4.10.post2")
@@ -169,14 +169,14 @@ def test_generate_changes_the_worker_server_args_gate_and_scheduler_metrics(
 
 def test_launch_flags_have_no_caps(generated):
     version, tree, patch, _ = generated
-    assert patch.launch_flags == launch_flags(tree, 32)
-    assert patch.launch_flags == [
+    flags = launch_flags(tree, 32, patch.worker)
+    assert flags == [
         "--speculative-batch-gate-threshold",
         "32",
         "--disable-overlap-schedule",
     ], version
     assert not any(
-        flag in patch.launch_flags for flag in ("--max-running-requests", "--cuda-graph-max-bs")
+        flag in flags for flag in ("--max-running-requests", "--cuda-graph-max-bs")
     )
 
 
@@ -225,7 +225,7 @@ def test_second_run_over_the_patched_tree_changes_nothing(generated, tmp_path):
         target = tmp_path / change.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(change.after)
-    assert generate_patch(SourceTree(package, version, "path"), threshold=32).changes == []
+    assert generate_patch(SourceTree(package, version, "path")).changes == []
     args = (package / SERVER_ARGS).read_text()
     assert args.count(GUARDED_RESET) == 1
 
@@ -241,7 +241,7 @@ def test_two_resets_in_the_eagle_branch_are_refused(release_tree, tmp_path):
     target.write_text("".join(lines[: node.end_lineno] + block + lines[node.end_lineno :]))
     assert [e for _, e in cap_resets(target.read_text())].count(True) == 2
     with pytest.raises(UserError) as info:
-        generate_patch(tree, threshold=32)
+        generate_patch(tree)
     message = str(info.value)
     assert (
         "anchor ServerArgs: `if self.max_running_requests is None: "
@@ -261,7 +261,7 @@ def test_a_half_patched_server_args_is_refused(release_tree, tmp_path):
     lines[node.lineno - 1] = indent + GUARDED_RESET + "\n"
     target.write_text("".join(lines))
     with pytest.raises(UserError, match="partially patched"):
-        generate_patch(tree, threshold=32)
+        generate_patch(tree)
 
 
 def test_scheduler_metrics_leave_out_gated_steps(generated, release_tree):
@@ -329,7 +329,7 @@ def test_diff_applies_with_git_and_patch_and_is_idempotent(generated, tmp_path):
         assert on_disk == change.after, change.path
         compile(on_disk, change.path, "exec")  # every patched file compiles
 
-    again = generate_patch(SourceTree(parent / "sglang", version, "path"), threshold=32)
+    again = generate_patch(SourceTree(parent / "sglang", version, "path"))
     assert again.changes == []
     assert render_patch(again) == ""
     # git agrees the tree is fully patched: the reverse applies cleanly.
@@ -339,9 +339,9 @@ def test_diff_applies_with_git_and_patch_and_is_idempotent(generated, tmp_path):
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
 def test_releases_with_native_adaptive_take_the_overlap_workers_patch(release_tree, version):
-    patch = generate_patch(release_tree(version), threshold=32)
+    patch = generate_patch(release_tree(version))
     assert patch.family == "eagle-v2" and patch.worker == "v2"
-    assert patch.launch_flags == [FLAG, "32"]  # overlap kept, no cap flags
+    assert launch_flags(release_tree(version), 32, patch.worker) == [FLAG, "32"]  # overlap kept, no caps
 
 
 @pytest.mark.parametrize("version", ["0.3.6", "0.5.13.post1"])
@@ -349,7 +349,7 @@ def test_refuses_versions_outside_the_v1_range(release_tree, tmp_path, version):
     tree = pristine_copy(release_tree, "0.5.9", tmp_path)  # a v1 worker, another label
     relabelled = SourceTree(tree.root, version, "path")
     with pytest.raises(UserError, match="outside the v1 gate patch's range"):
-        generate_patch(relabelled, threshold=32)
+        generate_patch(relabelled)
 
 
 @pytest.mark.parametrize(
@@ -382,7 +382,7 @@ def test_refuses_a_hand_modified_anchor(release_tree, tmp_path, rel, old, new, a
     assert text.count(old) == 1
     target.write_text(text.replace(old, new))
     with pytest.raises(UserError) as info:
-        generate_patch(tree, threshold=32)
+        generate_patch(tree)
     assert anchor in str(info.value)
     assert "matched 0 site(s), expected 1" in str(info.value)
 
@@ -399,19 +399,19 @@ def test_refuses_an_anchor_matched_twice(release_tree, tmp_path):
         )
     )
     with pytest.raises(UserError, match=r"matched 2 site\(s\), expected 1"):
-        generate_patch(tree, threshold=32)
+        generate_patch(tree)
 
 
 def test_refuses_a_partially_patched_worker(release_tree, tmp_path):
     tree = pristine_copy(release_tree, "0.5.9", tmp_path)
-    patch = generate_patch(tree, threshold=8)
+    patch = generate_patch(tree)
     worker = next(c for c in patch.changes if c.path.endswith(WORKER)).after.decode()
     without_import = "\n".join(
         line for line in worker.splitlines() if "import finish_gated_decode" not in line
     )
     (tree.root / WORKER).write_text(without_import + "\n")
     with pytest.raises(UserError, match="partially patched"):
-        generate_patch(tree, threshold=8)
+        generate_patch(tree)
 
 
 def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
@@ -422,7 +422,7 @@ def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
         app, ["patch", "--path", str(tree.root), "--threshold", "24", "-o", str(out)]
     )
     assert result.exit_code == 0, result.output
-    assert out.read_text() == render_patch(generate_patch(tree, threshold=24))
+    assert out.read_text() == render_patch(generate_patch(tree))
     assert (
         "launch flags: --speculative-batch-gate-threshold 24 --disable-overlap-schedule\n"
         in result.output
@@ -435,6 +435,9 @@ def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
     assert data["version"] == "0.5.4" and data["already_applied"] is False
     assert data["diff"] == out.read_text()
     assert data["launch_flags"] == launch_flags(tree, 24)
+    # The threshold is a launch parameter: another one gives the same patch, other flags.
+    other = json.loads(runner.invoke(app, ["patch", "--path", str(tree.root), "--threshold", "64", "--json"]).stdout)
+    assert other["diff"] == data["diff"] and other["launch_flags"] == launch_flags(tree, 64)
 
 
 def test_cli_patches_0_5_14_for_the_overlap_worker(release_tree):
@@ -457,7 +460,6 @@ def test_diff_marks_a_missing_final_newline(tmp_path):
     patch = PatchSet(
         version="t",
         family="eagle-v1",
-        threshold=1,
         changes=[
             FileChange("pkg/a.py", b"x = 1\ny = 2", b"x = 1\ny = 3\n"),
             FileChange("pkg/new.py", None, b"z = 0"),

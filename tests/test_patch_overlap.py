@@ -61,9 +61,9 @@ def test_overlap_gate_flow(version, tmp_path):
     pristine = tree_hash(parent)
     tree = from_path(parent)
 
-    patch = generate_patch(tree, 64, worker="v2")
+    patch = generate_patch(tree, worker="v2")
     assert "eagle-v2" in patch.family.split("+")
-    assert patch.launch_flags == [FLAG, "64"]  # overlap kept, no cap flags
+    assert launch_flags(tree, 64, patch.worker) == [FLAG, "64"]  # overlap kept, no cap flags
     diff = tmp_path / "gate.patch"
     diff.write_text(render_patch(patch))
     proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=parent, capture_output=True, text=True)
@@ -78,7 +78,7 @@ def test_overlap_gate_flow(version, tmp_path):
     assert path.startswith("Scheduler.run_batch") and "EAGLEWorkerV2.forward_batch_generation" in path
     assert "batch_gate.run_gated_decode" in path
 
-    assert not apply(parent, generate_patch(from_path(parent), 64, worker="v2"),
+    assert not apply(parent, generate_patch(from_path(parent), worker="v2"),
                      tree_version=tree.version).changed
     assert status(parent).state == "patched"
     revert(parent)
@@ -88,13 +88,13 @@ def test_overlap_gate_flow(version, tmp_path):
 @pytest.mark.parametrize("version", sorted(REFUSES))
 def test_overlap_patch_refuses_releases_whose_anchors_differ(version):
     with pytest.raises(UserError) as refused:
-        generate_patch(release(version), 64, worker="v2")
+        generate_patch(release(version), worker="v2")
     assert REFUSES[version] in str(refused.value) and "refusing to guess" in str(refused.value)
 
 
 def test_a_release_with_both_workers_gates_both_and_the_flags_follow_the_worker():
     tree = release("0.5.12.post1")
-    patch = generate_patch(tree, 32, worker="v1")
+    patch = generate_patch(tree, worker="v1")
     assert patch.family == "eagle-v1+eagle-v2"
     touched = {c.path.split("/", 1)[1] for c in patch.changes}
     assert {"srt/speculative/eagle_worker.py", "srt/speculative/eagle_worker_v2.py",
@@ -123,7 +123,7 @@ def test_plan_routes_the_launch_to_the_worker_it_runs(version, env, family):
 
 def test_from_0_5_13_the_cap_guard_goes_where_the_eagle_family_is_handled():
     """0.5.13 moved speculation's reset of the running cap into a function of its own."""
-    patch = generate_patch(release("0.5.13"), 32, worker="v2")
+    patch = generate_patch(release("0.5.13"), worker="v2")
     hook = next(c for c in patch.changes if c.path.endswith("srt/arg_groups/speculative_hook.py"))
     assert b"max_running_requests is None and not server_args.speculative_batch_gate_threshold" in hook.after
     args = next(c for c in patch.changes if c.path.endswith("srt/server_args.py"))

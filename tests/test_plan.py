@@ -123,7 +123,7 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
     from eaglegate.patches.generate import SERVER_ARGS, generate_patch
 
     patched = next(
-        c.after.decode() for c in generate_patch(release(version), 64).changes
+        c.after.decode() for c in generate_patch(release(version)).changes
         if c.path.endswith(SERVER_ARGS)
     )
     path, lineno = where.rsplit(":", 1)
@@ -267,3 +267,20 @@ def test_a_v1_plan_without_a_patch_does_not_say_the_patch_skips_the_cap():
     plan = build_plan(analysis("0.4.7"), 64, EAGLE3)
     assert not plan.patch
     assert not any("the patch skips" in c for c in plan.caveats)
+
+
+def test_plan_decides_the_launch_through_evaluate_launch():
+    """One launch decision: the algorithm assumed, the settings resolved and the workers
+    chosen are `analyzer.launch.evaluate_launch`'s, as for `couplings`."""
+    from eaglegate.analyzer.launch import DEFAULT_ALGORITHM, evaluate_launch
+
+    a = analysis("0.5.9")
+    for flags in ("", "--disable-overlap-schedule"):
+        launch = evaluate_launch(a.settings, a.spec_map, a.codebase, flags)
+        plan = build_plan(a, 64, flags)
+        assert launch.assumed and all(line in plan.caveats for line in launch.assumed)
+        assert plan.worker in {w.name for w in launch.workers}
+        decided = {d.setting: d.value for d in plan.why}
+        assert decided and all(launch.resolved.values[name] == value for name, value in decided.items())
+        explicit = build_plan(a, 64, f"--speculative-algorithm {DEFAULT_ALGORITHM} {flags}")
+        assert explicit.worker == plan.worker and not any("assumed" in c for c in explicit.caveats)

@@ -39,7 +39,7 @@ def test_apply_revert_whole_release_is_byte_identical(release_tree, tmp_path):
     patch = make_patch(parent)
     original = tree_hash(parent)
 
-    outcome = tx.apply(parent, patch)
+    outcome = tx.apply(parent, patch, threshold=32)
     assert sorted(outcome.changed) == sorted(EDITED + CREATED)
     assert tree_hash(parent, skip_state=True) == expected_patched_of(original, patch)
     manifest = json.loads((parent / f"{STATE_PREFIX}.json").read_text())
@@ -81,18 +81,25 @@ def test_revert_does_not_need_before_bytes(tree):
 
 def test_second_apply_changes_nothing(tree):
     patch = make_patch(tree)
-    tx.apply(tree, patch)
+    tx.apply(tree, patch, threshold=32)
     patched = tree_hash(tree)
-    again = tx.apply(tree, make_patch_from_original(tree, patch))
+    manifest = (tree / f"{STATE_PREFIX}.json").read_bytes()
+    again = tx.apply(tree, make_patch_from_original(tree, patch), threshold=32)
     assert again.changed == []
     assert "already applied" in again.message
     assert tree_hash(tree) == patched
+    # The threshold is a launch parameter: the same patch for another one is no error and
+    # writes nothing, not even the manifest's record of the first apply's threshold.
+    other = tx.apply(tree, make_patch_from_original(tree, patch), threshold=64)
+    assert other.changed == [] and "already applied" in other.message
+    assert tree_hash(tree) == patched
+    assert (tree / f"{STATE_PREFIX}.json").read_bytes() == manifest
+    assert tx.status(tree).manifest.threshold == 32
 
 
 def make_patch_from_original(tree: Path, patch: PatchSet) -> PatchSet:
     """The same patch, regenerated: equal bytes, new objects."""
-    return PatchSet(patch.version, patch.family, patch.threshold,
-                    [FileChange(c.path, c.before, c.after) for c in patch.changes])
+    return PatchSet(patch.version, patch.family, [FileChange(c.path, c.before, c.after) for c in patch.changes])
 
 
 def test_refuses_hand_modified_file_and_writes_nothing(tree):
@@ -121,7 +128,7 @@ def test_version_is_read_from_setuptools_scm_file(tree):
 def test_refuses_paths_outside_the_package(tree):
     before = tree_hash(tree)
     for bad in ("../evil.py", "/etc/passwd", "other_pkg/x.py", "sglang/../x.py"):
-        patch = PatchSet(VERSION, "eagle-v1", 8, [FileChange(bad, None, b"x")])
+        patch = PatchSet(VERSION, "eagle-v1", [FileChange(bad, None, b"x")])
         with pytest.raises(UserError, match="outside the sglang package"):
             tx.apply(tree, patch)
     assert tree_hash(tree) == before
@@ -225,10 +232,10 @@ def test_revert_refuses_file_modified_since_patch_unless_forced(tree):
 
 
 def test_apply_refuses_a_different_patch_over_a_patched_tree(tree):
-    other = make_patch(tree, threshold=64)
-    tx.apply(tree, make_patch(tree, threshold=32))
+    other = make_patch(tree, variant="b")  # other bytes: another patch, whatever the threshold
+    tx.apply(tree, make_patch(tree), threshold=32)
     snapshot = tree_hash(tree)
-    with pytest.raises(UserError, match=r"already patched .*threshold 32.*eaglegate revert"):
+    with pytest.raises(UserError, match=r"already patched with another gate patch .*eagle-v1.*eaglegate revert"):
         tx.apply(tree, other)
     assert tree_hash(tree) == snapshot
 
@@ -244,7 +251,7 @@ def test_status_and_revert_on_a_pristine_tree(tree):
 
 
 def test_status_json_lists_files(tree):
-    tx.apply(tree, make_patch(tree))
+    tx.apply(tree, make_patch(tree), threshold=32)
     data = tx.status(tree).to_json()
     assert data["state"] == "patched" and data["threshold"] == 32 and data["journal"] == "applied"
     assert {f["path"]: f["state"] for f in data["files"]} == {p: "patched" for p in EDITED + CREATED}
@@ -301,26 +308,28 @@ def checkout(release_tree, tmp_path) -> Path:
 
 def test_git_apply_commits_on_a_branch_and_revert_restores(checkout):
     parent = checkout / "python"
-    patch = make_patch(parent, threshold=48)
+    patch = make_patch(parent)
     base = _git(checkout, "rev-parse", "HEAD")
     original = work_hash(checkout)
 
-    outcome = tx.apply(parent, patch, git_mode=True)
-    assert outcome.branch == "eaglegate/gate-48"
-    assert _git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "eaglegate/gate-48"
+    outcome = tx.apply(parent, patch, threshold=48, git_mode=True)
+    assert outcome.branch == "eaglegate/gate"
+    assert _git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "eaglegate/gate"
+    # The commit carries the patch, which every threshold shares: no threshold in its message.
+    assert "48" not in _git(checkout, "log", "-1", "--format=%B")
     assert _git(checkout, "rev-parse", "HEAD~1") == base  # exactly one commit
     assert _git(checkout, "rev-parse", "HEAD") == outcome.commit
     assert sorted(_git(checkout, "diff", "--name-only", base, "HEAD").splitlines()) == sorted(
         f"python/{p}" for p in EDITED + CREATED)
     assert _git(checkout, "status", "--porcelain") == ""  # nothing of ours in the work tree
     assert tx.status(parent).state == "patched"
-    again = tx.apply(parent, patch, git_mode=True)
+    again = tx.apply(parent, patch, threshold=16, git_mode=True)
     assert again.changed == [] and _git(checkout, "rev-parse", "HEAD") == outcome.commit
 
     tx.revert(parent)
     assert _git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert _git(checkout, "rev-parse", "HEAD") == base
-    assert "eaglegate/gate-48" not in _git(checkout, "branch", "--list")
+    assert "eaglegate/gate" not in _git(checkout, "branch", "--list")
     assert _git(checkout, "status", "--porcelain") == ""
     assert work_hash(checkout) == original
     assert tx.status(parent).state == "pristine"
@@ -357,7 +366,7 @@ def test_git_revert_refuses_when_user_committed_on_the_gate_branch(checkout):
     _git(checkout, "checkout", "-q", "main")  # the user moves back themselves
     outcome = tx.revert(parent)  # cleans up the record, keeps the branch with their work
     assert outcome.changed == []
-    assert "eaglegate/gate-32" in _git(checkout, "branch", "--list")
+    assert "eaglegate/gate" in _git(checkout, "branch", "--list")
     assert tx.status(parent).state == "pristine"
 
 
@@ -396,16 +405,25 @@ def test_cli_apply_status_revert_round_trip(tree):
     assert data["launch_flags"] == launch_flags(located, 32, default_worker(located))
     assert data["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "32"]
 
+    patched = tree_hash(tree)
     again = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["changed"] == []
-    # The threshold is read at launch: another one changes no byte, only the flags.
+    # The threshold is read at launch: another one is no error, changes no byte (the
+    # manifest neither), and answers with that threshold's flags.
     other = _cli("apply", "--threshold", "16", "--path", str(tree), "--json")
     assert other.exit_code == 0, other.output
-    assert json.loads(other.stdout)["changed"] == []
-    assert json.loads(other.stdout)["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "16"]
+    data = json.loads(other.stdout)
+    assert data["changed"] == [] and data["message"].startswith("already applied")
+    assert data["launch_flags"] == launch_flags(located, 16, default_worker(located))
+    assert tree_hash(tree) == patched
+    text = _cli("apply", "--threshold", "24", "--path", str(tree))
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith("already applied")
+    assert "launch with: --speculative-batch-gate-threshold 24" in text.stdout
 
     st = _cli("status", "--path", str(tree), "--json")
     assert json.loads(st.stdout)["state"] == "patched"
+    assert json.loads(st.stdout)["threshold"] == 32  # the first apply's, recorded only
     rev = _cli("revert", "--path", str(tree), "--json")
     assert rev.exit_code == 0 and json.loads(rev.stdout)["changed"]
     assert tree_hash(tree) == original

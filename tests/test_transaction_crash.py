@@ -159,7 +159,7 @@ def test_git_apply_killed_at_every_step_recovers(template, tmp_path, then):
         _assert_no_byte_lost(repo / "python", patch)
         if then == "apply":
             outcome = tx.apply(repo / "python", patch, git_mode=True)
-            assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "eaglegate/gate-32", k
+            assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "eaglegate/gate", k
             assert _git(repo, "rev-parse", "HEAD~1") == base, k
             assert _git(repo, "rev-parse", "HEAD") == outcome.commit, k
             assert _git(repo, "status", "--porcelain") == "", k

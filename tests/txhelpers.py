@@ -53,17 +53,19 @@ def copy_full(release_root: Path, dest: Path) -> Path:
     return dest
 
 
-def make_patch(parent: Path, threshold: int = 32, version: str = VERSION) -> PatchSet:
+def make_patch(parent: Path, variant: str = "a", version: str = VERSION) -> PatchSet:
+    """A patch over the subset's files; another `variant` gives other bytes (another patch).
+    No threshold: like the real gate patch, its bytes serve every threshold."""
     changes = []
     for rel in EDITED:
         before = (parent / rel).read_bytes()
         after = before.replace(b"\nimport ", b"\nfrom sglang.srt.speculative import batch_gate  # eaglegate\nimport ", 1)
-        after += f"\n# eaglegate gate above {threshold}\n".encode()
+        after += f"\n# eaglegate gate, variant {variant}\n".encode()
         assert after != before
         changes.append(FileChange(rel, before, after))
     for rel in CREATED:
-        changes.append(FileChange(rel, None, f'"""Batch gate, threshold {threshold}."""\nTHRESHOLD = {threshold}\n'.encode()))
-    return PatchSet(version=version, family="eagle-v1", threshold=threshold, changes=changes)
+        changes.append(FileChange(rel, None, f'"""Batch gate, variant {variant}."""\nVARIANT = {variant!r}\n'.encode()))
+    return PatchSet(version=version, family="eagle-v1", changes=changes)
 
 
 def tree_hash(parent: Path, *, skip_state: bool = False) -> dict[str, str]:

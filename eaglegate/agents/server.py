@@ -45,13 +45,13 @@ R = TypeVar("R")
 
 # Inputs every tool shares: how the SGLang tree is named (at most one of the four).
 Version = Annotated[str | None, Field(
-    max_length=64, description="A released SGLang version, fetched once into eaglegate's cache (e.g. 0.5.9).")]
+    max_length=app.TEXT_LIMITS["version"], description="A released SGLang version, fetched once into eaglegate's cache (e.g. 0.5.9).")]
 TreePath = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="A directory holding an SGLang source tree (site-packages, a checkout).")]
 Git = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="An SGLang git checkout.")]
 Rev = Annotated[str | None, Field(
-    max_length=200, description="With git: a tag or commit to read.")]
+    max_length=app.TEXT_LIMITS["rev"], description="With git: a tag or commit to read.")]
 Python = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="Another Python interpreter (a serving venv) whose installed SGLang to read.")]
 Detail = Annotated[int, Field(
@@ -83,21 +83,25 @@ def _call(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
 class _Server(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        # The SDK drops an argument the tool does not declare; `eaglegate tool` refuses it.
+        # Checked as `eaglegate tool` checks them, before the schema's own checks: the SDK
+        # would drop an argument the tool does not declare, and word a bad value its own way.
         if name in tools.TOOLS:
             try:
                 tools.check_arguments(name, arguments)
-                if arguments.get("threshold") is not None:
-                    app.check_threshold(arguments["threshold"])  # one bound, one message
             except UserError as exc:
                 raise ToolError(str(exc)) from None
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            if not isinstance(exc.__cause__, ValidationError):
+            refusal = exc.__cause__
+            if isinstance(refusal, ToolError) and isinstance(refusal.__cause__, UserError):
+                # A refusal (`_call`): the application layer's line, without the SDK's
+                # "Error executing tool" before it, as the CLI and `eaglegate tool` print it.
+                raise ToolError(str(refusal)) from refusal.__cause__
+            if not isinstance(refusal, ValidationError):
                 raise
             # pydantic's report spans lines; the model gets one per refused argument.
-            first = exc.__cause__.errors()[0]
+            first = refusal.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise ToolError(f"{name}: {where}: {first['msg']}, not {first.get('input')!r}") from exc
 
@@ -133,7 +137,7 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def map_paths(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                   python: Python = None, detail: Detail = 0, page: PageNo = 1,
                   page_size: PageSize = 10,
-                  worker: Annotated[str | None, Field(max_length=40, description="v1 or v2 (or a class name) to see one worker.")] = None,
+                  worker: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["worker"], description="v1 or v2 (or a class name) to see one worker.")] = None,
                   below_page: PageNo = 1,
                   ) -> MapOut:
         """How the Scheduler's event loops reach each EAGLE worker (v1 EAGLEWorker, v2 EAGLEWorkerV2):
@@ -149,10 +153,10 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def find_couplings(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                        python: Python = None, detail: Detail = 0, page: PageNo = 1,
                        page_size: PageSize = 15,
-                       category: Annotated[str | None, Field(max_length=40, description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
-                       worker: Annotated[str | None, Field(max_length=8, description="v1 or v2: findings affecting that worker path.")] = None,
-                       flags: Annotated[str, Field(max_length=2000, description="The server's launch flags, as for plan_gate, e.g. '--speculative-algorithm EAGLE3 --attention-backend triton'.")] = "",
-                       env: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(max_length=32, description="Environment settings NAME=VALUE.")] = None,
+                       category: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["category"], description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
+                       worker: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["worker"], description="v1 or v2: findings affecting that worker path.")] = None,
+                       flags: Annotated[str, Field(max_length=app.MAX_FLAGS_TEXT, description="The server's launch flags, as for plan_gate, e.g. '--speculative-algorithm EAGLE3 --attention-backend triton'.")] = "",
+                       env: Annotated[list[Annotated[str, Field(max_length=app.MAX_ENV_TEXT)]] | None, Field(max_length=app.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE.")] = None,
                        all_findings: Annotated[bool, Field(strict=True, description="Every finding of every launch, one per site, instead of the launch's mechanisms.")] = False,
                        ) -> CouplingsOut:
         """What ties SGLang's runtime to speculation being on (buffers, CUDA graphs, draft state, mode
@@ -167,7 +171,7 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     @server.tool(annotations=READ_ONLY)
     def explain_symbol(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                        python: Python = None,
-                       symbol: Annotated[str | None, Field(max_length=300, description="A function or class: qualified, Class.method, or a unique name.")] = None,
+                       symbol: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["symbol"], description="A function or class: qualified, Class.method, or a unique name.")] = None,
                        location: Annotated[str | None, Field(max_length=tools.MAX_TEXT_ARG, description="file:line inside the tree, as the other tools print it (srt/managers/scheduler.py:2368).")] = None,
                        detail: Detail = 0, page: PageNo = 1, page_size: PageSize = 12,
                        ) -> SymbolOut:
@@ -180,8 +184,8 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def plan_gate(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                   python: Python = None,
                   threshold: Annotated[int | None, Field(ge=1, le=MAX_THRESHOLD, strict=True, description="The batch size to gate at (default 32).")] = None,
-                  flags: Annotated[str, Field(max_length=2000, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
-                  env: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(max_length=32, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
+                  flags: Annotated[str, Field(max_length=app.MAX_FLAGS_TEXT, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
+                  env: Annotated[list[Annotated[str, Field(max_length=app.MAX_ENV_TEXT)]] | None, Field(max_length=app.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
                   ) -> PlanOut:
         """One call for "where is the batch-size gate inserted and what blocks it": both worker paths with
         file:line, the couplings verdict per path, the plan for these flags (which worker runs, the route,

@@ -84,13 +84,24 @@ def check_detail(detail: int) -> int:
     return detail
 
 
-def paginate(items: Sequence[T], page: int, page_size: int) -> tuple[list[T], Page]:
+# The paging arguments and their largest value.
+PAGING = {"page": MAX_PAGE, "below_page": MAX_PAGE, "page_size": MAX_PAGE_SIZE}
+# The yes/no arguments.
+SWITCHES = ("confirm", "force", "all_findings")
+
+
+def check_paging(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= PAGING[name]:
+        raise AgentError(f"{name} must be between 1 and {PAGING[name]}, not {value}")
+    return value
+
+
+def paginate(items: Sequence[T], page: int, page_size: int, page_name: str = "page") -> tuple[list[T], Page]:
     """One page of `items` (1-based) and where it stands; refuses pages past the end."""
-    for name, value, top in (("page", page, MAX_PAGE), ("page_size", page_size, MAX_PAGE_SIZE)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
-        if not 1 <= value <= top:
-            raise AgentError(f"{name} must be between 1 and {top}, not {value}")
+    check_paging(page_name, page)
+    check_paging("page_size", page_size)
     pages = max(1, -(-len(items) // page_size))
     if page > pages:
         raise AgentError(f"page {page} is past the last page ({pages}) of {len(items)} items")
@@ -343,7 +354,7 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
                 item["start_condition"] = _cond(started.cond, detail)
             paths.append(item)
         below, below_meta = paginate([row for w in workers for row in _below_rows(sm, w, detail)],
-                                     below_page, page_size)
+                                     below_page, page_size, "below_page")
         summary = (f"SGLang {tree.version}: {_short(sm, sm.scheduler)} "
                    f"({_where(analysis, sm.scheduler)}). "
                    + " | ".join(_path_summary(analysis, w) for w in workers) + ".")
@@ -431,21 +442,18 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
     """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
     mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
-    category = check_text("category", category, 40)
-    worker = check_text("worker", worker, 40)
-    flags, env = app.check_launch(flags, env)
+    worker = check_text("worker", worker, app.TEXT_LIMITS["worker"])
     if worker is not None and worker.lower() not in ("v1", "v2"):
         raise AgentError(f"worker must be v1 or v2, not {worker!r}")
+    kept, flags, env = app.check_couplings_request(flags, env, category, bool(all_findings))
     tree = session.locate(args)
     with session.lock:
         analysis = session.analysis(tree)
-        data = _coupling_report(analysis)
+        found = app.couplings(analysis, flags, env, categories=kept, every=bool(all_findings))
+        data = found.report.to_json()  # only the category asked for
         spec_map = analysis.spec_map
-        view = None if all_findings else app.couplings_for_launch(analysis, flags, env)
+        view = found.scoped
     findings = [f for f in data.get("findings", []) if isinstance(f, dict)]
-    known = sorted({str(f.get("category")) for f in findings} | set(data.get("counts", {})))
-    if category and category not in known:
-        raise AgentError(f"category must be one of {', '.join(known)}, not {category!r}")
     # What the verdicts rest on first, then other blocking findings: the first page holds
     # what stands in the way on the paths the scheduler takes.
     cited = {str(f.get("site")) for v in data.get("verdicts", []) if isinstance(v, dict)
@@ -455,8 +463,6 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         verdicts = [v for v in verdicts if str(v.get("worker_path")).lower() == worker.lower()]
     said = "; ".join(_verdict_line(v) for v in verdicts)
     if view is None:
-        if category:
-            findings = [f for f in findings if f.get("category") == category]
         if worker:
             findings = [f for f in findings if _affects(f, worker)]
         findings.sort(key=lambda f: (f.get("site") not in cited, f.get("severity") not in _BLOCKING,
@@ -465,8 +471,7 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
         launch: dict[str, Any] = {"scoped": False}
         counted = findings
     else:
-        mechanisms = [m for m in view.mechanisms if (not category or m.category == category)
-                      and (not worker or m.worker_path in (worker.lower(), "both"))]
+        mechanisms = [m for m in view.mechanisms if not worker or m.worker_path in (worker.lower(), "both")]
         mechanisms.sort(key=lambda m: (not any(site in cited for site in m.sites), m.severity not in _BLOCKING))
         rows = [_mechanism_facts(m, detail, spec_map, cited) for m in mechanisms]
         launch = {"scoped": True, "selects": view.selects, "left_out": view.left_out,
@@ -585,7 +590,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
                    session: Session = SESSION) -> SymbolOut:
     """A function or class: where it is defined, who calls it, what it calls, and its source."""
     check_detail(detail)
-    symbol = check_text("symbol", symbol, 300)
+    symbol = check_text("symbol", symbol, app.TEXT_LIMITS["symbol"])
     if (symbol is None) == (location is None):
         raise AgentError("give exactly one of symbol (e.g. EAGLEWorker.forward_batch_generation) "
                          "or location (e.g. srt/managers/scheduler.py:2368)")
@@ -714,7 +719,8 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
     check_detail(detail)
     app.check_threshold(threshold)
     tree = session.locate(args)
-    patch = app.make_patch(tree, threshold, confined=True)
+    made = app.make_patch(tree, threshold, confined=True)
+    patch = made.files
     files = []
     for c in patch.changes:
         before = c.before.decode("utf-8", "replace").splitlines() if c.before is not None else []
@@ -733,7 +739,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
     return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
             "family": patch.family, "threshold": threshold, "package_parent": str(tree.root.parent),
             "files": files, "insertion_point": point, "already_applied": not patch.changes,
-            "launch_flags": list(patch.launch_flags),
+            "launch_flags": list(made.launch_flags),
             "hunks": chunk if detail else [], "hunks_page": meta}
 
 
@@ -824,7 +830,7 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
         except Exception as exc:  # noqa: BLE001
             log.exception("plan failed on %s", tree.root)
             plan = {"available": False, "note": f"the gate plan failed: {type(exc).__name__}: {exc}"}
-    gate = _gate_facts(tree, threshold)
+    gate = _gate_facts(tree)
     parts = [f"SGLang {tree.version}"]
     parts += [_path_summary(analysis, w) for w in sm.workers]
     if verdicts.get("available"):
@@ -848,12 +854,12 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
             "next_steps": next_steps}
 
 
-def _gate_facts(tree: source.SourceTree, threshold: int | None) -> dict[str, Any]:
+def _gate_facts(tree: source.SourceTree) -> dict[str, Any]:
     """The patch generator's own answer: where the gate goes for the worker a default launch
-    runs, or why there is no code patch."""
+    runs, or why there is no code patch (the same for every threshold)."""
     try:
         family = generate.check_family(tree)
-        patch = app.make_patch(tree, threshold or 32, confined=True)
+        patch = app.patch_files(tree, confined=True)
     except UserError as exc:
         return {"route": "no code patch", "reason": str(exc)}
     route = ("code patch in the overlap worker EAGLEWorkerV2" if patch.worker == "v2"
@@ -913,8 +919,10 @@ _TREE_KEYS = ("version", "path", "git", "rev", "python")
 
 
 def check_arguments(name: str, arguments: dict[str, Any]) -> None:
-    """Refuse an argument the tool does not take (the MCP server asks here too, so both
-    refuse alike; a silently dropped argument would answer another question)."""
+    """Refuse an argument the tool does not take (a silently dropped argument would answer
+    another question) and any value out of its range, before any work. The MCP server asks
+    here first too, so `eaglegate tool` and MCP refuse a bad argument in the same words, the
+    application layer's (which the CLI gives too)."""
     import inspect
 
     accepted = set(inspect.signature(TOOLS[name]).parameters) - {"args", "session"}
@@ -922,6 +930,14 @@ def check_arguments(name: str, arguments: dict[str, Any]) -> None:
     if unknown:
         raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
                          f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+    app.check_inputs(arguments)
+    for key, value in arguments.items():
+        if key == "detail":
+            check_detail(value)
+        elif key in PAGING:
+            check_paging(key, value)
+        elif key in SWITCHES and not isinstance(value, bool):
+            raise AgentError(f"{key} must be true or false, not {value!r}")
 
 
 def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 
 Api = Literal["auto", "completions", "chat", "generate"]
 # Token ids of generated prompts: above the special tokens of common vocabularies and
@@ -98,6 +98,16 @@ class Generation:
     finish_reason: str | None = None
 
 
+API_CHOICES = ("auto", "completions", "chat", "generate")
+
+
+def check_api(value: object) -> Api:
+    """How requests are sent: one of `API_CHOICES`."""
+    if value not in API_CHOICES:
+        raise UsageError(f"--api must be auto, completions, chat or generate, not {value!r}")
+    return value  # type: ignore[return-value]
+
+
 def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
     """Turn `host:port`, a base URL or a full completions URL into an endpoint.
 
@@ -149,6 +159,8 @@ def load_prompts(path: str | Path | None) -> list[str]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UserError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # binary, UTF-16
+        raise UserError(f"prompts file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     prompts: list[str] = []
     for line in lines:
         if not line.strip():

@@ -285,6 +285,8 @@ def read_results(path: str | Path) -> list[Point]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read results file {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # binary, UTF-16
+        raise UserError(f"results file {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     rows: list[tuple[int, Any]] = []
     stripped = text.lstrip()
     if stripped.startswith("["):

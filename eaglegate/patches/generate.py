@@ -1,11 +1,12 @@
 """Build the gate `PatchSet` for one SGLang tree: the v1 `EAGLEWorker` and the overlap
 worker `EAGLEWorkerV2`, each where the tree has it and its anchors fit.
 
-`generate_patch(tree, threshold, worker)` reads the tree, refuses trees with no
-code-patch route (with the reason and the route to take instead), runs the codemods of
-each worker family, adds the gate module, and lists the launch flags of the worker the
-launch runs. One patched tree gates whichever worker SGLang then selects. Files that would
-not change are left out, so on an already-patched tree the patch set is empty.
+`generate_patch(tree, worker)` reads the tree, refuses trees with no code-patch route
+(with the reason and the route to take instead), runs the codemods of each worker family,
+adds the gate module, and names the worker the launch runs. One patched tree gates
+whichever worker SGLang then selects. Files that would not change are left out, so on an
+already-patched tree the patch set is empty. The threshold is no input: the patched code
+reads it at launch, from the flags `launch_flags(tree, threshold, worker)` makes.
 """
 
 from __future__ import annotations
@@ -223,14 +224,13 @@ def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str],
     return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
 
 
-def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) -> PatchSet:
-    """The gate patch for this tree at this threshold (empty when already applied).
+def generate_patch(tree: SourceTree, worker: str | None = None) -> PatchSet:
+    """The gate patch for this tree (empty when already applied); every threshold gets it.
 
     Both worker families are patched where the tree has them and their anchors fit; a
-    family whose anchors refuse is left out, unless `worker` names it. The launch flags are
-    those of `worker`, by default the worker a launch with no flags selects."""
-    if threshold < 1:
-        raise UserError("--threshold must be a positive integer")
+    family whose anchors refuse is left out, unless `worker` names it. The patch's worker
+    (the one its launch flags are for) is `worker`, by default the worker a launch with no
+    flags selects."""
     family = check_family(tree)
     changes: list[FileChange] = []
     patched: list[str] = []
@@ -268,11 +268,4 @@ def generate_patch(tree: SourceTree, threshold: int, worker: str | None = None) 
         worker = next(k for k, v in WORKER_LABELS.items() if v == patched[0])
         if len(patched) > 1:
             worker = default_worker(tree)
-    return PatchSet(
-        version=tree.version,
-        family="+".join(patched),
-        threshold=threshold,
-        changes=changes,
-        launch_flags=launch_flags(tree, threshold, worker),
-        worker=worker,
-    )
+    return PatchSet(version=tree.version, family="+".join(patched), changes=changes, worker=worker)

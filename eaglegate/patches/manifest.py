@@ -1,7 +1,8 @@
 """The journal an apply leaves beside the package: what was changed and how to undo it.
 
-One JSON file records the patch (version, family, threshold, time), the state of the
-transaction and, per file, the hashes before and after and whether the patch created it.
+One JSON file records the patch (version, family, time), the threshold the apply was made
+for (a launch parameter: no byte of the patch depends on it), the state of the transaction
+and, per file, the hashes before and after and whether the patch created it.
 Original bytes live in a backup folder next to it, so a revert never depends on the
 generator still knowing the `before` text. `state` is the crash journal:
 "applying" and "reverting" mean a transaction was interrupted and must be finished.
@@ -42,7 +43,7 @@ class FileRecord:
 class Manifest:
     version: str
     family: str
-    threshold: int
+    threshold: int | None  # the launch parameter at apply time (None: not given), for `status`
     time: str
     state: str
     files: list[FileRecord]
@@ -63,7 +64,7 @@ class Manifest:
         return cls(
             version=str(data["version"]),
             family=str(data["family"]),
-            threshold=int(data["threshold"]),
+            threshold=None if data.get("threshold") is None else int(data["threshold"]),
             time=str(data["time"]),
             state=str(data["state"]),
             files=files,

@@ -31,11 +31,12 @@ class FileChange:
 
 @dataclass
 class PatchSet:
-    """Every file change of one gate patch for one SGLang version."""
+    """Every file change of one gate patch for one SGLang version.
+
+    No threshold: the patched code reads it from the server's launch flag at run time, so
+    one patch serves every threshold (`generate.launch_flags` makes the flags)."""
 
     version: str
     family: str  # "eagle-v1", "eagle-v2" or "eagle-v1+eagle-v2"
-    threshold: int
     changes: list[FileChange] = field(default_factory=list)
-    launch_flags: list[str] = field(default_factory=list)
-    worker: str = "v1"  # the worker the launch flags run: "v1" or "v2" (the overlap worker)
+    worker: str = "v1"  # the worker its launch flags are for: "v1" or "v2" (the overlap worker)

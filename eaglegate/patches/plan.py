@@ -24,18 +24,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.launch import selected_workers, selection_atoms
-from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, parse_env, parse_flags, resolve
+from eaglegate.analyzer.launch import evaluate_launch, selected_workers, selection_atoms
+from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
 
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD = 32
-DEFAULT_ALGORITHM = "EAGLE3"
 # docs/architecture.md: from 0.5.14 on, native adaptive speculation takes these two flags.
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
-# What the native route's steps=0 state costs, measured (issue 21's H200 run, bench/gpu).
+# What the native route's steps=0 state costs, measured (the H200 runs of bench/gpu).
 NATIVE_COST = (
     "measured on SGLang 0.5.16 (H200, EAGLE-3, accept pair, threshold 50): its steps=0 state served "
     "28-41 % of plain decoding under load (5.4-5.9k against 13.3-21.2k output tok/s at 64-256 "
@@ -112,21 +111,17 @@ def build_plan(
     flags: str = "",
     env: list[str] | None = None,
 ) -> GatePlan:
-    """The plan for this tree under the user's launch flags and environment."""
-    if threshold is not None and threshold < 1:
-        raise UserError("--threshold must be a positive integer")
+    """The plan for this tree under the user's launch flags and environment (the threshold
+    is checked by the caller, `app.plan`)."""
     threshold = threshold or DEFAULT_THRESHOLD
     settings = analysis.settings
-    user_flags = parse_flags(settings, flags)
-    user_env = parse_env(settings, env or [])
-    assumed = []
-    if "speculative_algorithm" in settings.defaults and "speculative_algorithm" not in user_flags:
-        user_flags["speculative_algorithm"] = DEFAULT_ALGORITHM  # the question is about EAGLE-3
-        assumed.append(f"--speculative-algorithm {DEFAULT_ALGORITHM} assumed (not in --flags)")
+    # What the launch runs, decided as `couplings` decides it; the caps' post-processing too.
+    launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase, flags, env,
+                             wanted=set(_cap_settings(settings)))
+    user_flags, user_env, resolved = launch.flags, launch.env, launch.resolved
+    chosen, excluded, assumed = launch.workers, launch.excluded, launch.assumed
     atoms = _atoms(analysis)
     wanted = atoms | set(_cap_settings(settings))
-    resolved = resolve(settings, user_flags, user_env, wanted)
-    chosen, excluded = _selected(analysis, resolved)
     version = analysis.tree.version
     plan = GatePlan(version, "no-eagle-worker", None, threshold)
     plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
@@ -199,11 +194,11 @@ def _patch_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -
 
 def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> None:
     from eaglegate.patches.diff import render_patch
-    from eaglegate.patches.generate import generate_patch
+    from eaglegate.patches.generate import generate_patch, launch_flags
 
     plan.family, plan.worker = f"{worker.label}-code-patch", worker.name
     try:
-        patch = generate_patch(analysis.tree, plan.threshold, worker.label)
+        patch = generate_patch(analysis.tree, worker.label)
     except UserError as exc:
         # The plan still answers (worker, caps, why); only the patch is missing.
         plan.blocked_by = [f"the gate patch does not fit this tree: {exc}"]
@@ -215,7 +210,7 @@ def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> N
         "apply": f"eaglegate apply --threshold {plan.threshold}",
         "entry": worker.entry,
     }
-    plan.launch_flags = list(patch.launch_flags)  # generate.launch_flags, as patch and apply
+    plan.launch_flags = launch_flags(analysis.tree, plan.threshold, patch.worker)  # as patch and apply
 
 
 def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,

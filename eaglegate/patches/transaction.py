@@ -16,9 +16,12 @@ What a caller may rely on:
 - Symlinks the patch replaced come back from revert as the same symlinks.
 - One apply or revert at a time per tree, by `fcntl.flock` on a lock file that exists
   only while held; a killed holder releases it with its last file descriptor.
-- Git mode commits the patch on a new branch `eaglegate/gate-<threshold>`; revert moves
-  HEAD back to the branch or commit it came from and deletes the gate branch when its
-  tip is still the patch commit. No revert commit is added to the user's history.
+- Git mode commits the patch on a new branch `eaglegate/gate`; revert moves HEAD back to
+  the branch or commit it came from and deletes the gate branch when its tip is still the
+  patch commit. No revert commit is added to the user's history.
+- The threshold is no part of a patch: the patched code reads it at launch. The manifest
+  records the one the apply was made for (a launch parameter, for `status`), and an apply
+  over the same patch for another threshold changes nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
 
 PACKAGE = "sglang"
 COMMIT_MARK = "eaglegate: "  # first words of every patch commit's subject
+GATE_BRANCH = "eaglegate/gate"  # git mode's branch: one patch serves every threshold
 
 # Test hook: called after every durable step (and between a temp write and its rename),
 # so a test can SIGKILL the process at each point of a transaction.
@@ -132,16 +136,19 @@ def apply(
     package_parent: Path,
     patch: PatchSet,
     *,
+    threshold: int | None = None,
     tree_version: str | None = None,
     git_mode: bool = False,
     allow_dirty: bool = False,
 ) -> Outcome:
     """Apply `patch` to the tree whose `sglang` package sits in `package_parent`.
 
-    `tree_version` is the version the caller located (e.g. from distribution metadata);
-    without it the package's version files are read. A second apply of the same patch
-    changes nothing. `git_mode` commits on a new branch; `allow_dirty` lets it start from
-    a work tree with uncommitted changes (they are neither committed nor lost).
+    `threshold` is the launch parameter the caller will start the server with, recorded in
+    the manifest only. `tree_version` is the version the caller located (e.g. from
+    distribution metadata); without it the package's version files are read. A second
+    apply of the same patch changes nothing, whatever its threshold. `git_mode` commits on
+    a new branch; `allow_dirty` lets it start from a work tree with uncommitted changes
+    (they are neither committed nor lost).
     """
     parent = Path(package_parent).resolve()
     paths = _check_paths(patch)
@@ -187,7 +194,7 @@ def apply(
                 "apply", [], "the files already hold this patch (no eaglegate manifest: "
                 "it was applied by other means); nothing changed", recovered
             )
-        return _apply_fresh(layout, patch, repo, recovered)
+        return _apply_fresh(layout, patch, repo, recovered, threshold)
 
 
 def revert(package_parent: Path, *, force: bool = False) -> Outcome:
@@ -263,8 +270,8 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
         if adopted:
             return Outcome("revert", changed, f"reverted a gate patch no eaglegate manifest recorded: "
                            f"{len(changed)} files restored from {adopted}")
-        return Outcome("revert", changed, f"reverted the gate patch (threshold {manifest.threshold}): "
-                       f"{len(changed)} files restored{where}", branch=manifest.git.get("branch", ""))
+        return Outcome("revert", changed, f"reverted the gate patch: {len(changed)} files restored{where}",
+                       branch=manifest.git.get("branch", ""))
 
 
 def recover(package_parent: Path) -> str:
@@ -404,19 +411,24 @@ def _classify_for_apply(layout: Layout, patch: PatchSet) -> int:
     return len(at_after)
 
 
+ALREADY_APPLIED = "already applied; nothing changed (the threshold is read at launch, from its flag)"
+
+
 def _already_applied(layout: Layout, manifest: Manifest, patch: PatchSet, recovered: str) -> Outcome:
-    same = (manifest.threshold == patch.threshold and manifest.family == patch.family
+    """The same patch again (same files, same bytes) changes nothing; another patch is
+    refused. The recorded threshold takes no part: it is a launch parameter."""
+    same = (manifest.family == patch.family
             and [(r.path, r.sha256_after) for r in manifest.files]
             == [(c.path, sha256(c.after)) for c in patch.changes])
     if not same:
         raise UserError(
-            f"already patched (SGLang {manifest.version}, threshold {manifest.threshold}, "
+            f"already patched with another gate patch (SGLang {manifest.version}, {manifest.family}, "
             f"{manifest.time}); run `eaglegate revert` first"
         )
     modified = [r.path for r in manifest.files if _state_of(layout, r) != "patched"]
     if modified:
         raise UserError(f"patched, but {_names(modified)} changed since; see `eaglegate status`")
-    return Outcome("apply", [], f"already applied (threshold {manifest.threshold}); nothing changed",
+    return Outcome("apply", [], ALREADY_APPLIED,
                    recovered, manifest.git.get("branch", ""), manifest.git.get("commit", ""))
 
 
@@ -549,7 +561,8 @@ def _now() -> str:
 # ---------------------------------------------------------------- transactions
 
 
-def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str) -> Outcome:
+def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str,
+                 threshold: int | None) -> Outcome:
     records = [FileRecord(c.path, sha256(c.before), hashlib.sha256(c.after).hexdigest(), c.before is None,
                           _link_of(layout.target(c.path)))
                for c in patch.changes]
@@ -564,9 +577,9 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
     version = patch.version
     if version in ("", "unknown"):
         version = read_package_version(layout.parent / PACKAGE) or "unknown"
-    manifest = Manifest(version, patch.family, patch.threshold, _now(), APPLYING, records,
+    manifest = Manifest(version, patch.family, threshold, _now(), APPLYING, records,
                         sorted(created_dirs, key=lambda d: d.count("/")))
-    branch = f"eaglegate/gate-{patch.threshold}"
+    branch = GATE_BRANCH
     if repo is not None:
         manifest.git = _git_plan(repo, layout, branch)
 
@@ -607,7 +620,7 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
         raise
     where = f" on branch {branch}" if repo is not None else ""
     return Outcome("apply", [c.path for c in patch.changes],
-                   f"applied the gate patch (threshold {patch.threshold}) to {len(patch.changes)} files{where}",
+                   f"applied the gate patch to {len(patch.changes)} files{where}",
                    recovered, branch if repo is not None else "", manifest.git.get("commit", ""))
 
 
@@ -831,7 +844,7 @@ def _git_commit(repo: git.Repo, layout: Layout, patch: PatchSet) -> str:
     except git.GitCommandError:  # no identity configured: commit as eaglegate itself
         env = {"GIT_AUTHOR_NAME": "eaglegate", "GIT_AUTHOR_EMAIL": "eaglegate@localhost",
                "GIT_COMMITTER_NAME": "eaglegate", "GIT_COMMITTER_EMAIL": "eaglegate@localhost"}
-    message = (f"{COMMIT_MARK}batch-size gate for EAGLE (threshold {patch.threshold})\n\n"
+    message = (f"{COMMIT_MARK}batch-size gate for EAGLE\n\n"
                f"SGLang {patch.version}, strategy {patch.family}. Written by `eaglegate apply --git`;\n"
                "undo with `eaglegate revert`.\n")
     repo.git.add("--", *paths)
@@ -960,7 +973,7 @@ def _release_reference(parent: Path) -> tuple[Path | None, list[tuple[str, bytes
     try:
         from eaglegate.patches.generate import generate_patch
 
-        written = [(c.path, c.after) for c in generate_patch(tree, 32).changes]
+        written = [(c.path, c.after) for c in generate_patch(tree).changes]
     except UserError:
         written = []  # a version with no code patch: the marks alone say what was written
     return tree.root.parent, written, ""

@@ -10,7 +10,14 @@ already-patched source unchanged:
 - `server_args` and `speculative_hook`: the gate's server argument and the running-cap
   guard, in `ServerArgs` or (0.5.13 on) the EAGLE family's own hook;
 - `scheduler_metrics` and `spec_metrics_log`: gated steps left out of the speculative
-  metrics, and the decode log's accept length guarded against intervals of gated steps.
+  metrics, and the decode log's accept length guarded against intervals of gated steps;
+- `adaptive_feed`: gated steps kept out of SGLang's adaptive speculation (0.5.12 on).
+
+Edits are anchored by LibCST matchers on named classes, methods and call shapes, never by
+substrings; new imports are inserted as nodes (`common.gate_import`). The only text tests
+are cheap pre-checks that keep a file from being parsed at all: whether a module holds
+what a transform edits, or already holds the gate's own names (`"--speculative-batch-gate-
+threshold"`, `eaglegate_gated_step`), which no unpatched SGLang contains.
 
 `common` holds what they share. `patches/generate.py` picks the transforms per release.
 """

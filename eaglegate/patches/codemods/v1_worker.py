@@ -157,4 +157,4 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker.p
 
     new_cls = replace_methods(cls, {id(func): new_func, **end_init_with(cls, INIT, file)})
     module = replace_class(module, cls, new_cls)
-    return insert_gate_import(module, new_cls, f"{FINISH}, {INIT}, {PREPARE}", file).code
+    return insert_gate_import(module, new_cls, (FINISH, INIT, PREPARE), file).code

@@ -126,7 +126,7 @@ def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_inf
         "the over-allocation: `... - r.kv_allocated_len` or `max(cur, r.kv_committed_len + ...)`",
     ).check(wrap.unclamped + wrap.clamped)
     new_cls = cls.with_changes(body=cls.body.with_changes(body=replace_in(cls.body.body, func, new_func)))
-    return insert_gate_import(replace_class(module, cls, new_cls), new_cls, ALLOC, file).code
+    return insert_gate_import(replace_class(module, cls, new_cls), new_cls, (ALLOC,), file).code
 
 
 def _handed_on(func: cst.FunctionDef) -> int:
@@ -170,4 +170,4 @@ def patch_prepare_function(source: str, file: str = "sglang/srt/speculative/eagl
         "or the reservation handed to a helper",
     ).check(wrap.unclamped + wrap.clamped + _handed_on(func))
     module = module.with_changes(body=replace_in(module.body, func, new_func))
-    return insert_gate_import(module, new_func, ALLOC, file).code
+    return insert_gate_import(module, new_func, (ALLOC,), file).code

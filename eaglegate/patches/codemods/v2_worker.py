@@ -132,5 +132,5 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     init_at = GRAPH_INIT if methods(cls, (GRAPH_INIT,)) else "__init__"
     new_cls = replace_methods(cls, {id(func): new_func, **end_method_with(cls, init_at, INIT, file)})
     module = replace_class(module, cls, new_cls)
-    imported = f"{INIT}, {IS_GATED}, {IS_GATED_PREFILL}, {RUN_GATED}, {RUN_GATED_PREFILL}"
+    imported = (INIT, IS_GATED, IS_GATED_PREFILL, RUN_GATED, RUN_GATED_PREFILL)
     return insert_gate_import(module, new_cls, imported, file).code
