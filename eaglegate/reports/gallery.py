@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_VERSIONS = ("0.5.9", "0.5.23")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # eaglegate/reports/gallery.py -> the checkout
 DEFAULT_OUT = REPO / "docs" / "gallery"
 FILES = {"md": "report.md", "html": "report.html", "json": "report.json"}
 
