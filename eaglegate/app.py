@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglegate.analyzer import source
 from eaglegate.errors import UsageError, UserError
+from eaglegate.live.calibrate import Roofline
 from eaglegate.patches.model import MAX_THRESHOLD, PatchSet
 
 if TYPE_CHECKING:
@@ -447,11 +448,12 @@ class Estimate:
     bandwidth_tbs: float | None = None
     draft_params_b: float | None = None
     num_steps: int | None = None
-    context_len: int = 1024
+    # The model's own defaults, so the two cannot drift apart.
+    context_len: int = Roofline.context_len
     kv_kib_per_token: float | None = None
-    flops_efficiency: float = 0.6
-    bandwidth_efficiency: float = 0.8
-    overhead_ms: float = 0.0
+    flops_efficiency: float = Roofline.flops_efficiency
+    bandwidth_efficiency: float = Roofline.bandwidth_efficiency
+    overhead_ms: float = Roofline.overhead_ms
     max_concurrency: int = 1024
 
 
