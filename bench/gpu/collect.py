@@ -1,9 +1,12 @@
-"""Gather the raw GPU runs (bench/gpu/raw/<run>/rows_<run>.json) into bench/gpu/results.json
-and print the README's table. Paths of the GPU machine are replaced by placeholders first.
+"""Gather the raw GPU runs (bench/gpu/raw/<run>/rows_<run>.json.gz) into bench/gpu/results.json
+and print the README's tables. Paths of the GPU machine are replaced by placeholders first, and
+a run's rows_<run>.json, as run.py writes it, is gzipped in place (the checkout travels to the
+GPU machine beside a 52 MB SGLang pack, under a 64 MiB limit).
 
-    python bench/gpu/collect.py            # rewrites results.json, prints the table
+    python bench/gpu/collect.py            # rewrites results.json, prints the tables
 """
 
+import gzip
 import json
 import re
 import statistics
@@ -34,17 +37,27 @@ MACHINE_PATHS = [
 
 def scrub_raw() -> None:
     for path in RAW.rglob("*"):
-        if path.is_file():
-            text = path.read_text(errors="replace")
-            new = text
-            for pattern, placeholder in MACHINE_PATHS:
-                new = pattern.sub(placeholder, new)
-            if new != text:
-                path.write_text(new)
+        if not path.is_file():
+            continue
+        zipped = path.suffix == ".gz"
+        text = (gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()).decode(errors="replace")
+        new = text
+        for pattern, placeholder in MACHINE_PATHS:
+            new = pattern.sub(placeholder, new)
+        if path.name.startswith("rows_") and path.suffix == ".json":
+            # mtime=0: the same rows give the same bytes, so git sees no change on a rerun
+            path.with_name(path.name + ".gz").write_bytes(gzip.compress(new.encode(), mtime=0))
+            path.unlink()
+        elif new != text:
+            path.write_bytes(gzip.compress(new.encode(), mtime=0) if zipped else new.encode())
+
+
+def rows_of(run: str) -> dict:
+    return json.loads(gzip.decompress((RAW / run / f"rows_{run}.json.gz").read_bytes()))
 
 
 def load() -> dict:
-    return {run: json.loads((RAW / run / f"rows_{run}.json").read_text()) for run in (TABLE_RUN, CONTROL_RUN)}
+    return {run: rows_of(run) for run in (TABLE_RUN, CONTROL_RUN)}
 
 
 def collect() -> dict:
@@ -90,46 +103,75 @@ OVERLAP_NOTES = {
 }
 
 
-def collect_overlap() -> dict:
-    runs = {run: json.loads((RAW / run / f"rows_{run}.json").read_text())
-            for run in (*OVERLAP_RUNS, *OVERLAP_EQUIVALENCE_RUNS)}
+# The same servers on 0.5.16, where SGLang has its own adaptive route: the accept pair (H1)
+# and the real pair (H3), one call each; the native route (H2's `adaptive`) and the greedy
+# sets under deterministic inference in the call between them.
+NEWEST_RUNS = ("H1", "H3")
+NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference"}
+NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
+NEWEST_NOTES = {
+    "H1": "accept pair, every level; adaptive did not fit the call",
+    "H2": "adaptive on the accept pair with threshold 59 (H1's), then the context pair under "
+          "deterministic inference. adaptive ran without plain-default's caps (no plain-default "
+          "in the call; the harness refuses that since): SGLang reset its running cap to 48, so "
+          "its batch never passed 59 and it never left its 3-step tier",
+    "H3": "real pair (temperature 1), every level",
+}
+# Servers whose rows come from another call of the same version and pair.
+NEWEST_BORROWED = {"H1": {"adaptive": "H2"}}
+
+
+def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None) -> dict:
+    """One version's runs of the overlap worker's servers: rows, medians per run (a server
+    another call measured for the same pair is borrowed from it), thresholds, equivalence."""
+    borrowed = borrowed or {}
+    names = {*table_runs, *equivalence_runs, *(r for b in borrowed.values() for r in b.values())}
+    runs = {run: rows_of(run) for run in sorted(names)}
     rows = [{**row, "run": run, "sglang": data["sglang"], "pair": row.get("pair", "accept"),
-             "threshold": data.get("threshold") if row["server"] == "gated-v2" else None}
-            for run in OVERLAP_RUNS for data in [runs[run]] for row in data["rows"]]
-    medians = {run: {s: [median(rows, s, c, run) for c in LEVELS] for s in OVERLAP_SERVERS}
-               for run in OVERLAP_RUNS}
+             "threshold": data.get("threshold") if row["server"] in ("gated-v2", "adaptive") else None}
+            for run in sorted(names) for data in [runs[run]] for row in data["rows"]]
+    medians = {run: {s: [median(rows, s, c, borrowed.get(run, {}).get(s, run)) for c in LEVELS]
+                     for s in servers} for run in table_runs}
+    versions = {runs[run]["sglang"] for run in table_runs}
+    assert len(versions) == 1, f"one version per table, not {versions}"
     return {
-        "sglang": runs[OVERLAP_TABLE_RUN]["sglang"], "table_run": OVERLAP_TABLE_RUN,
-        "notes": OVERLAP_NOTES,
-        "thresholds": {run: runs[run].get("threshold") for run in OVERLAP_RUNS},
-        "calibrate": {run: runs[run].get("calibrate") for run in OVERLAP_RUNS},
+        "sglang": versions.pop(), "table_runs": list(table_runs), "borrowed": borrowed,
+        "notes": notes,
+        "thresholds": {run: runs[run].get("threshold") for run in table_runs},
+        "calibrate": {run: runs[run].get("calibrate") for run in table_runs},
         "medians": medians,
         "rows": rows,
         "equivalence": {run: {"kernels": kernels, "threshold": 16,
                               "report": runs[run].get("equivalence")}
-                        for run, kernels in OVERLAP_EQUIVALENCE_RUNS.items()},
+                        for run, kernels in equivalence_runs.items()},
     }
 
 
-def overlap_table(result: dict) -> str:
-    ov = result["overlap_worker"]
-    lines = ["| output tok/s, median of 3, SGLang " + ov["sglang"] + " | run (pair) | "
+def runs_table(section: dict, servers) -> str:
+    """Each server's medians per run, then gated-v2 against the best of the others."""
+    lines = ["| output tok/s, median of 3, SGLang " + section["sglang"] + " | run (pair) | "
              + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 2) + "|"]
-    for server in OVERLAP_SERVERS:
-        for run in OVERLAP_RUNS:
-            label = server + (f", threshold {ov['thresholds'][run]}" if server == "gated-v2" else "")
-            lines.append(f"| {label} | {run} ({pair_of(ov, run)}) | "
-                         + " | ".join(f"{v:.0f}" if v else "-" for v in ov["medians"][run][server]) + " |")
-    for run in OVERLAP_RUNS:
-        m = ov["medians"][run]
-        best = [max(p, e) for p, e in zip(m["plain-default"], m["eagle-v2"], strict=True)]
-        lines.append(ratio_line(f"gated-v2 / max(plain-default, eagle-v2) | {run} ({pair_of(ov, run)})",
+    others = [s for s in servers if s != "gated-v2"]
+    for server in servers:
+        for run in section["table_runs"]:
+            values = section["medians"][run][server]
+            if not any(values):
+                continue
+            source = section["borrowed"].get(run, {}).get(server)
+            label = server + (f", threshold {section['thresholds'][run]}" if server == "gated-v2" else "")
+            lines.append(f"| {label} | {source or run} ({pair_of(section, run)}) | "
+                         + " | ".join(f"{v:.0f}" if v else "-" for v in values) + " |")
+    for run in section["table_runs"]:
+        m = section["medians"][run]
+        present = [s for s in others if any(m[s])]
+        best = [max((v for v in col if v), default=None) for col in zip(*(m[s] for s in present), strict=True)]
+        lines.append(ratio_line(f"gated-v2 / max({', '.join(present)}) | {run} ({pair_of(section, run)})",
                                 m["gated-v2"], best))
     return "\n".join(lines)
 
 
-def pair_of(ov: dict, run: str) -> str:
-    return next(r["pair"] for r in ov["rows"] if r["run"] == run)
+def pair_of(section: dict, run: str) -> str:
+    return next(r["pair"] for r in section["rows"] if r["run"] == run)
 
 
 def median(rows, server, c, run=TABLE_RUN):
@@ -172,11 +214,16 @@ def table(result: dict) -> str:
 def main() -> None:
     scrub_raw()
     result = collect()
-    result["overlap_worker"] = collect_overlap()
+    result["overlap_worker"] = collect_runs(OVERLAP_RUNS, OVERLAP_EQUIVALENCE_RUNS, OVERLAP_NOTES,
+                                            OVERLAP_SERVERS)
+    result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
+    result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
+                                    NEWEST_SERVERS, NEWEST_BORROWED)
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
-    print()
-    print(overlap_table(result))
+    for key, servers in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
+        print()
+        print(runs_table(result[key], servers))
 
 
 if __name__ == "__main__":

@@ -167,6 +167,11 @@ def adaptive_config(server, pair, threshold):
         json.dump(native["adaptive_config"], f)
     plain_caps = {"max_running_requests": RUNNING_CAP.get("plain-default"),
                   "graph": GRAPH_MAX_BS.get("plain-default")}
+    if None in plain_caps.values():
+        # Without them the server keeps speculation's own cap (48 on 0.5.16), never reaches
+        # the steps=0 tier and measures another route (run H2's adaptive rows).
+        raise SystemExit(f"{server} needs plain-default's running cap and graph size: run "
+                         "plain-default before it in --servers, or pass --plain-caps CAP,GRAPH_BS")
     flags, caps = [], {cap["flag"]: cap["setting"] for cap in native.get("caps", [])}
     it = iter(native["launch_flags"])
     for flag in it:
@@ -225,8 +230,12 @@ def digest(logp, name, outdir):
     cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
     # The target's first capture is its decode graphs (the draft's and the gate's come later).
     graphs = next((m for ln in lines if (m := re.search(r"Capture cuda graph bs \[([\d, ]+)\]", ln))), None)
+    # 0.5.16 on logs no list, only its ServerArgs' decode graph config.
+    decode_max = next((m for ln in lines if (m := re.search(r"decode=PhaseConfig\([^)]*?max_bs=(\d+)", ln))), None)
+    graph_max = (max(int(x) for x in graphs.group(1).split(",")) if graphs
+                 else int(decode_max.group(1)) if decode_max else None)
     return {"max_running_requests": int(cap.group(1)) if cap else None,
-            "graph_max_bs": max(int(x) for x in graphs.group(1).split(",")) if graphs else None,
+            "graph_max_bs": graph_max,
             "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
             }
@@ -413,6 +422,9 @@ def main():
     ap.add_argument("--profile-levels", default="8,32")
     ap.add_argument("--deterministic", action="store_true",
                     help="context servers run SGLang's --enable-deterministic-inference")
+    ap.add_argument("--plain-caps", default="",
+                    help="CAP,GRAPH_BS: plain-default's logged running cap and largest decode graph "
+                         "batch size, for a call whose --servers lack plain-default (e.g. 4096,256)")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -426,6 +438,8 @@ def main():
     a.profile_levels = [int(c) for c in a.profile_levels.split(",")]
     global DETERMINISTIC
     DETERMINISTIC = a.deterministic
+    if a.plain_caps:
+        RUNNING_CAP["plain-default"], GRAPH_MAX_BS["plain-default"] = map(int, a.plain_caps.split(","))
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashinfer_sampling.py"),
                 os.path.join(S, "site", "flashinfer", "sampling.py"))
