@@ -386,6 +386,8 @@ def bench_map(version: str, repeats: int, log, command: list[str] | None = None,
             run = measure((command or eaglegate_cmd()) + ["map", "--version", version, "--json"],
                           env=env_with(cache), stdout=stdout,
                           stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
+            if command:  # another eaglegate: named by its label, not by a path of this machine
+                run["cmd"] = [label, *run["cmd"][len(command):]]
             if run["status"] == "ok":
                 data = json.loads(stdout.read_text())
                 run["internal_timing_s"] = data.get("timing_s")
@@ -413,27 +415,31 @@ COUPLING_PHASES = {
 }
 
 
-def bench_couplings(version: str, repeats: int, log) -> dict:
-    """`couplings --json` in three phases per fresh cache (see COUPLING_PHASES)."""
+def bench_couplings(version: str, repeats: int, log, command: list[str] | None = None,
+                    label: str = "couplings") -> dict:
+    """`couplings --json` in three phases per fresh cache (see COUPLING_PHASES); `command` is
+    another eaglegate to measure the same way (`--baseline`), its files named after `label`."""
     out: dict = {phase: [] for phase in COUPLING_PHASES}
     for i in range(repeats):
-        cache = fresh_cache(f"couplings-{version}-{i}", [version])
+        cache = fresh_cache(f"{label}-{version}-{i}", [version])
         for phase in COUPLING_PHASES:
             if phase == "report-cold":
                 shutil.rmtree(cache / "couplings", ignore_errors=True)
-            stdout = WORK / f"couplings-{version}-{phase}-{i}.json"
-            run = measure(eaglegate_cmd() + ["couplings", "--version", version, "--json"],
+            stdout = WORK / f"{label}-{version}-{phase}-{i}.json"
+            run = measure((command or eaglegate_cmd()) + ["couplings", "--version", version, "--json"],
                           env=env_with(cache), stdout=stdout,
-                          stderr=WORK / f"couplings-{version}-{phase}-{i}.err")
+                          stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
+            if command:
+                run["cmd"] = [label, *run["cmd"][len(command):]]
             if run["status"] == "ok":
                 data = json.loads(stdout.read_text())
                 run["internal_timing_s"] = data.get("timing_s")
                 run["findings"] = len(data["findings"])
                 run["verdicts"] = {v["worker_path"]: v["status"] for v in data["verdicts"]}
             else:
-                run["stderr_tail"] = tail(WORK / f"couplings-{version}-{phase}-{i}.err")
+                run["stderr_tail"] = tail(WORK / f"{label}-{version}-{phase}-{i}.err")
             out[phase].append(run)
-            log(f"couplings {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
+            log(f"{label} {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
                 f"rss {run['max_rss_mb']} MB, load {run['loadavg_before'][0]}")
         shutil.rmtree(cache, ignore_errors=True)
     out["summary"] = {p: summarize(out[p]) for p in COUPLING_PHASES}
@@ -595,22 +601,33 @@ def _verdict(value: float | None, limit: float) -> str:
     return "meets" if value <= limit else "MISSES"
 
 
+def _spread(summary: dict) -> str:
+    if not summary.get("n"):
+        return "failed"
+    return f"{summary['wall_s']} ({summary['wall_min_s']}–{summary['wall_max_s']})"
+
+
 def _render_baseline(results: dict) -> list[str]:
-    """This eaglegate's `map` beside the `--baseline` executable's, from the same run."""
+    """This eaglegate's `map` (and `couplings`) beside the `--baseline` executable's, from the same run."""
     base = results.get("map_baseline")
     if not base:
         return []
-    lines = ["", f"### `map` beside the baseline `{base['exe']}` (same run)", "",
-             "| version | phase | this (median wall s) | baseline (median wall s) | this CPU s | baseline CPU s |",
-             "|---|---|---:|---:|---:|---:|"]
-    for version, data in base.items():
-        if version == "exe":
-            continue
-        ours = results["map"][version]["summary"]
-        for phase in ("cold", "warm"):
-            lines.append(f"| {version} | {phase} | {_fmt(ours[phase].get('wall_s'))} | "
-                         f"{_fmt(data['summary'][phase].get('wall_s'))} | {_fmt(ours[phase].get('cpu_s'))} | "
-                         f"{_fmt(data['summary'][phase].get('cpu_s'))} |")
+    lines = ["", f"### Beside the baseline: {base['exe']} (same run)", "",
+             "| command | version | phase | this: median wall s (min–max) | baseline: median wall s (min–max) "
+             "| this CPU s | baseline CPU s |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    rows = [("map", base, results["map"], ("cold", "warm"))]
+    if results.get("couplings_baseline"):
+        rows.append(("couplings", results["couplings_baseline"], results.get("couplings", {}), tuple(COUPLING_PHASES)))
+    for command, theirs, ours_all, phases in rows:
+        for version, data in theirs.items():
+            if version == "exe" or version not in ours_all:
+                continue
+            ours = ours_all[version]["summary"]
+            for phase in phases:
+                lines.append(f"| `{command}` | {version} | {phase} | {_spread(ours[phase])} | "
+                             f"{_spread(data['summary'][phase])} | {_fmt(ours[phase].get('cpu_s'))} | "
+                             f"{_fmt(data['summary'][phase].get('cpu_s'))} |")
     return lines
 
 
@@ -844,8 +861,11 @@ def main() -> None:
     parser.add_argument("--keep-peers", action="store_true",
                         help="with --peers '': carry the peers' results over from results.json")
     parser.add_argument("--baseline", metavar="EXE",
-                        help="another eaglegate executable (e.g. an older commit's venv): its `map` on "
-                             "--base is measured in the same run, right after this one's")
+                        help="another eaglegate executable (e.g. an older commit's venv): its `map` and "
+                             "`couplings` on --base are measured in the same run, right after this one's")
+    parser.add_argument("--baseline-label", default="the baseline eaglegate",
+                        help="how results name the --baseline executable (no path of this machine), "
+                             "e.g. 'eaglegate at commit f3a280f'")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -905,11 +925,15 @@ def main() -> None:
         results["map"][version] = bench_map(version, args.repeats, log)
         save()
         if args.baseline and version == args.base:
-            results["map_baseline"] = {"exe": args.baseline, version: bench_map(
+            results["map_baseline"] = {"exe": args.baseline_label, version: bench_map(
                 version, args.repeats, log, command=[args.baseline], label="map-baseline")}
             save()
     results["couplings"] = {args.base: bench_couplings(args.base, args.repeats, log)}
     save()
+    if args.baseline:
+        results["couplings_baseline"] = {"exe": args.baseline_label, args.base: bench_couplings(
+            args.base, args.repeats, log, command=[args.baseline], label="couplings-baseline")}
+        save()
     results["graph"] = {}
     for label, tree in ((f"{args.base} package", base_tree), (f"{args.base} srt/", base_tree / "srt")):
         results["graph"][label] = bench_graph(label.replace(" ", "-").replace("/", ""), tree,

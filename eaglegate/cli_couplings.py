@@ -3,6 +3,7 @@
 No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
+from contextlib import nullcontext
 from typing import Annotated
 
 import typer
@@ -60,18 +61,22 @@ def register(root: typer.Typer) -> None:
 
         Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
-        # Imported here, like every command's analysis: the CLI starts without loading it.
-        from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
-
         # Inputs first: a bad one is refused before any tree is fetched or analysed.
         app.check_couplings_request(flags, env, category, show_all)
         tree = locate_tree(path, python, git, rev, version)
-        with err.status(f"analysing {tree.label}…"):
+        # The spinner only where stderr is a terminal (as `map`'s progress bar): elsewhere it
+        # shows nothing and its refresh thread only costs time.
+        spinner = err.status(f"analysing {tree.label}…") if err.is_terminal else nullcontext()
+        with spinner:
             found = app.couplings(app.analyse(tree), flags, env or [], categories=category, every=show_all)
         report, scoped = found.report, found.scoped
         if as_json:
             print_json(report.to_json() if scoped is None else scoped.to_json())
             return
+        # Imported only for the table (not for --json), like every command's rendering: the
+        # CLI starts without loading it.
+        from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
+
         if scoped is None:
             render_couplings(report, out, evidence=evidence, show_all=True)
         else:

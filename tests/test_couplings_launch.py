@@ -80,6 +80,7 @@ def test_0_5_9_triton_launch_lists_few_blocking_mechanisms_all_on_its_code():
     assert view.selects["worker_path"] == ["v1"] and view.selects["attention_backend"] == ["triton"]
     blocking = view.blocking()
     assert blocking == check_blocking_is_the_shared_list_and_the_backends_own("0.5.9", "triton", "flashinfer", 40)
+    assert len(blocking) <= 40  # issue 23: at most 40 blocking mechanisms for this launch
     kept = [f for m in blocking for f in m.findings]
     # Of the attention backends only triton's code runs (hybrid linear attention is the model's
     # choice, which the flags do not name).
@@ -99,7 +100,8 @@ def test_other_releases_list_the_shared_rows_and_tritons_own(version):
 
 def test_0_5_9_triton_list_has_the_draft_backends_graph_state():
     """What the triton launch builds for the draft: the multi-step draft backend (its
-    per-step widths and kv_indptr, captured by the draft graph runner) and the extend
+    per-step widths, captured by the draft graph runner; its kv_indptr, allocated at the step
+    count, in its buffer row) and the extend
     backend whose graph state the draft-extend runner sizes at max_bs × (steps + 1)."""
     rows = {(m.kind, m.owner.rsplit(".", 1)[-1]): m for m in scoped("0.5.9", TRITON).blocking()}
     assert {("backend_width", "TritonMultiStepDraftBackend"), ("alloc", "TritonMultiStepDraftBackend"),
@@ -109,6 +111,63 @@ def test_0_5_9_triton_list_has_the_draft_backends_graph_state():
     assert all(".triton_backend." in f.symbol for f in extend.findings)
     sized = rows[("alloc", "TritonAttnBackend")]
     assert any("init_cuda_graph_state(max_num_tokens=" in s.text for f in sized.findings for s in f.evidence)
+
+
+def _own_allocations_kept(version: str, cls: str) -> dict[str, set[int]]:
+    """Fields of `cls` that keep a tensor one of its own methods allocates (`x = torch.zeros(…)`,
+    then `cls(x=x)`), each with the lines of that allocating statement, read from the release's
+    source with `ast`."""
+    import ast
+    from pathlib import Path
+
+    found: dict[str, set[int]] = {}
+    for path in (Path(release(version).root) / "srt").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if f"class {cls}" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.ClassDef) and node.name == cls):
+                continue
+            for method in (n for n in node.body if isinstance(n, ast.FunctionDef)):
+                allocated: dict[str, set[int]] = {}
+                for a in ast.walk(method):
+                    if isinstance(a, ast.Assign) and any(
+                            isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                            and isinstance(c.func.value, ast.Name) and c.func.value.id == "torch"
+                            for c in ast.walk(a.value)):
+                        for t in a.targets:  # `x = torch.zeros(…)`, `x["key"] = torch.zeros(…)`
+                            name = t.value if isinstance(t, ast.Subscript) else t
+                            if isinstance(name, ast.Name):
+                                allocated.setdefault(name.id, set()).update(
+                                    range(a.lineno, (a.end_lineno or a.lineno) + 1))
+                for call in ast.walk(method):
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("cls", cls):
+                        found |= {k.arg: allocated[k.value.id] for k in call.keywords
+                                  if k.arg and isinstance(k.value, ast.Name) and k.value.id in allocated}
+    return found
+
+
+@pytest.mark.parametrize(("version", "cls", "row_left"), [("0.5.9", "GraphInputBuffers", False),
+                                                         ("0.5.12.post1", "DecodeInputBuffers", False),
+                                                         ("0.5.14", "DecodeInputBuffers", True)])
+def test_input_buffers_kept_in_fields_are_one_row_with_their_allocations(version, cls, row_left):
+    """The target runner's input buffers are allocated in a factory of their class and kept in
+    its fields: a field (backend_width) whose tensor is one of the class's allocation findings
+    is that allocation under a second name, so the launch's list counts it once, in the buffer
+    row; --all keeps every finding. (0.5.14: seq_lens, seq_lens_cpu and the mamba tracks are no
+    allocation finding, so their fields keep a backend_width row.)"""
+    report = analysis(version).couplings
+    fields = [f for f in report.kinds("backend_width") if str(f.detail.get("class", "")).endswith(f".{cls}")]
+    kept = _own_allocations_kept(version, cls)
+    assert fields and {f.detail["attribute"] for f in fields} <= set(kept)
+    rows = {_row(m): m for m in scoped(version, TRITON).mechanisms}
+    [alloc] = [m for r, m in rows.items() if r[:2] == ("buffer", "alloc") and r[2].endswith(f".{cls}")]
+    sites = {f.line for f in alloc.findings if f.kind == "alloc"}
+    same = [f for f in fields if kept[f.detail["attribute"]] & sites]
+    merged = {id(f) for f in alloc.findings}
+    assert same and {id(f) for f in same} <= merged
+    assert not [f for f in fields if id(f) in merged and f not in same]
+    assert bool([r for r in rows if r[1] == "backend_width" and r[2].endswith(f".{cls}")]) == row_left
 
 
 def test_verdict_evidence_of_both_paths_is_kept():

@@ -286,3 +286,37 @@ def test_verdict_is_native_where_no_draft_extend_refreshes_the_draft(tmp_path):
     verdict = find_couplings(write_program(tmp_path, files)).verdict("v1")
     assert verdict is not None and verdict.status == "feasible-natively"
     assert "steps=0" in verdict.route
+
+
+def test_a_field_keeping_its_own_allocation_is_that_buffers_row(tmp_path):
+    # The graph runner's input buffers: allocated at the speculative width in a factory, then
+    # kept in fields (`cls(input_ids=input_ids)`). The backend_width finding on the field is
+    # the allocation under a second name: in the one-row-per-mechanism list it is one more
+    # site of the allocation's row, not a row of its own. A width kept without an allocation
+    # of the class (Backend.kept_tokens) stays its own row; the report keeps every finding.
+    from eaglegate.analyzer.couplings.scope import mechanisms
+
+    runner = FILES["runner.py"].replace('''        class GraphRunner:''', '''        class GraphBuffers:
+            def __init__(self, input_ids, seq_lens):
+                self.input_ids = input_ids
+                self.seq_lens = seq_lens
+
+            @classmethod
+            def create(cls, max_tokens):
+                input_ids = torch.zeros((max_tokens,))
+                seq_lens = torch.zeros((8,))
+                return cls(input_ids=input_ids, seq_lens=seq_lens)
+
+        class GraphRunner:''').replace('''                self.input_ids = torch.zeros((self.max_tokens,))''',
+                                      '''                self.input_ids = torch.zeros((self.max_tokens,))
+                self.buffers = GraphBuffers.create(self.max_tokens)''')
+    assert runner.count("GraphBuffers") == 2
+    report = find_couplings(write_program(tmp_path, {**FILES, "runner.py": runner}), use_cache=False)
+    fields = [f for f in report.kinds("backend_width") if ".GraphBuffers." in f.symbol]
+    allocs = [f for f in report.kinds("alloc") if ".GraphBuffers." in f.symbol]
+    assert [f.symbol.rsplit(".", 1)[-1] for f in fields] == ["input_ids"]  # seq_lens: no spec width
+    assert [f.evidence[-1].text for f in allocs] == ["torch.zeros((max_tokens,))"]
+    rows = {(m.category, m.kind, m.owner.rsplit(".", 1)[-1]): m for m in mechanisms(report.findings)}
+    assert ("cuda_graph", "backend_width", "GraphBuffers") not in rows
+    assert {id(f) for f in fields + allocs} == {id(f) for f in rows[("buffer", "alloc", "GraphBuffers")].findings}
+    assert ("cuda_graph", "backend_width", "Backend") in rows

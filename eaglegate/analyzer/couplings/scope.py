@@ -556,12 +556,21 @@ def mechanisms(findings: list[Finding]) -> list[Mechanism]:
     """One row per (category, kind, owner class or function), strongest severity first."""
     from eaglegate.analyzer.couplings.model import CATEGORIES, SEVERITIES
 
+    allocations: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.category == "buffer" and finding.kind == "alloc":
+            allocations.setdefault(_owner(finding), []).append(finding)
     groups: dict[tuple[str, str, str], list[Finding]] = {}
     for finding in findings:
         # A finding may be one more site of another kind's mechanism (`part_of`): the
         # construction and capture of a runner captured at the speculative width.
-        kind = str(finding.detail.get("part_of", finding.kind))
-        groups.setdefault((finding.category, kind, _owner(finding)), []).append(finding)
+        key = (finding.category, str(finding.detail.get("part_of", finding.kind)), _owner(finding))
+        if finding.kind == "backend_width" and _holds_allocation(finding, allocations.get(key[2], [])):
+            # The field that keeps a tensor its own class allocates at the speculative width
+            # (`GraphInputBuffers(input_ids=input_ids)` after `input_ids = torch.zeros(...)`)
+            # is that allocation under a second name: one more site of its buffer row.
+            key = ("buffer", "alloc", key[2])
+        groups.setdefault(key, []).append(finding)
     rows = []
     for (category, kind, owner), members in groups.items():
         severity = min((f.severity for f in members), key=SEVERITIES.index)
@@ -571,6 +580,17 @@ def mechanisms(findings: list[Finding]) -> list[Mechanism]:
         rows.append(Mechanism(category, kind, owner, severity, worker_path, members[0].reason, members))
     rows.sort(key=lambda m: (SEVERITIES.index(m.severity), CATEGORIES.index(m.category), m.kind, m.owner))
     return rows
+
+
+def _holds_allocation(finding: Finding, allocations: list[Finding]) -> bool:
+    """Whether a `backend_width` field's evidence runs through one of these allocations of its
+    class: a hop at the allocation's site, or the statement that assigns its expression."""
+    for alloc in allocations:
+        made = alloc.evidence[-1].text.rstrip("…") if alloc.evidence else ""
+        for step in finding.evidence:
+            if step.path == alloc.path and (step.line == alloc.line or (made and made in step.text)):
+                return True
+    return False
 
 
 def _owner(finding: Finding) -> str:
