@@ -113,7 +113,7 @@ class _WrapAlloc(cst.CSTTransformer):
         return cst.parse_expression(f"max(0, {code(updated_node)})")
 
 
-def _window(batch: str, alloc: m.BaseMatcherNode) -> m.Assign:
+def _window(batch: str, alloc: m.Attribute) -> m.Assign:
     """`new_allocate_lens = <batch>.seq_lens + <alloc>`: the reservation as a window over the
     batch's lengths (up to 0.5.5.post3)."""
     return m.Assign(
@@ -126,7 +126,7 @@ class _WrapWindow(cst.CSTTransformer):
     """`decode_alloc_window(<draft input>, <batch>, <reservation>)` around the reservation of
     each window assignment."""
 
-    def __init__(self, draft_input: str, batch: str, alloc: m.BaseMatcherNode) -> None:
+    def __init__(self, draft_input: str, batch: str, alloc: m.Attribute) -> None:
         self.draft_input, self.batch, self.alloc = draft_input, batch, alloc
         self.found = 0
 
@@ -140,7 +140,7 @@ class _WrapWindow(cst.CSTTransformer):
 
 
 def _wrap_windows(
-    func: cst.FunctionDef, draft_input: str, batch: str, alloc: m.BaseMatcherNode
+    func: cst.FunctionDef, draft_input: str, batch: str, alloc: m.Attribute
 ) -> tuple[cst.FunctionDef, int]:
     wrap = _WrapWindow(draft_input, batch, alloc)
     return cst.ensure_type(func.visit(wrap), cst.FunctionDef), wrap.found
