@@ -60,7 +60,10 @@ def test_overlap_gate_flow(version, tmp_path):
 
     patch = generate_patch(tree, worker="v2")
     assert "eagle-v2" in patch.family.split("+")
-    assert launch_flags(tree, 64, patch.worker) == [FLAG, "64"]  # overlap kept, no cap flags
+    flags = launch_flags(tree, 64, patch.worker)
+    assert flags[:2] == [FLAG, "64"]  # overlap kept, no cap flags; 0.5.3.x-0.5.4 add their opt-in
+    assert flags[2:] == (["--enable-beta-spec"] if b'"--enable-beta-spec"' in
+                         (tree.root / "srt/server_args.py").read_bytes() else [])
     diff = tmp_path / "gate.patch"
     diff.write_text(render_patch(patch))
     proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=parent, capture_output=True, text=True)

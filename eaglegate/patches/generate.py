@@ -85,6 +85,7 @@ def _v2_refusal(tree: SourceTree) -> str | None:
 
 
 WORKER_LABELS = {"v1": FAMILY_V1, "v2": FAMILY_V2}
+BETA_SPEC_FLAG = "--enable-beta-spec"
 
 
 def check_family(tree: SourceTree) -> str:
@@ -116,6 +117,10 @@ def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[s
     # the overlap worker keeps SGLang's overlap scheduler.
     if worker == "v1" and _flag_exists(tree, "--disable-overlap-schedule"):
         flags.append("--disable-overlap-schedule")
+    # 0.5.3.post2 to 0.5.4 select the overlap worker with this flag (later releases with the
+    # environment variable SGLANG_ENABLE_SPEC_V2, up to 0.5.10).
+    if worker == "v2" and _flag_exists(tree, BETA_SPEC_FLAG):
+        flags.append(BETA_SPEC_FLAG)
     return flags
 
 
