@@ -123,11 +123,11 @@ def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | Non
         scope = cb.scopes.get(scope_qn)
         if scope is None:
             return None
-        assigns = [a for a in scope.assigns if a.target == ("n", node.id)]
-        if len(assigns) == 1 and assigns[0].text:
-            return assigns[0].text, scope_qn
-        if len(assigns) == 1:
-            return _keyword_store(cb, scope_qn, assigns[0].lineno)
+        local = [a for a in scope.assigns if a.target == ("n", node.id)]
+        if len(local) == 1 and local[0].text:
+            return local[0].text, scope_qn
+        if len(local) == 1:
+            return _keyword_store(cb, scope_qn, local[0].lineno)
         return None
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         for base in sorted(cb.lookup(node.value.id, scope_qn)):
