@@ -46,7 +46,7 @@ GATE = "srt/speculative/batch_gate.py"
 SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
 
 # The v1 code patch covers 0.4.x to 0.5.12.post1 (docs/gate-patch.md); the overlap
-# worker's patch every release whose anchors fit (0.5.6 to the newest read).
+# worker's patch every release whose anchors fit (0.5.3.post2 to the newest read).
 FIRST_V1 = Version("0.4.0")
 AFTER_LAST_V1 = Version("0.5.13")
 
