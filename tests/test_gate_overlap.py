@@ -19,6 +19,7 @@ import builtins
 import dataclasses
 import enum
 import importlib.util
+import json
 import sys
 import types
 from pathlib import Path
@@ -26,6 +27,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from packaging.version import Version
 
 GATE_FILE = Path(__file__).resolve().parents[1] / "eaglegate" / "patches" / "gate_module.py"
 
@@ -636,16 +638,33 @@ def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_gramm
 # the result is read by the release's own result-processing method.
 
 ALLOC = 4  # ALLOC_LEN_PER_DECODE: max(steps * topk, num_draft_tokens) for a chain of 3 steps
-OLD_SHAPES = {
-    # version: (file and class/method that reserve the window, the result's allocation field,
-    #           the result reader in the output processor)
-    "0.5.3.post2": (("srt/managers/schedule_batch.py", "ScheduleBatch", "allocate_for_eagle_v2"),
-                    "last_batch_allocate_lens", "hacky_process_eagle_overlap_result"),
-    "0.5.4": (("srt/speculative/eagle_info_v2.py", "EagleDraftInputV2Mixin", "prepare_for_decode"),
-              "allocate_lens", "_resolve_spec_overlap_token_ids"),
-    "0.5.5.post3": (("srt/speculative/eagle_info_v2.py", "EagleDraftInputV2Mixin", "prepare_for_decode"),
-                    "allocate_lens", "_resolve_spec_overlap_token_ids"),
+CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
+# Every catalogued release that reserves the window (0.5.3.post2 to 0.5.5.post3).
+WINDOW_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                   if Version("0.5.3.post2") <= Version(v["version"]) < Version("0.5.6")]
+READERS = ("_resolve_spec_overlap_token_ids", "hacky_process_eagle_overlap_result")  # 0.5.4 on, 0.5.3.x
+WINDOW_AT = {  # where generate.decode_prep_edit finds the window: the class and method that reserve it
+    "srt/managers/schedule_batch.py": ("ScheduleBatch", "allocate_for_eagle_v2"),
+    "srt/speculative/eagle_info_v2.py": ("EagleDraftInputV2Mixin", "prepare_for_decode"),
 }
+
+
+def old_shape(version: str):
+    """From the release itself: where it reserves the window, the result's field for the
+    step's reservation, and the output processor's method that reads the result."""
+    from eaglegate.patches.generate import decode_prep_edit
+
+    from conftest import release
+
+    tree = release(version)
+    rel = decode_prep_edit(tree)[0]
+    fields = result_fields(version)
+    alloc_field = next(f for f in ("allocate_lens", "last_batch_allocate_lens") if f in fields)
+    mixin = (tree.root / "srt/managers/scheduler_output_processor_mixin.py").read_text()
+    reader = next(r for r in READERS if f"def {r}(" in mixin)
+    return (rel, *WINDOW_AT[rel]), alloc_field, reader
+
+
 _patches: dict = {}
 
 
@@ -762,7 +781,7 @@ class OldRun:
 
     def __init__(self, gate, monkeypatch, version, threshold, size=3, **server_args):
         self.version, self.gate, self.size = version, gate, size
-        (rel, cls_name, name), self.alloc_field, reader = OLD_SHAPES[version]
+        (rel, cls_name, name), self.alloc_field, reader = old_shape(version)
         eagle_info = types.ModuleType("sglang.srt.speculative.eagle_info")
         eagle_info.EagleDraftInput = OldDraftInput
         monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_info", eagle_info)
@@ -896,7 +915,7 @@ class OldMode(enum.Enum):
         return self is OldMode.DECODE
 
 
-@pytest.mark.parametrize("version", sorted(OLD_SHAPES))
+@pytest.mark.parametrize("version", WINDOW_RELEASES)
 def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(gate, monkeypatch, version):
     run = OldRun(gate, monkeypatch, version, threshold=4)
     first = run.step(running=3)  # speculating
@@ -923,7 +942,7 @@ def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(gate
     assert gated.result.eaglegate_gated_step is True
 
 
-@pytest.mark.parametrize("version", sorted(OLD_SHAPES))
+@pytest.mark.parametrize("version", WINDOW_RELEASES)
 def test_old_window_releases_reserve_one_slot_a_gated_step_and_free_exactly_the_overallocation(
     gate, monkeypatch, version
 ):
