@@ -48,7 +48,8 @@ in lock step. Where that list is missing, inject `BatchGate.global_view`, a func
 
 The overlap worker (`EAGLEWorkerV2`, the second half of this file): the step is decided
 where its KV is reserved (`decode_alloc_len`, called from the draft input's
-`prepare_for_decode`), and a gated step runs in the worker as the target's plain DECODE
+`prepare_for_decode`; up to 0.5.5.post3 `decode_alloc_window`, which keeps the release's
+reservation window), and a gated step runs in the worker as the target's plain DECODE
 (`run_gated_decode`), returning the speculative result layout; a prefill while speculation
 is off runs without the draft (`run_gated_prefill`). `init_overlap_batch_gate` ends
 `EAGLEWorkerV2.__init__` (from 0.5.14 `EAGLEWorkerV2.init_cuda_graphs`, after the target's
