@@ -157,13 +157,15 @@ def test_v2_worker():
 def test_v2_worker_refuses_a_missing_draft_branch():
     source = V2_BEFORE.replace("self.draft_worker.draft(batch)", "self.decode(batch)")
     assert_refuses(v2_worker.patch_worker, source,
-                   "top-level if/else with one branch calling self.draft_worker.draft(...) in f.py matched 0 site(s)")
+                   "top-level if/else with one branch calling self.draft_worker.draft(...) or self.draft(...) "
+                   "in f.py matched 0 site(s)")
 
 
 def test_v2_worker_refuses_two_draft_branches():
     branch = V2_BEFORE[V2_BEFORE.index("        if batch"):]
     assert_refuses(v2_worker.patch_worker, V2_BEFORE + branch,
-                   "top-level if/else with one branch calling self.draft_worker.draft(...) in f.py matched 2 site(s)")
+                   "top-level if/else with one branch calling self.draft_worker.draft(...) or self.draft(...) "
+                   "in f.py matched 2 site(s)")
 
 
 def test_v2_worker_refuses_a_half_patched_file():
@@ -514,3 +516,95 @@ def test_the_gate_import_is_built_as_a_node():
 
     # The bytes a transform inserts: a node, not source text pasted into the module.
     assert cst.Module(body=[gate_import(("a", "b"))]).code == "from sglang.srt.speculative.batch_gate import a, b\n"
+
+
+# --- the window releases (0.5.3.post2 to 0.5.5.post3) ---------------------------------------
+
+V2_SELF_DRAFT_BEFORE = '''import torch
+
+
+class EAGLEWorkerV2(EAGLEWorker):
+    def __init__(self, server_args):
+        super().__init__(server_args)
+
+    def forward_batch_generation(self, batch):
+        if batch.forward_mode.is_decode():
+            verify_input = self.draft(batch)
+            return self.verify(batch, verify_input)
+        else:
+            out = self.target_worker.forward_batch_generation(batch)
+            out.next_draft_input = self.forward_draft_extend(batch, out)
+            return out
+'''
+
+
+def test_v2_worker_on_the_worker_that_drafts_itself():
+    """0.5.3.x: `self.draft` and `self.forward_draft_extend`, the same edits."""
+    after = v2_worker.patch_worker(V2_SELF_DRAFT_BEFORE, "f.py")
+    assert "        if batch.forward_mode.is_decode():\n            if is_gated_decode(batch):" in after
+    assert "        else:\n            if is_gated_prefill(batch):" in after
+    assert "        super().__init__(server_args)\n        init_overlap_batch_gate(self)  # eaglegate" in after
+    assert v2_worker.patch_worker(after, "f.py") == after
+
+
+WINDOW_BEFORE = '''import torch
+
+
+class EagleDraftInputV2Mixin:
+    def prepare_for_decode(self, batch):
+        if batch.page_size == 1:
+            new_allocate_lens = batch.seq_lens + self.ALLOC_LEN_PER_DECODE
+        else:
+            new_allocate_lens = batch.seq_lens + self.ALLOC_LEN_PER_DECODE
+        self.allocate_lens = new_allocate_lens
+        for req in batch.reqs:
+            req.kv_allocated_len = req.kv_committed_len + self.ALLOC_LEN_PER_DECODE
+'''
+WINDOW_AFTER = WINDOW_BEFORE.replace("import torch\n", "import torch\n" + GATE_IMPORT + "decode_alloc_window\n").replace(
+    "batch.seq_lens + self.ALLOC_LEN_PER_DECODE",
+    "batch.seq_lens + decode_alloc_window(self, batch, self.ALLOC_LEN_PER_DECODE)")
+
+
+def test_v2_decode_prep_on_the_window_wraps_both_page_size_branches_only():
+    """The bookkeeping line keeps its width: the window is unchanged, only decided."""
+    assert_codemod(v2_decode_prep.patch_decode_prep, WINDOW_BEFORE, WINDOW_AFTER)
+    assert "req.kv_committed_len + self.ALLOC_LEN_PER_DECODE" in WINDOW_AFTER
+
+
+def test_v2_decode_prep_refuses_a_window_in_one_branch_only():
+    source = WINDOW_BEFORE.replace("new_allocate_lens = batch.seq_lens + self.ALLOC_LEN_PER_DECODE",
+                                   "new_allocate_lens = batch.seq_lens + 1", 1)
+    assert_refuses(v2_decode_prep.patch_decode_prep, source, "one per page-size branch in f.py matched 1 site(s), "
+                   "expected 2")
+
+
+def test_v2_decode_prep_refuses_a_half_patched_window():
+    half = WINDOW_AFTER.replace(GATE_IMPORT + "decode_alloc_window\n", "")
+    assert_refuses(v2_decode_prep.patch_decode_prep, half, "f.py is partially patched", UserError)
+
+
+BATCH_WINDOW_BEFORE = '''import torch
+
+
+class ScheduleBatch:
+    def allocate_for_eagle_v2(self):
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        draft_input = self.spec_info
+        new_allocate_lens = self.seq_lens + EagleDraftInput.ALLOC_LEN_PER_DECODE
+        draft_input.allocate_lens = new_allocate_lens
+'''
+
+
+def test_v2_decode_prep_on_the_batchs_window():
+    """0.5.3.x: the batch reserves the window itself; its draft input is `spec_info`."""
+    after = BATCH_WINDOW_BEFORE.replace("import torch\n", "import torch\n" + GATE_IMPORT + "decode_alloc_window\n").replace(
+        "self.seq_lens + EagleDraftInput.ALLOC_LEN_PER_DECODE",
+        "self.seq_lens + decode_alloc_window(self.spec_info, self, EagleDraftInput.ALLOC_LEN_PER_DECODE)")
+    assert_codemod(v2_decode_prep.patch_allocate_for_eagle_v2, BATCH_WINDOW_BEFORE, after)
+    assert_refuses(v2_decode_prep.patch_allocate_for_eagle_v2,
+                   BATCH_WINDOW_BEFORE.replace("def allocate_for_eagle_v2(", "def allocate("),
+                   "ScheduleBatch.allocate_for_eagle_v2: method definition in f.py matched 0 site(s)")
+    assert_refuses(v2_decode_prep.patch_allocate_for_eagle_v2,
+                   BATCH_WINDOW_BEFORE.replace("EagleDraftInput.ALLOC_LEN_PER_DECODE", "2"),
+                   "matched 0 site(s), expected 1")

@@ -205,9 +205,10 @@ def test_a_full_disk_during_apply_or_revert_leaves_the_tree_as_it_was(release_tr
     mount.mkdir()
     script = tmp_path / "disk_full.py"
     script.write_text(_DISK_FULL)
-    # A release whose patch writes the large server_args.py second (0.5.9's writes its
-    # overlap worker second, too small to run out half-way): the write order is the subject.
-    release = release_tree("0.5.4").root
+    # A release whose patch writes the large server_args.py second (from 0.5.3.post2 the
+    # overlap worker's files come second, too small to run out half-way): the write order is
+    # the subject.
+    release = release_tree("0.4.10.post2").root
     proc = subprocess.run(
         ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs {mount} && "
          f"{sys.executable} {script} {TESTS} {mount} {release} {stage}"],

@@ -6,20 +6,28 @@ step uses, and `sglang.srt.speculative.eagle_info` by a dataclass shaped like 0.
 decision is taken and what it reserves, what the target forward of a gated decode and of a
 gated prefill sees, the result layout the scheduler's FutureMap and result processing read,
 the resume, and that ranks of a data-parallel-attention launch never split (the gate is off
-there). What it cannot: that SGLang's kernels accept it (bench/gpu runs that on an H200).
+there). For 0.5.3.post2 to 0.5.5.post3 (the window reservation) the patched release methods
+themselves run on these doubles: the reservation, the worker's entry, and the release's own
+reading of the result. What it cannot: that SGLang's kernels accept it (bench/gpu runs that on
+an H200).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import enum
 import importlib.util
+import json
 import sys
 import types
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
+from packaging.version import Version
 
 GATE_FILE = Path(__file__).resolve().parents[1] / "eaglegate" / "patches" / "gate_module.py"
 
@@ -619,3 +627,378 @@ def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_gramm
         gate.run_gated_decode(worker, batch, on_publish=None,
                               grammar_barrier=lambda: calls.append("barrier"), pp_proxy_tensors=None)
     assert calls == ["forward", "forward", "barrier"]
+
+
+# ---- 0.5.3.post2 to 0.5.5.post3: the window reservation, driven through the patched release ------
+#
+# These releases reserve `new_allocate_lens = seq_lens + ALLOC_LEN_PER_DECODE` (the batch's own
+# `allocate_for_eagle_v2` on 0.5.3.x, the draft input's `prepare_for_decode` on 0.5.4-0.5.5.x)
+# and free a request that finished while a step was in flight as `[allocate_lens - ALLOC,
+# allocate_lens)` of that step's result. The patched release methods run here on a fake KV pool;
+# the result is read by the release's own result-processing method.
+
+ALLOC = 4  # ALLOC_LEN_PER_DECODE: max(steps * topk, num_draft_tokens) for a chain of 3 steps
+CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
+# Every catalogued release that reserves the window (0.5.3.post2 to 0.5.5.post3).
+WINDOW_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                   if Version("0.5.3.post2") <= Version(v["version"]) < Version("0.5.6")]
+READERS = ("_resolve_spec_overlap_token_ids", "hacky_process_eagle_overlap_result")  # 0.5.4 on, 0.5.3.x
+WINDOW_AT = {  # where generate.decode_prep_edit finds the window: the class and method that reserve it
+    "srt/managers/schedule_batch.py": ("ScheduleBatch", "allocate_for_eagle_v2"),
+    "srt/speculative/eagle_info_v2.py": ("EagleDraftInputV2Mixin", "prepare_for_decode"),
+}
+
+
+def old_shape(version: str):
+    """From the release itself: where it reserves the window, the result's field for the
+    step's reservation, and the output processor's method that reads the result."""
+    from eaglegate.patches.generate import decode_prep_edit
+
+    from conftest import release
+
+    tree = release(version)
+    rel = decode_prep_edit(tree)[0]
+    fields = result_fields(version)
+    alloc_field = next(f for f in ("allocate_lens", "last_batch_allocate_lens") if f in fields)
+    mixin = (tree.root / "srt/managers/scheduler_output_processor_mixin.py").read_text()
+    reader = next(r for r in READERS if f"def {r}(" in mixin)
+    return (rel, *WINDOW_AT[rel]), alloc_field, reader
+
+
+_patches: dict = {}
+
+
+@dataclasses.dataclass
+class OldDraftInput:
+    """0.5.3-0.5.5's draft input: `verified_id`, and the reservation in `allocate_lens`."""
+
+    topk_p: T = None
+    topk_index: T = None
+    hidden_states: T = None
+    verified_id: T = None
+    new_seq_lens: T = None
+    allocate_lens: T = None
+    verify_done: Event = None
+    num_tokens_per_batch: int = -1
+    num_tokens_for_logprob_per_batch: int = -1
+    future_indices: object = dataclasses.field(default=None, init=False)
+    ALLOC_LEN_PER_DECODE = ALLOC
+
+    def is_draft_input(self):
+        return True
+
+
+def _t_sum(self):
+    return T(self.a.sum(), device=self.device)
+
+
+T.__sub__ = lambda self, other: T(self.a - T._raw(other), device=self.device)
+T.sum = _t_sum
+T.item = lambda self: self.a.item()
+T.cpu = lambda self: T(self.a.copy(), device="cpu")
+T.is_cpu = property(lambda self: True)  # what `copy_to_cpu` gives the result processing
+
+
+def _compile(source: str, path: str, cls_name: str, name: str, namespace: dict):
+    """A method of `cls_name` from `source`, compiled alone; its free names not in `namespace`
+    become permissive mocks."""
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    func.decorator_list, func.returns = [], None
+    for arg in func.args.args:
+        arg.annotation = None
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    stored |= {a.arg for a in func.args.args}
+    stored |= {alias.asname or alias.name for n in ast.walk(func) if isinstance(n, ast.ImportFrom)
+               for alias in n.names}
+    free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for missing in free - stored - set(namespace) - set(dir(builtins)):
+        namespace[missing] = mock.MagicMock(name=missing)
+    exec(compile(ast.Module(body=[func], type_ignores=[]), path, "exec"), namespace)
+    return namespace[name]
+
+
+def patched_method(version: str, rel: str, cls_name: str, name: str, namespace: dict):
+    """The method as `eaglegate patch` leaves it in this release."""
+    from eaglegate.patches.generate import generate_patch
+
+    from conftest import release
+
+    if version not in _patches:
+        _patches[version] = generate_patch(release(version), worker="v2")
+    after = next(c.after for c in _patches[version].changes if c.path.endswith(rel)).decode()
+    return _compile(after, rel, cls_name, name, namespace)
+
+
+def release_method(version: str, rel: str, cls_name: str, name: str, namespace: dict):
+    from conftest import release
+
+    return _compile((release(version).root / rel).read_text(), rel, cls_name, name, namespace)
+
+
+def result_fields(version: str) -> list[str]:
+    """The fields of the release's GenerationBatchResult."""
+    from conftest import release
+
+    for rel in ("srt/managers/utils.py", "srt/managers/scheduler.py"):
+        tree = ast.parse((release(version).root / rel).read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "GenerationBatchResult":
+                return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign)]
+    raise AssertionError("no GenerationBatchResult")
+
+
+class Pool:
+    """A KV pool: slots handed out in order, `req_to_token` written as the release's
+    `assign_req_to_token_pool` kernel writes it (start..end of each request)."""
+
+    def __init__(self, req_to_token):
+        self.req_to_token = req_to_token
+        self.next_slot = 5000
+        self.allocations: list[int] = []  # slots per call
+
+    def alloc(self, tree_cache, count):
+        slots = list(range(self.next_slot, self.next_slot + int(count)))
+        self.next_slot += int(count)
+        self.allocations.append(int(count))
+        return T(slots, np.int64)
+
+    def assign(self, req_pool_indices, req_to_token, start, end, out_cache_loc, *rest):
+        locs = iter(out_cache_loc.tolist())
+        for r, s, e in zip(req_pool_indices.tolist(), start.tolist(), end.tolist(), strict=True):
+            for p in range(s, e):
+                req_to_token.a[r, p] = next(locs)
+        assert next(locs, None) is None  # every slot handed out placed
+
+    def __getitem__(self, grid):  # `assign_req_to_token_pool[(bs,)](...)`, a Triton launch
+        return self.assign
+
+
+class OldRun:
+    """One request batch of an old release under the overlap scheduler: the patched window
+    reservation, the patched worker entry, the release's own result reader."""
+
+    def __init__(self, gate, monkeypatch, version, threshold, size=3, **server_args):
+        self.version, self.gate, self.size = version, gate, size
+        (rel, cls_name, name), self.alloc_field, reader = old_shape(version)
+        eagle_info = types.ModuleType("sglang.srt.speculative.eagle_info")
+        eagle_info.EagleDraftInput = OldDraftInput
+        monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_info", eagle_info)
+        self.worker = make_worker(threshold=threshold, **server_args)
+        runner = self.worker.target_worker.model_runner
+        runner.req_to_token_pool.req_to_token = T(np.full((4, 64), -1), np.int64)
+        self.pool = Pool(runner.req_to_token_pool.req_to_token)
+        spec_utils = types.ModuleType("sglang.srt.speculative.spec_utils")
+        spec_utils.assign_req_to_token_pool = self.pool
+        spec_utils.assign_req_to_token_pool_func = self.pool.assign
+        monkeypatch.setitem(sys.modules, "sglang.srt.speculative.spec_utils", spec_utils)
+        self.reserve = patched_method(version, rel, cls_name, name, {
+            gate.decode_alloc_window.__name__: gate.decode_alloc_window,
+            "alloc_token_slots": self.pool.alloc,
+        })
+        self.mixin = name == "prepare_for_decode"
+        self.entry = patched_method(version, "srt/speculative/eagle_worker_v2.py", "EAGLEWorkerV2",
+                                    "forward_batch_generation", {
+                                        n: getattr(gate, n) for n in ("is_gated_decode", "run_gated_decode",
+                                                                      "is_gated_prefill", "run_gated_prefill")})
+        self.read = release_method(version, "srt/managers/scheduler_output_processor_mixin.py",
+                                   "SchedulerOutputProcessorMixin", reader, {})
+        fields = result_fields(version)
+        forward = self.worker.target_worker.forward_batch_generation
+
+        def target_result(batch):  # the release's GenerationBatchResult, filled as the target fills it
+            out = types.SimpleNamespace(**dict.fromkeys(fields))
+            out.next_token_ids = forward(batch).next_token_ids
+            return out
+
+        self.worker.target_worker.forward_batch_generation = target_result
+        self.calls: list[str] = []
+        self.worker.draft = self.worker.draft_worker.draft = lambda batch: self._draft(batch)
+        self.worker.verify = self._verify
+        self.worker.draft_worker._draft_extend_for_decode = lambda batch, output: self.calls.append("extend")
+        gate.init_overlap_batch_gate(self.worker)
+        # After the prefill: the request's prompt slots [0, seq) are allocated, nothing ahead.
+        seq = [10 + 3 * i for i in range(size)]
+        self.seq = np.array(seq)
+        for r, n in enumerate(seq):
+            runner.req_to_token_pool.req_to_token.a[r, :n] = np.arange(n) + 100 * r
+        self.spec = OldDraftInput(
+            topk_p=T(np.full((size, 1), 0.5), np.float32), topk_index=T(np.full((size, 1), 7), np.int64),
+            hidden_states=T(np.ones((size, 6)), np.float16), verified_id=T([11 + i for i in range(size)], np.int32),
+            new_seq_lens=T(seq, np.int64), allocate_lens=T(seq, np.int64),
+        )
+        self.reqs = [types.SimpleNamespace(spec_verify_ct=0, spec_accepted_tokens=0, kv_committed_len=0,
+                                           kv_allocated_len=0) for _ in range(size)]
+
+    def _draft(self, batch):
+        self.calls.append("draft")
+        return mock.MagicMock(name="verify_input")
+
+    def _verify(self, batch, allocate_lens):
+        """A speculative step that accepts every draft token (the widest it writes)."""
+        self.calls.append("verify")
+        size, stride = self.size, int(self.worker.speculative_num_draft_tokens)
+        seq = batch.seq_lens.a
+        assert all(int(allocate_lens.a[i]) >= seq[i] + stride for i in range(size))  # its writes reserved
+        new_seq = T(seq + stride, np.int64)
+        return types.SimpleNamespace(
+            next_token_ids=T(np.arange(size * stride) + 500, np.int64), accept_lens=T([stride] * size, np.int32),
+            **{self.alloc_field: allocate_lens},
+            next_draft_input=OldDraftInput(
+                topk_p=T(np.full((size, 1), 0.25), np.float32), topk_index=T(np.full((size, 1), 8), np.int64),
+                hidden_states=T(np.ones((size, 6)), np.float16), verified_id=T(np.arange(size) + 900, np.int32),
+                new_seq_lens=new_seq, allocate_lens=allocate_lens, verify_done=Event()),
+        )
+
+    def step(self, running: int):
+        """One decode step with `running` requests in the (global) batch: the scheduler's
+        preparation, the worker, the result reader. Returns what the step did."""
+        seq = self.seq.copy()
+        before = self.spec.allocate_lens.tolist()
+        batch = types.SimpleNamespace(
+            reqs=self.reqs, seq_lens=T(seq, np.int64), spec_info=self.spec, tree_cache=None,
+            req_pool_indices=T(list(range(self.size)), np.int64),
+            req_to_token_pool=self.worker.target_worker.model_runner.req_to_token_pool,
+            token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1),
+            return_logprob=False, return_hidden_states=False, has_grammar=False,
+            batch_size=lambda: self.size, maybe_wait_verify_done=lambda: None,
+        )
+        # The batch size the gate decides on (`len(batch.reqs)`): these requests among others.
+        batch.reqs = Running(self.reqs, running)
+        self.pool.allocations.clear()
+        if self.mixin:
+            self.reserve(self.spec, batch)
+        else:
+            self.reserve(batch)
+        allocated = int(sum(self.pool.allocations))
+        to_run = worker_batch(self.spec, self.size)
+        to_run.seq_lens = T(seq, np.int64)
+        to_run.seq_lens_cpu = seq.copy()
+        to_run.seq_lens_sum = int(seq.sum())
+        to_run.forward_mode = OldMode.DECODE
+        to_run.is_extend_in_batch = False
+        self.calls = []
+        result = self.entry(self.worker, to_run)
+        scheduler = types.SimpleNamespace(draft_worker=self.worker)
+        tokens = self.read(scheduler, result, types.SimpleNamespace(reqs=self.reqs))
+        if isinstance(tokens, tuple):  # 0.5.3.x: (allocate lens, accept lens, tokens)
+            tokens = tokens[2]
+        # The scheduler's hand-over to the next step.
+        self.spec = result.next_draft_input
+        self.seq = np.array(self.spec.new_seq_lens.tolist())
+        return types.SimpleNamespace(
+            gated=self.calls == [], calls=self.calls, tokens=tokens, allocated=allocated, before=before,
+            result_alloc=getattr(result, self.alloc_field).tolist(), seq=seq.tolist(), result=result,
+        )
+
+
+class Running(list):
+    """This run's requests, counted as `running` (the rest of the batch is not simulated)."""
+
+    def __init__(self, reqs, running):
+        super().__init__(reqs)
+        self.running = running
+
+    def __len__(self):
+        return self.running
+
+
+class OldMode(enum.Enum):
+    EXTEND = 1
+    DECODE = 2
+
+    def is_extend(self):
+        return self is OldMode.EXTEND
+
+    def is_decode(self):
+        return self is OldMode.DECODE
+
+
+@pytest.mark.parametrize("version", WINDOW_RELEASES)
+def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(gate, monkeypatch, version):
+    run = OldRun(gate, monkeypatch, version, threshold=4)
+    first = run.step(running=3)  # speculating
+    assert not first.gated and "draft" in first.calls and "verify" in first.calls
+    gated = run.step(running=9)
+    assert gated.gated  # the target's plain DECODE alone: no draft, no verify
+    seen = run.worker.target_worker.seen[-1]
+    assert seen["algorithm"] is Algorithm.NONE and seen["spec_info"] is None
+    assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
+    req_to_token = run.worker.target_worker.model_runner.req_to_token_pool.req_to_token.a
+    # Its one token goes to the slot the window reserved at each request's length.
+    assert seen["out_cache_loc"] == [int(req_to_token[r, n]) for r, n in enumerate(gated.seq)]
+    assert all(slot >= 5000 for slot in seen["out_cache_loc"])
+    assert seen["input_ids"] == [900, 901, 902]  # the token the speculative step left
+    # What the release's result processing reads: one token per request at the start of its
+    # num_draft_tokens-wide row, and the step's reservation.
+    assert gated.tokens == [[100 + n + 1] for n in gated.seq]
+    assert gated.result.accept_lens.tolist() == [1, 1, 1]
+    assert gated.result_alloc == [n + ALLOC for n in gated.seq]
+    nxt = run.spec
+    assert nxt.verified_id.tolist() == [n + 101 for n in gated.seq] and nxt.new_seq_lens.tolist() == [
+        n + 1 for n in gated.seq]
+    assert nxt.allocate_lens.tolist() == gated.result_alloc and nxt.verify_done is not None
+    assert gated.result.eaglegate_gated_step is True
+
+
+@pytest.mark.parametrize("version", WINDOW_RELEASES)
+def test_old_window_releases_reserve_one_slot_a_gated_step_and_free_exactly_the_overallocation(
+    gate, monkeypatch, version
+):
+    """Through speculative, gated and resumed stretches: each step finds its writes reserved;
+    a gated step after a gated step allocates one slot per request; the reservation the result
+    reports always ends ALLOC past the step's length, so freeing a request that finished
+    (`[allocate_lens - ALLOC, allocate_lens)`) returns exactly the slots past its tokens."""
+    run = OldRun(gate, monkeypatch, version, threshold=4)
+    kinds = []
+    for running in [2, 2, 9, 9, 9, 9, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 9, 2]:
+        done = run.step(running)
+        kinds.append("gated" if done.gated else "spec")
+        assert done.result_alloc == [n + ALLOC for n in done.seq]
+        req_to_token = run.worker.target_worker.model_runner.req_to_token_pool.req_to_token.a
+        for r, n in enumerate(done.seq):  # every slot up to the window's end is this request's
+            assert (req_to_token[r, : n + ALLOC] >= 0).all()
+        if done.gated and kinds[-2:] == ["gated", "gated"]:
+            assert done.allocated == run.size  # one new slot per request
+    resume = gate.DEFAULT_RESUME_STEPS
+    assert kinds[:2] == ["spec", "spec"] and kinds[2:6] == ["gated"] * 4
+    # Below the lower mark the hysteresis holds; the step that completes `resume` of them speculates.
+    assert kinds[6:5 + resume] == ["gated"] * (resume - 1) and kinds[5 + resume] == "spec"
+    assert kinds[-2:] == ["gated", "gated"]  # 9 > 4 again; 2 right after: still gated
+
+
+@pytest.mark.parametrize("version", ["0.5.3.post2", "0.5.4"])
+def test_old_window_releases_with_attention_dp_every_rank_speculates(gate, monkeypatch, version):
+    """Two data-parallel ranks with local batches on either side of the threshold: the gate
+    is off on both (as from 0.5.6), so neither runs a plain step while the other verifies."""
+    ranks = []
+    for local in (9, 1):
+        run = OldRun(gate, monkeypatch, version, threshold=4, size=3, enable_dp_attention=True)
+        ranks.append([run.step(running=local + 2 * i).gated for i in range(4)])
+    assert ranks == [[False] * 4, [False] * 4]
+
+
+@pytest.mark.parametrize("version", ["0.5.3.post2", "0.5.5.post3"])
+def test_old_releases_gated_prefill_rows_carry_their_reservation(gate, monkeypatch, version):
+    """A prefill while speculation is off: the rows the FutureMap stores and the next decode
+    preparation reads (`allocate_lens`, the prompt's length: nothing reserved ahead yet)."""
+    run = OldRun(gate, monkeypatch, version, threshold=2)
+    run.step(running=3)  # 3 > 2: speculation off
+    extend = types.SimpleNamespace(
+        forward_mode=OldMode.EXTEND, is_extend_in_batch=False, return_logprob=False,
+        return_hidden_states=False, has_grammar=False, input_ids=T([5, 6], np.int64),
+        out_cache_loc=T([1, 2], np.int64), seq_lens=T([20, 30], np.int64), spec_info=None,
+        spec_algorithm=Algorithm.EAGLE3, capture_hidden_mode=Capture.FULL,
+    )
+    config = types.SimpleNamespace(hidden_size=6, dtype=np.float16)  # no width on the draft input
+    if version == "0.5.3.post2":  # the overlap worker is its own draft worker there
+        del run.worker.draft_worker
+        run.worker.draft_model_runner = types.SimpleNamespace(model_config=config)
+    else:
+        run.worker.draft_worker.draft_runner.model_config = config
+    rows = run.entry(run.worker, extend).next_draft_input
+    assert run.calls == []  # no draft prefill
+    assert rows.allocate_lens.tolist() == [20, 30] and rows.new_seq_lens.tolist() == [20, 30]
+    assert rows.verified_id.tolist() == [120, 130] and rows.num_tokens_per_batch == 1
+    assert rows.hidden_states.shape == (2, 6)

@@ -1,9 +1,9 @@
-"""The overlap worker's gate on real releases: every release that has EAGLEWorkerV2 either
-takes the patch (generate, git/patch check, apply, verify, apply again, revert
-byte-identical) or refuses it naming the anchor that differs; and `plan` routes a default
-launch there. From 0.5.14 (native adaptive speculation) the releases come from the release
-catalogue (bench/versions.json, written from `pip index versions sglang`), so a release no
-test names is covered too."""
+"""The overlap worker's gate on real releases: every catalogued release that has
+EAGLEWorkerV2 (0.5.3.post2 on) takes the patch (generate, git/patch check, apply, verify,
+apply again, revert byte-identical); a tree whose anchors differ is refused, naming the
+anchor; and `plan` routes a launch that runs the overlap worker there. The releases come from
+the release catalogue (bench/versions.json, written from `pip index versions sglang`), so a
+release no test names is covered too."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from eaglegate.analyzer.source import from_path
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.diff import render_patch
-from eaglegate.patches.generate import generate_patch, launch_flags
+from eaglegate.patches.generate import check_family, generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan
 from eaglegate.patches.transaction import apply, revert, status
 from eaglegate.patches.verify import verify_tree
@@ -34,17 +34,14 @@ CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
 NATIVE_ADAPTIVE = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
                    if Version(v["version"]) >= Version("0.5.14")]
 
-# Every release that has EAGLEWorkerV2 and no native adaptive speculation (PyPI, 0.5.3.post2
-# to 0.5.13.post1), by what the overlap patch does there.
-TAKES_THE_PATCH = ["0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9",
-                   "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1"]
-# The anchor each refusal names: 0.5.3.x drafts in a branch of its own shape and has no
-# draft-input decode preparation; 0.5.4-0.5.5 reserve through `allocate_lens` (two sites).
-REFUSES = {
-    "0.5.3.post2": "EAGLEWorkerV2.forward_batch_generation", "0.5.3.post3": "EAGLEWorkerV2.forward_batch_generation",
-    "0.5.4": "EagleDraftInputV2Mixin.prepare_for_decode", "0.5.4.post3": "EagleDraftInputV2Mixin.prepare_for_decode",
-    "0.5.5": "EagleDraftInputV2Mixin.prepare_for_decode", "0.5.5.post3": "EagleDraftInputV2Mixin.prepare_for_decode",
-}
+# Every catalogued release that has EAGLEWorkerV2 and no native adaptive speculation (0.5.3.post2
+# to 0.5.13.post1). Three shapes: 0.5.3.x's worker drafts through `self.draft` and its batch
+# reserves the KV window (`ScheduleBatch.allocate_for_eagle_v2`); 0.5.4-0.5.5.post3 reserve the
+# window in the draft input's `prepare_for_decode`; 0.5.6 on over-allocate from the committed
+# length.
+FIRST_V2 = Version("0.5.3.post2")
+TAKES_THE_PATCH = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                   if FIRST_V2 <= Version(v["version"]) < Version("0.5.14")]
 
 
 def test_the_catalogue_reaches_the_newest_release_the_suite_names():
@@ -63,7 +60,10 @@ def test_overlap_gate_flow(version, tmp_path):
 
     patch = generate_patch(tree, worker="v2")
     assert "eagle-v2" in patch.family.split("+")
-    assert launch_flags(tree, 64, patch.worker) == [FLAG, "64"]  # overlap kept, no cap flags
+    flags = launch_flags(tree, 64, patch.worker)
+    assert flags[:2] == [FLAG, "64"]  # overlap kept, no cap flags; 0.5.3.x-0.5.4 add their opt-in
+    assert flags[2:] == (["--enable-beta-spec"] if b'"--enable-beta-spec"' in
+                         (tree.root / "srt/server_args.py").read_bytes() else [])
     diff = tmp_path / "gate.patch"
     diff.write_text(render_patch(patch))
     proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=parent, capture_output=True, text=True)
@@ -85,11 +85,38 @@ def test_overlap_gate_flow(version, tmp_path):
     assert tree_hash(parent) == pristine
 
 
-@pytest.mark.parametrize("version", sorted(REFUSES))
-def test_overlap_patch_refuses_releases_whose_anchors_differ(version):
+def test_the_patched_range_starts_with_the_first_release_that_has_the_overlap_worker():
+    assert TAKES_THE_PATCH[0] == "0.5.3.post2" and TAKES_THE_PATCH[-1] == "0.5.13.post1"
+    assert {"0.5.4", "0.5.5.post3", "0.5.6"} <= set(TAKES_THE_PATCH)
+    assert check_family(release("0.5.3.post1")) == "eagle-v1"  # the release before has no V2
+
+
+def _copy_with(version: str, tmp_path: Path, rel: str, old: str, new: str):
+    parent = tmp_path / "site"
+    shutil.copytree(release(version).root, parent / "sglang")
+    path = parent / "sglang" / rel
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return from_path(parent)
+
+
+@pytest.mark.parametrize(("version", "rel", "old", "new", "anchor"), [
+    # One of the two page-size branches no longer reserves the window: refused, not half-gated.
+    ("0.5.4", "srt/speculative/eagle_info_v2.py", "new_allocate_lens = batch.seq_lens + self.ALLOC_LEN_PER_DECODE",
+     "new_allocate_lens = batch.seq_lens + 2 * self.ALLOC_LEN_PER_DECODE",
+     "EagleDraftInputV2Mixin.prepare_for_decode"),
+    # 0.5.3.x: the batch's window reservation renamed away.
+    ("0.5.3.post2", "srt/managers/schedule_batch.py", "def allocate_for_eagle_v2(", "def allocate_v2(",
+     "ScheduleBatch.allocate_for_eagle_v2"),
+    # 0.5.3.x: the extend branch no longer prefills the draft.
+    ("0.5.3.post3", "srt/speculative/eagle_worker_v2.py", "batch_output.next_draft_input = self.forward_draft_extend(",
+     "batch_output.next_draft_input = self.draft_prefill(", "EAGLEWorkerV2.forward_batch_generation"),
+])
+def test_overlap_patch_refuses_a_tree_whose_anchors_differ(version, rel, old, new, anchor, tmp_path):
     with pytest.raises(UserError) as refused:
-        generate_patch(release(version), worker="v2")
-    assert REFUSES[version] in str(refused.value) and "refusing to guess" in str(refused.value)
+        generate_patch(_copy_with(version, tmp_path, rel, old, new), worker="v2")
+    assert anchor in str(refused.value) and "refusing to guess" in str(refused.value)
 
 
 def test_a_release_with_both_workers_gates_both_and_the_flags_follow_the_worker():

@@ -14,7 +14,7 @@ from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.settings import read_settings
 from eaglegate.cli import app
 from eaglegate.patches.codemods.server_args import FLAG
-from eaglegate.patches.generate import launch_flags
+from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan
 
 from conftest import NEWEST, release
@@ -143,6 +143,39 @@ def test_v1_plan_warns_when_the_graph_cap_is_below_the_running_cap():
     ]
     fine = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 256 --cuda-graph-max-bs 256")
     assert fine.caveats == []
+
+
+@pytest.mark.parametrize("version, flags, env", [
+    # 0.5.3.post2 to 0.5.4 select the overlap worker with a flag; EAGLE (not only EAGLE3) too.
+    ("0.5.3.post2", f"{EAGLE3} --enable-beta-spec", []),
+    ("0.5.4", f"{EAGLE3} --enable-beta-spec", []),
+    ("0.5.4", "--speculative-algorithm EAGLE --enable-beta-spec", []),
+    # From 0.5.4.post1 with SGLANG_ENABLE_SPEC_V2; to 0.5.7 the factory takes `enable_overlap`
+    # from the scheduler's keyword arguments.
+    ("0.5.4.post2", EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"]),
+    ("0.5.5.post3", EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"]),
+    ("0.5.6", EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"]),
+    ("0.5.7", EAGLE3, ["SGLANG_ENABLE_SPEC_V2=1"]),
+])
+def test_an_overlap_worker_launch_on_an_older_release_gets_the_overlap_patch(version, flags, env):
+    """The launch selects EAGLEWorkerV2 (decided from the version's own argument handling and
+    worker choice, not a version table): the plan is the overlap worker's patch, its files
+    those `patch` writes for that worker, its flags those `patch` and `apply` print for it."""
+    tree = release(version)
+    plan = build_plan(analysis(version), 48, flags, env)
+    assert (plan.family, plan.worker) == ("v2-code-patch", "EAGLEWorkerV2"), plan.to_json()
+    assert plan.patch is not None and not plan.blocked_by
+    assert not any("both workers remain possible" in c for c in plan.caveats)
+    made = generate_patch(tree, worker="v2")
+    assert plan.patch["files"] == [c.path for c in made.changes]
+    assert plan.launch_flags == launch_flags(tree, 48, made.worker)
+    assert plan.launch_flags[:2] == [FLAG, "48"] and "--disable-overlap-schedule" not in plan.launch_flags
+    # The flags printed keep the overlap worker: the launch with them plans the same.
+    again = build_plan(analysis(version), 48, " ".join([flags, *plan.launch_flags[2:]]), env)
+    assert again.family == "v2-code-patch"
+    # Without the opt-in, the same release runs (and plans) the v1 worker.
+    default = build_plan(analysis(version), 48, EAGLE3, [])
+    assert default.family == "v1-code-patch" and "--disable-overlap-schedule" in default.launch_flags
 
 
 def test_plan_patch_and_apply_print_the_same_flags(tmp_path):

@@ -111,14 +111,23 @@ def satisfiable(formulas: list[Formula], known: dict[str, bool]) -> bool:
 
 
 def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | None:
-    """The boolean expression a name or attribute was assigned from, if exactly one."""
+    """The boolean expression a name or attribute was assigned from, if exactly one.
+
+    Two shapes of 0.5.3 to 0.5.7 are followed too: an attribute assigned one expression and
+    otherwise only `False` (`self.enable_overlap = not server_args.disable_overlap_schedule`,
+    then `= False` for embedding models) is true only through that expression; a local taken
+    from the function's `**kwargs` (`enable_overlap = kwargs.pop("enable_overlap", False)`)
+    is what the one store of that key elsewhere put there
+    (`draft_worker_kwargs["enable_overlap"] = self.enable_overlap`)."""
     if isinstance(node, ast.Name):
         scope = cb.scopes.get(scope_qn)
         if scope is None:
             return None
-        texts = [a.text for a in scope.assigns if a.target == ("n", node.id)]
-        if len(texts) == 1 and texts[0]:
-            return texts[0], scope_qn
+        local = [a for a in scope.assigns if a.target == ("n", node.id)]
+        if len(local) == 1 and local[0].text:
+            return local[0].text, scope_qn
+        if len(local) == 1:
+            return _keyword_store(cb, scope_qn, local[0].lineno)
         return None
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         for base in sorted(cb.lookup(node.value.id, scope_qn)):
@@ -127,8 +136,52 @@ def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | Non
             for cls in cb.mro(base[1]):
                 assigns = cb.attribute_assigns(cls).get(node.attr, [])
                 found = [(a.text, qn) for a, qn in assigns]
+                if len(found) > 1:  # resets to False only narrow when it holds
+                    found = [f for f in found if f[0] != "False"]
                 if len(found) == 1 and found[0][0]:
                     return found[0]
+    return None
+
+
+def _keyword_store(cb: Codebase, scope_qn: str, lineno: int) -> tuple[str, str] | None:
+    """For `x = <kwargs>.pop("key", ...)` (or `.get`) at `lineno`, where `<kwargs>` is the
+    function's `**` parameter: the boolean expression of the one `<dict>["key"] = <expr>`
+    in the tree, with the scope it is in."""
+    from pathlib import Path
+
+    from eaglegate.analyzer.step_calls import module_ast
+
+    scope = cb.scopes[scope_qn]
+    kwargs = scope.star_params[1]
+    module = cb.scope_module.get(scope_qn)
+    if kwargs is None or module is None:
+        return None
+    path = Path(cb.root) / module.path
+    try:
+        tree = module_ast(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return None
+    keys = [
+        call.args[0].value
+        for stmt in (ast.walk(tree) if tree is not None else ())
+        if isinstance(stmt, ast.Assign) and stmt.lineno == lineno
+        for call in [stmt.value]
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("pop", "get") and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == kwargs and call.args
+        and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+    ]
+    if len(keys) != 1:
+        return None
+    stores = {
+        (a.text, qn)
+        for qn, other in cb.scopes.items()
+        for a in other.assigns
+        if a.target is not None and a.target[0] == "s" and len(a.target) == 3 and a.target[2] == keys[0]
+    }
+    if len(stores) == 1:
+        text, where = next(iter(stores))
+        return (text, where) if text else None
     return None
 
 

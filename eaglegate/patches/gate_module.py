@@ -48,7 +48,8 @@ in lock step. Where that list is missing, inject `BatchGate.global_view`, a func
 
 The overlap worker (`EAGLEWorkerV2`, the second half of this file): the step is decided
 where its KV is reserved (`decode_alloc_len`, called from the draft input's
-`prepare_for_decode`), and a gated step runs in the worker as the target's plain DECODE
+`prepare_for_decode`; up to 0.5.5.post3 `decode_alloc_window`, which keeps the release's
+reservation window), and a gated step runs in the worker as the target's plain DECODE
 (`run_gated_decode`), returning the speculative result layout; a prefill while speculation
 is off runs without the draft (`run_gated_prefill`). `init_overlap_batch_gate` ends
 `EAGLEWorkerV2.__init__` (from 0.5.14 `EAGLEWorkerV2.init_cuda_graphs`, after the target's
@@ -415,7 +416,11 @@ def compile_decode_positions(runner: Any) -> None:
 
 def init_batch_gate(worker: Any) -> None:
     """At the end of `EAGLEWorker.__init__`: the gate, its plain-decode path, its log
-    line and metrics. Does nothing when the gate is off."""
+    line and metrics. Does nothing when the gate is off, or for an overlap worker that runs
+    this `__init__` as its base class's (0.5.3.x's `EAGLEWorkerV2`): its own
+    `init_overlap_batch_gate` builds its gate once this returns."""
+    if _is_overlap_worker(worker):
+        return
     gate = gate_for(worker)
     if gate is None:
         return
@@ -428,6 +433,13 @@ def init_batch_gate(worker: Any) -> None:
     if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
         gate.metrics = _GateMetrics.create(gate)
     logger.info("batch gate: on, %s", gate.describe())
+
+
+OVERLAP_WORKER = "EAGLEWorkerV2"  # the class `init_overlap_batch_gate` ends the init of
+
+
+def _is_overlap_worker(worker: Any) -> bool:
+    return any(cls.__name__ == OVERLAP_WORKER for cls in type(worker).__mro__)
 
 
 # ---- SGLang's decode log line and Prometheus metrics -------------------------------------
@@ -659,6 +671,8 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # committed. The draft's top-k and hidden-state rows pass through; its KV for the gated
 # positions is not written (docs/gate-patch.md has what that costs in acceptance).
 
+# The result's field for the step's reservation, up to 0.5.5.post3 (renamed in 0.5.4).
+_ALLOCATION_FIELDS = ("allocate_lens", "last_batch_allocate_lens")
 GATED_DECODE_ATTR = "eaglegate_gated"  # on the draft input: this step was reserved gated
 # On a draft input made by a gated step or a gated prefill: the step before added one token
 # at most, so one slot ahead is enough. After a speculative step the reservation stays the
@@ -751,6 +765,19 @@ def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any, gated_len: in
     except Exception:  # noqa: BLE001 - an input that takes no attribute speculates
         return alloc_len
     return gated_len if gated and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
+
+
+def decode_alloc_window(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
+    """The reservation `<batch>.seq_lens + alloc_len` of a release that reserves a window over
+    the batch's lengths (0.5.3.post2 to 0.5.5.post3), returned unchanged after the step is
+    decided (as `decode_alloc_len` decides it, once per draft input). Never raises.
+
+    Those schedulers free a request that finished while a step was in flight as the last
+    `ALLOC_LEN_PER_DECODE` slots below the step's `allocate_lens`: a narrower window would
+    free slots of committed tokens. A gated step still allocates one new slot per request,
+    since its window moves by the one token the step before wrote."""
+    decode_alloc_len(draft_input, batch, alloc_len)
+    return alloc_len
 
 
 def is_gated_decode(batch: Any) -> bool:
@@ -872,6 +899,14 @@ def run_gated_decode(
     _publish(result, on_publish, new_seq_lens)
     result.next_token_ids = rows.reshape(-1)
     result.accept_lens = torch.ones(size, dtype=torch.int32, device=sampled.device)
+    allocated = getattr(draft_input, "allocate_lens", None)
+    if allocated is not None:
+        # Up to 0.5.5.post3 the result processing frees a finished request's over-allocation
+        # from the step's reservation: `allocate_lens` (0.5.4 on), `last_batch_allocate_lens`
+        # (0.5.3.x); the verify step returns the draft input's, as set by the preparation.
+        for name in _ALLOCATION_FIELDS:
+            if hasattr(result, name):
+                setattr(result, name, allocated)
     result.next_draft_input = next_input
     if hasattr(result, "speculative_num_draft_tokens"):
         result.speculative_num_draft_tokens = stride
@@ -906,7 +941,7 @@ def _draft_hidden_spec(draft: Any) -> tuple[Any, Any]:
     dtype_of = getattr(EagleDraftInput, "dtype_for", None)
     if width_of is not None and dtype_of is not None:
         return width_of(draft), dtype_of(draft)
-    runner: Any = getattr(draft, "draft_runner", None)
+    runner: Any = getattr(draft, "draft_runner", None) or getattr(draft, "draft_model_runner", None)
     try:
         from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
     except ImportError:
@@ -923,7 +958,8 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     import torch
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
-    width, dtype = _draft_hidden_spec(worker.draft_worker)
+    # 0.5.3.x: the overlap worker is its own draft worker.
+    width, dtype = _draft_hidden_spec(getattr(worker, "draft_worker", worker))
     device = tokens.device
     topk = int(getattr(worker, "topk", 1) or 1)
     fields = {f.name: f.init for f in dataclasses.fields(EagleDraftInput)}
@@ -935,8 +971,11 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
             torch.zeros((size, width), dtype=dtype, device=device) if width else None
         ),
         "new_seq_lens": seq_lens,
+        "allocate_lens": seq_lens,  # up to 0.5.5.post3: what the prefill reserved
         "num_tokens_per_req": 1,
         "num_tokens_for_logprob_per_req": 1,
+        "num_tokens_per_batch": 1,  # the names up to 0.5.5.post3
+        "num_tokens_for_logprob_per_batch": 1,
     }
     rows = EagleDraftInput(**{k: v for k, v in values.items() if fields.get(k)})
     for name, value in values.items():

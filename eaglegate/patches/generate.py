@@ -36,6 +36,8 @@ WORKER = "srt/speculative/eagle_worker.py"
 WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
 DECODE_PREP_V2 = "srt/speculative/eagle_info_v2.py"  # the draft input's, up to 0.5.14
 DECODE_PREP_V2_FUNCTION = "srt/speculative/eagle_utils.py"  # a function of the batch, 0.5.15 on
+# 0.5.3.post2/post3: no draft-input decode preparation; the batch reserves the window itself.
+DECODE_PREP_V2_BATCH = "srt/managers/schedule_batch.py"
 SERVER_ARGS = "srt/server_args.py"
 SPECULATIVE_HOOK = "srt/arg_groups/speculative_hook.py"
 GATE = "srt/speculative/batch_gate.py"
@@ -44,7 +46,7 @@ GATE = "srt/speculative/batch_gate.py"
 SCHEDULER_OUTPUT = "srt/managers/scheduler_output_processor_mixin.py"
 
 # The v1 code patch covers 0.4.x to 0.5.12.post1 (docs/gate-patch.md); the overlap
-# worker's patch every release whose anchors fit (0.5.6 to the newest read).
+# worker's patch every release whose anchors fit (0.5.3.post2 to the newest read).
 FIRST_V1 = Version("0.4.0")
 AFTER_LAST_V1 = Version("0.5.13")
 
@@ -83,6 +85,7 @@ def _v2_refusal(tree: SourceTree) -> str | None:
 
 
 WORKER_LABELS = {"v1": FAMILY_V1, "v2": FAMILY_V2}
+BETA_SPEC_FLAG = "--enable-beta-spec"
 
 
 def check_family(tree: SourceTree) -> str:
@@ -114,6 +117,10 @@ def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[s
     # the overlap worker keeps SGLang's overlap scheduler.
     if worker == "v1" and _flag_exists(tree, "--disable-overlap-schedule"):
         flags.append("--disable-overlap-schedule")
+    # 0.5.3.post2 to 0.5.4 select the overlap worker with this flag (later releases with the
+    # environment variable SGLANG_ENABLE_SPEC_V2, up to 0.5.10).
+    if worker == "v2" and _flag_exists(tree, BETA_SPEC_FLAG):
+        flags.append(BETA_SPEC_FLAG)
     return flags
 
 
@@ -171,9 +178,13 @@ def patch_result_processing(text: str, path: str) -> str:
 def decode_prep_edit(tree: SourceTree) -> tuple[str, Callable[[str, str], str]]:
     """Where the overlap worker's decode step reserves its KV, and the transform that routes
     it through the gate: the draft input's `prepare_for_decode` while `eagle_info_v2.py`
-    exists (up to 0.5.14), else `eagle_utils.eagle_prepare_for_decode` (0.5.15 on)."""
-    if (tree.root / DECODE_PREP_V2).is_file():
-        return DECODE_PREP_V2, v2_decode_prep.patch_decode_prep
+    defines one (0.5.4 to 0.5.14), `ScheduleBatch.allocate_for_eagle_v2` where that module
+    has none (0.5.3.post2/post3), else `eagle_utils.eagle_prepare_for_decode` (0.5.15 on)."""
+    prep = tree.root / DECODE_PREP_V2
+    if prep.is_file():
+        if f"def {v2_decode_prep.PREP}(".encode() in prep.read_bytes():
+            return DECODE_PREP_V2, v2_decode_prep.patch_decode_prep
+        return DECODE_PREP_V2_BATCH, v2_decode_prep.patch_allocate_for_eagle_v2
     return DECODE_PREP_V2_FUNCTION, v2_decode_prep.patch_prepare_function
 
 

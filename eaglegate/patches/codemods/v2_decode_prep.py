@@ -8,6 +8,16 @@ reserves one slot per request when it is gated. Where the version computes the
 over-allocation without clamping it at zero, the clamp is added, so a smaller reservation
 after speculative steps keeps what is already allocated (the clamp 0.5.12 has itself).
 
+Up to 0.5.5.post3 the reservation is a window instead: `new_allocate_lens = <batch>.seq_lens +
+ALLOC_LEN_PER_DECODE`, in the draft input's `prepare_for_decode` (0.5.4 to 0.5.5.post3, one
+site per page-size branch) or in `ScheduleBatch.allocate_for_eagle_v2`
+(`srt/managers/schedule_batch.py`, 0.5.3.post2/post3, which have no draft-input decode
+preparation). Those schedulers free a request that finished while a step was in flight as
+the last `ALLOC_LEN_PER_DECODE` slots below the step's `allocate_lens`, so the window must
+keep its width: `decode_alloc_window` decides the step there and returns the reservation
+unchanged. A gated step still allocates one slot per request, as the window slides by the
+one token it writes.
+
 In the module function the reservation is `get_alloc_reserve_per_decode()`, already doubled,
 and the committed count no longer pre-claims the step in flight: a gated step reserves two
 slots past it (`gated_len=2`, see `decode_alloc_len`). From 0.5.20 the reservation is handed
@@ -34,6 +44,9 @@ from eaglegate.patches.codemods.common import (
 )
 
 ALLOC = "decode_alloc_len"
+WINDOW = "decode_alloc_window"  # up to 0.5.5.post3: decides the step, the window unchanged
+WINDOW_CLASS = "ScheduleBatch"  # 0.5.3.x: the batch reserves the overlap worker's window
+WINDOW_METHOD = "allocate_for_eagle_v2"
 PREP_CLASS = "EagleDraftInputV2Mixin"
 PREP = "prepare_for_decode"
 PREP_FUNCTION = "eagle_prepare_for_decode"  # 0.5.15 on, a function of the batch
@@ -100,6 +113,39 @@ class _WrapAlloc(cst.CSTTransformer):
         return cst.parse_expression(f"max(0, {code(updated_node)})")
 
 
+def _window(batch: str, alloc: m.Attribute) -> m.Assign:
+    """`new_allocate_lens = <batch>.seq_lens + <alloc>`: the reservation as a window over the
+    batch's lengths (up to 0.5.5.post3)."""
+    return m.Assign(
+        targets=[m.AssignTarget(target=m.Name("new_allocate_lens"))],
+        value=m.BinaryOperation(left=attribute(batch, "seq_lens"), operator=m.Add(), right=alloc),
+    )
+
+
+class _WrapWindow(cst.CSTTransformer):
+    """`decode_alloc_window(<draft input>, <batch>, <reservation>)` around the reservation of
+    each window assignment."""
+
+    def __init__(self, draft_input: str, batch: str, alloc: m.Attribute) -> None:
+        self.draft_input, self.batch, self.alloc = draft_input, batch, alloc
+        self.found = 0
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if not m.matches(original_node, _window(self.batch, self.alloc)):
+            return updated_node
+        self.found += 1
+        value = cst.ensure_type(updated_node.value, cst.BinaryOperation)
+        wrapped = cst.parse_expression(f"{WINDOW}({self.draft_input}, {self.batch}, {code(value.right)})")
+        return updated_node.with_changes(value=value.with_changes(right=wrapped))
+
+
+def _wrap_windows(
+    func: cst.FunctionDef, draft_input: str, batch: str, alloc: m.Attribute
+) -> tuple[cst.FunctionDef, int]:
+    wrap = _WrapWindow(draft_input, batch, alloc)
+    return cst.ensure_type(func.visit(wrap), cst.FunctionDef), wrap.found
+
+
 def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_info_v2.py") -> str:
     """Route the decode step's KV reservation through the gate; unchanged if done."""
     module = parse(source, file)
@@ -108,10 +154,20 @@ def patch_decode_prep(source: str, file: str = "sglang/srt/speculative/eagle_inf
     qual = f"{PREP_CLASS}.{PREP}"
     Anchor(file, qual, "method definition").check(len(preps))
     func = preps[0]
-    if already_wired(module, mentions(func, ALLOC), qual, file):
+    if already_wired(module, mentions(func, ALLOC) or mentions(func, WINDOW), qual, file):
         return source
     params = func.params.params
     Anchor(file, qual, "parameters (self, batch)", 2).check(len(params))
+    self_name, batch_name = params[0].name.value, params[1].name.value
+    alloc_attr = attribute(self_name, ALLOC_ATTR)
+    if m.findall(func, _window(batch_name, alloc_attr)):  # 0.5.4 to 0.5.5.post3: the window
+        new_func, found = _wrap_windows(func, self_name, batch_name, alloc_attr)
+        Anchor(
+            file, qual, f"the window `new_allocate_lens = {batch_name}.seq_lens + {self_name}.{ALLOC_ATTR}`, "
+            "one per page-size branch", 2,
+        ).check(found)
+        new_cls = cls.with_changes(body=cls.body.with_changes(body=replace_in(cls.body.body, func, new_func)))
+        return insert_gate_import(replace_class(module, cls, new_cls), new_cls, (WINDOW,), file).code
     wrap = _WrapAlloc(params[0].name.value, params[1].name.value, params[0].name.value)
     new_func = cst.ensure_type(func.visit(wrap), cst.FunctionDef)
     Anchor(
@@ -171,3 +227,27 @@ def patch_prepare_function(source: str, file: str = "sglang/srt/speculative/eagl
     ).check(wrap.unclamped + wrap.clamped + _handed_on(func))
     module = module.with_changes(body=replace_in(module.body, func, new_func))
     return insert_gate_import(module, new_func, (ALLOC,), file).code
+
+
+def patch_allocate_for_eagle_v2(source: str, file: str = "sglang/srt/managers/schedule_batch.py") -> str:
+    """0.5.3.post2/post3: route `ScheduleBatch.allocate_for_eagle_v2`'s window through the gate
+    (`decode_alloc_window`, the draft input being the batch's `spec_info`); unchanged if done."""
+    module = parse(source, file)
+    cls = find_class(module, WINDOW_CLASS, file)
+    found = methods(cls, (WINDOW_METHOD,))
+    qual = f"{WINDOW_CLASS}.{WINDOW_METHOD}"
+    Anchor(file, qual, "method definition").check(len(found))
+    func = found[0]
+    if already_wired(module, mentions(func, WINDOW), qual, file):
+        return source
+    params = func.params.params
+    Anchor(file, qual, "parameters (self)").check(int(len(params) == 1))
+    batch = params[0].name.value
+    new_func, count = _wrap_windows(
+        func, f"{batch}.spec_info", batch, m.Attribute(value=m.Name("EagleDraftInput"), attr=m.Name(ALLOC_ATTR))
+    )
+    Anchor(
+        file, qual, f"the window `new_allocate_lens = {batch}.seq_lens + EagleDraftInput.{ALLOC_ATTR}`"
+    ).check(count)
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=replace_in(cls.body.body, func, new_func)))
+    return insert_gate_import(replace_class(module, cls, new_cls), new_cls, (WINDOW,), file).code

@@ -13,6 +13,12 @@ The gate and those graphs are built once the target's graphs exist: at the end o
 `EAGLEWorkerV2.init_cuda_graphs` where the worker has one (0.5.14 on: the scheduler captures
 the target's graphs, then calls it; it ends by building the adaptive tiers), else at the end
 of `EAGLEWorkerV2.__init__`.
+
+Two shapes of the branches: from 0.5.4 the worker holds a draft worker and calls
+`self.draft_worker.draft(...)` (later `self._draft_worker`) and its `_draft_extend_for_prefill`;
+0.5.3.post2/post3's `EAGLEWorkerV2` is itself the draft worker (a subclass of the v1
+`EAGLEWorker`) and calls `self.draft(...)` and `self.forward_draft_extend(...)`. The anchors
+accept either call shape; the edits are the same.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ RUN_GATED = "run_gated_decode"
 IS_GATED_PREFILL = "is_gated_prefill"
 RUN_GATED_PREFILL = "run_gated_prefill"
 PREFILL_STEP = "_draft_extend_for_prefill"
+PREFILL_STEPS = (PREFILL_STEP, "forward_draft_extend")  # the latter 0.5.3.x's, on the worker itself
 PUBLISH = "on_publish"
 # The entry's parameters after the batch that the gated steps take, by name.
 PASSED_ON = (PUBLISH, "grammar_barrier", "pp_proxy_tensors")
@@ -49,24 +56,28 @@ GRAPH_INIT = "init_cuda_graphs"
 
 
 def _drafts(node: cst.CSTNode, self_name: str) -> int:
-    """Calls `<self>.draft_worker.draft(...)` or `<self>._draft_worker.draft(...)` in node."""
+    """Calls `<self>.draft_worker.draft(...)` or `<self>._draft_worker.draft(...)` in node, or
+    `<self>.draft(...)` (0.5.3.x, where the overlap worker is its own draft worker)."""
     draft_worker = m.Attribute(
         value=m.Name(self_name), attr=m.Name("draft_worker") | m.Name("_draft_worker")
     )
-    return len(m.findall(node, m.Call(func=m.Attribute(value=draft_worker, attr=m.Name("draft")))))
+    drafter = draft_worker | m.Name(self_name)
+    return len(m.findall(node, m.Call(func=m.Attribute(value=drafter, attr=m.Name("draft")))))
 
 
 def _prefills(cls: cst.ClassDef, block: cst.CSTNode, self_name: str) -> bool:
     """Whether block calls the draft's prefill step, itself or through one method of the
     class it calls on `self` (0.5.21 on: `_forward_prefill_batch`)."""
-    if mentions(block, PREFILL_STEP):
+    if any(mentions(block, step) for step in PREFILL_STEPS):
         return True
     called = {
         call.func.attr.value
         for call in m.findall(block, m.Call(func=m.Attribute(value=m.Name(self_name))))
         if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     }
-    return any(mentions(method, PREFILL_STEP) for method in methods(cls, tuple(sorted(called))))
+    return any(
+        mentions(method, step) for method in methods(cls, tuple(sorted(called))) for step in PREFILL_STEPS
+    )
 
 
 def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v2.py") -> str:
@@ -100,7 +111,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
         and (_drafts(stmt.body, self_name) > 0) != (_drafts(stmt.orelse.body, self_name) > 0)
     ]
     Anchor(
-        file, qual, f"top-level if/else with one branch calling {self_name}.draft_worker.draft(...)"
+        file, qual, f"top-level if/else with one branch calling {self_name}.draft_worker.draft(...) "
+        f"or {self_name}.draft(...)"
     ).check(len(tests))
     test = tests[0]
     assert isinstance(test.orelse, cst.Else)
@@ -108,7 +120,8 @@ def patch_worker(source: str, file: str = "sglang/srt/speculative/eagle_worker_v
     decode_at = 0 if _drafts(test.body, self_name) else 1
     extend = blocks[1 - decode_at]
     Anchor(
-        file, qual, f"the extend branch beside it, which calls {PREFILL_STEP} (or a method that does)"
+        file, qual, f"the extend branch beside it, which calls {' or '.join(PREFILL_STEPS)} (or a method "
+        "that does)"
     ).check(int(_prefills(cls, extend, self_name)))
     gated = {
         decode_at: cst.parse_statement(
