@@ -279,3 +279,31 @@ def test_hostile_arguments_are_tool_errors(release_0_5_9, tmp_path):
 
     with_server(scenario)
     assert secret.read_text() == "TOKEN = 'not for agents'\n"
+
+
+def test_the_server_collects_what_a_tool_call_froze_and_dropped():
+    """An analysis freezes its objects for speed (`gc.freeze`); a frozen cycle is never
+    collected, so a long-lived server that drops analyses must hand them back to the collector
+    after each call, and keep what is alive frozen."""
+    import gc
+    import weakref
+
+    from eaglegate.agents.server import _call
+
+    class Node:
+        pass
+
+    kept = Node()
+    kept.self = kept
+    dropped: list[weakref.ref] = []
+
+    def analysis():  # what a tool call does: build a cyclic structure, freeze it, drop part of it
+        garbage = Node()
+        garbage.self = garbage
+        dropped.append(weakref.ref(garbage))
+        gc.freeze()
+        return "answer"
+
+    assert _call(analysis) == "answer"
+    assert dropped[0]() is None  # the dropped cycle was collected
+    assert kept.self is kept and gc.get_freeze_count() > 0  # what lives is frozen again

@@ -36,6 +36,7 @@ from eaglegate.agents.schemas import (
     ReportOut,
     SymbolOut,
 )
+from eaglegate.analyzer.parse import collecting_frozen
 from eaglegate.errors import UserError
 from eaglegate.patches.model import MAX_THRESHOLD, THRESHOLD_HELP
 
@@ -73,7 +74,8 @@ PageSize = Annotated[int, Field(ge=1, le=tools.MAX_PAGE_SIZE, strict=True,
 def _call(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """Run one tool function; a refusal or failure becomes a tool error the model can read."""
     try:
-        return fn(*args, **kwargs)
+        with collecting_frozen():  # the server outlives each analysis it drops
+            return fn(*args, **kwargs)
     except UserError as exc:
         raise ToolError(str(exc)) from exc
     except (OSError, ValueError, RecursionError) as exc:
