@@ -82,7 +82,7 @@ def collect() -> dict:
 # The overlap worker's gate (0.5.12.post1, default launch): runs of the same servers
 # (plain-default / eagle-v2 / gated-v2, threshold from calibrate on each run's own rows), and
 # the equivalence run on the context pair. Each run's gated-v2 is the patch of its day.
-OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6")
+OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7")
 OVERLAP_TABLE_RUN = "G4"  # the accept pair; G6 is the real pair
 # The greedy-output sets: with SGLang's default kernels, and with batch-invariant ones.
 OVERLAP_EQUIVALENCE_RUNS = {"G1": "default kernels", "D1": "--enable-deterministic-inference"}
@@ -100,7 +100,12 @@ OVERLAP_NOTES = {
           "harness's top-k shortcut read k on the CPU: a sync inside every sampled verify",
     "G6": "real pair (temperature 1), every level; the sampling shim without the sync (two "
           "torch sorts per sampled verify, no CPU read)",
+    "G7": "G6's command again, a day later (load generator on its own cores since G6)",
 }
+# Repeatability: the same command in two calls (each server's medians, calibrate's threshold),
+# and one call that starts each server twice (`NAME@2`), at the levels where speculation runs.
+REPEATED = {"real pair": ("G6", "G7")}
+TWO_STARTS = ("G8",)
 
 
 # The same servers on 0.5.16, where SGLang has its own adaptive route: the accept pair (H1)
@@ -116,16 +121,19 @@ NEWEST_NOTES = {
           "in the call; the harness refuses that since): SGLang reset its running cap to 48, so "
           "its batch never passed 59 and it never left its 3-step tier",
     "H3": "real pair (temperature 1), every level",
+    "H4": "adaptive alone on the accept pair, threshold 59 (H1's), with plain-default's caps "
+          "(running 4096, decode graphs to 256, as H1's plain-default logged): plan's native config",
+    "H5": "adaptive alone on the real pair, threshold 5 (H3's), plain-default's caps as in H4",
 }
 # Servers whose rows come from another call of the same version and pair.
-NEWEST_BORROWED = {"H1": {"adaptive": "H2"}}
+NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
 
 
-def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None) -> dict:
+def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, extra_runs=()) -> dict:
     """One version's runs of the overlap worker's servers: rows, medians per run (a server
     another call measured for the same pair is borrowed from it), thresholds, equivalence."""
     borrowed = borrowed or {}
-    names = {*table_runs, *equivalence_runs, *(r for b in borrowed.values() for r in b.values())}
+    names = {*table_runs, *equivalence_runs, *extra_runs, *(r for b in borrowed.values() for r in b.values())}
     runs = {run: rows_of(run) for run in sorted(names)}
     rows = [{**row, "run": run, "sglang": data["sglang"], "pair": row.get("pair", "accept"),
              "threshold": data.get("threshold") if row["server"] in ("gated-v2", "adaptive") else None}
@@ -167,6 +175,47 @@ def runs_table(section: dict, servers) -> str:
         best = [max((v for v in col if v), default=None) for col in zip(*(m[s] for s in present), strict=True)]
         lines.append(ratio_line(f"gated-v2 / max({', '.join(present)}) | {run} ({pair_of(section, run)})",
                                 m["gated-v2"], best))
+    return "\n".join(lines)
+
+
+def repeatability(section: dict) -> dict:
+    """Each repeated command's medians side by side, the spread between them (max / min - 1,
+    per server and level), calibrate's threshold in each, and each two-start call's medians."""
+    rows = section["rows"]
+    repeated = {}
+    for label, runs in REPEATED.items():
+        medians = {run: section["medians"][run] for run in runs}
+        spread = {s: [None if not all(medians[r][s][i] for r in runs) else
+                      round(max(medians[r][s][i] for r in runs) / min(medians[r][s][i] for r in runs) - 1, 3)
+                      for i in range(len(LEVELS))] for s in OVERLAP_SERVERS}
+        thresholds = [section["thresholds"][r] for r in runs]
+        repeated[label] = {"runs": list(runs), "spread": spread, "thresholds": thresholds,
+                           "threshold_move": round(thresholds[1] / thresholds[0] - 1, 3)}
+    starts = {}
+    for run in TWO_STARTS:
+        servers = sorted({r["server"] for r in rows if r["run"] == run})
+        levels = sorted({r["C"] for r in rows if r["run"] == run})
+        starts[run] = {"levels": levels,
+                       "medians": {s: [median(rows, s, c, run) for c in levels] for s in servers}}
+    return {"repeated": repeated, "two_starts": starts}
+
+
+def repeatability_table(section: dict) -> str:
+    lines = []
+    for label, rep in section["repeatability"]["repeated"].items():
+        a, b = rep["runs"]
+        lines += [f"| {label}: spread of the medians, {a} against {b} | "
+                  + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 1) + "|"]
+        lines += [f"| {s} | " + " | ".join("-" if v is None else f"{v:.0%}" for v in vals) + " |"
+                  for s, vals in rep["spread"].items()]
+        lines.append(f"| calibrate's threshold | {rep['thresholds'][0]} → {rep['thresholds'][1]} "
+                     f"({rep['threshold_move']:+.0%}) |" + " |" * (len(LEVELS) - 1))
+    for run, start in section["repeatability"]["two_starts"].items():
+        lines += ["", f"| {run} ({pair_of(section, run)}): each server started twice, median of 3 | "
+                  + " | ".join(f"C={c}" for c in start["levels"]) + " |",
+                  "|---" * (len(start["levels"]) + 1) + "|"]
+        lines += [f"| {s} | " + " | ".join(f"{v:.0f}" for v in vals) + " |"
+                  for s, vals in start["medians"].items()]
     return "\n".join(lines)
 
 
@@ -215,7 +264,8 @@ def main() -> None:
     scrub_raw()
     result = collect()
     result["overlap_worker"] = collect_runs(OVERLAP_RUNS, OVERLAP_EQUIVALENCE_RUNS, OVERLAP_NOTES,
-                                            OVERLAP_SERVERS)
+                                            OVERLAP_SERVERS, extra_runs=TWO_STARTS)
+    result["overlap_worker"]["repeatability"] = repeatability(result["overlap_worker"])
     result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
     result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
                                     NEWEST_SERVERS, NEWEST_BORROWED)
@@ -224,6 +274,8 @@ def main() -> None:
     for key, servers in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
         print()
         print(runs_table(result[key], servers))
+    print()
+    print(repeatability_table(result["overlap_worker"]))
 
 
 if __name__ == "__main__":

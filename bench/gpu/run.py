@@ -219,7 +219,8 @@ def digest(logp, name, outdir):
     decode = [ln for ln in lines if "Decode batch" in ln]
     gate_kept, decode_kept = gate[:400], decode[-800:]
     stamped = [ln for ln in lines if ln.startswith("[20")]
-    with open(os.path.join(outdir, f"log_{name}.txt"), "w") as f:
+    # NAME@2 -> NAME-start2: the device tool brings back no file whose name holds '@'
+    with open(os.path.join(outdir, f"log_{name.replace('@', '-start')}.txt"), "w") as f:
         f.write(f"# {len(lines)} lines\n## errors (first 40)\n" + "\n".join(hits[:40]))
         f.write("\n## start-up (first 45 timestamped lines)\n" + "\n".join(stamped[:45]))
         f.write(f"\n## gate lines ({len(gate_kept)} of {len(gate)})\n" + "\n".join(gate_kept))
