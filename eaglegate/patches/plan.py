@@ -36,10 +36,11 @@ ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
 CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
 # What the native route's steps=0 state costs, measured (the H200 runs of bench/gpu).
 NATIVE_COST = (
-    "measured on SGLang 0.5.16 (H200, EAGLE-3, accept pair, threshold 50): its steps=0 state served "
-    "28-41 % of plain decoding under load (5.4-5.9k against 13.3-21.2k output tok/s at 64-256 "
-    "concurrent requests), less than static EAGLE, with or without caps: a steps=0 step still runs a "
-    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/README.md, \"Native adaptive speculation on 0.5.16\")"
+    "measured on SGLang 0.5.16 (H200, EAGLE-3, plan's native config with plain decoding's caps, two "
+    "draft/target pairs): its steps=0 state served 27-41 % of plain decoding under load (5.4-6.0k "
+    "against 13.2-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE; the "
+    "overlap worker's code patch served 2.4-3.6 times as much there: a steps=0 step still runs a "
+    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/results.json, runs H4 and H5)"
 )
 
 
