@@ -178,8 +178,8 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
 
 def _cap_notes(base: Curve, spec: Curve, threshold: int) -> list[str]:
     notes = [
-        f"the server must run batches larger than {threshold} or the gate never fires: the v1 "
-        "gate patch keeps SGLang's own caps; without it, set --max-running-requests and "
+        f"the server must run batches larger than {threshold} or the gate never fires: the gate "
+        "patch (either worker's) keeps SGLang's own caps; without it, set --max-running-requests and "
         f"--cuda-graph-max-bs above {threshold} (speculation caps running requests at 48)"
     ]
     capped = [(c, t) for c, t in spec.points if c >= SPEC_RUNNING_CAP]
