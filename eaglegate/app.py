@@ -49,7 +49,8 @@ MAX_ENV_TEXT = 200
 MAX_ENV_ENTRIES = 32
 # Every free-text argument an operation takes, with its longest plausible value.
 TEXT_LIMITS = {"version": 64, "path": MAX_TEXT, "git": MAX_TEXT, "rev": 200, "python": MAX_TEXT,
-               "flags": MAX_FLAGS_TEXT, "category": 40, "worker": 40, "symbol": 300, "location": MAX_TEXT}
+               "flags": MAX_FLAGS_TEXT, "category": 40, "worker": 40, "symbol": 300, "location": MAX_TEXT,
+               "baseline": MAX_TEXT, "spec": MAX_TEXT, "gpu": 64}
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
 
 
@@ -94,6 +95,10 @@ def check_inputs(arguments: dict[str, object]) -> None:
             check_threshold(value)
         elif name in TEXT_LIMITS:
             check_text(name, value, TEXT_LIMITS[name])
+        elif name == "margin":
+            check_fraction("--margin", value)
+        elif name in ESTIMATE_FIGURES:
+            check_figure(name, value)
     if "env" in arguments:
         check_launch(None, arguments["env"])
 
@@ -474,9 +479,14 @@ def calibrate(baseline: object = None, spec: object = None, *, margin: float = 0
     from eaglegate.live import calibrate as cal
     from eaglegate.live.sweep import read_results
 
-    base_file, spec_file = check_text("baseline", baseline), check_text("spec", spec)
+    base_file = check_text("baseline", baseline, TEXT_LIMITS["baseline"])
+    spec_file = check_text("spec", spec, TEXT_LIMITS["spec"])
+    check_fraction("--margin", margin)
     figures: dict[str, Any] | None = None
     if estimate is not None:
+        for name in ESTIMATE_FIGURES:
+            check_figure(name, getattr(estimate, name))
+        check_text("gpu", estimate.gpu, TEXT_LIMITS["gpu"])
         if base_file or spec_file:
             raise UsageError("--estimate takes no sweep files")
         missing = [n for n, v in (("--params-b", estimate.params_b), ("--draft-tokens", estimate.draft_tokens),
@@ -507,6 +517,20 @@ def calibrate(baseline: object = None, spec: object = None, *, margin: float = 0
         base_curve = _curve(f"baseline ({base_file})", read_results(base_file))
         spec_curve = _curve(f"speculative ({spec_file})", read_results(spec_file))
     return Calibrated(base_curve, spec_curve, cal.calibrate(base_curve, spec_curve, margin=margin), figures)
+
+
+# The roofline's figures and whether each is a count; the roofline itself checks their ranges.
+ESTIMATE_FIGURES = {"params_b": False, "draft_tokens": True, "accept_len": False, "peak_tflops": False,
+                    "bandwidth_tbs": False, "draft_params_b": False, "num_steps": True, "context_len": True,
+                    "kv_kib_per_token": False, "flops_efficiency": False, "bandwidth_efficiency": False,
+                    "overhead_ms": False, "max_concurrency": True}
+
+
+def check_figure(name: str, value: object) -> None:
+    """An estimate's figure is a number (an integer where it counts): a JSON caller may send anything."""
+    count = ESTIMATE_FIGURES[name]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int if count else (int, float))):
+        raise UsageError(f"--{name.replace('_', '-')} must be {'an integer' if count else 'a number'}, not {value!r}")
 
 
 def _curve(label: str, points: list[Point]) -> Curve:

@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
     @app.command("tool")
     def tool_command(
         name: Annotated[str, typer.Argument(help="The tool: locate, map_paths, find_couplings, explain_symbol, "
-                                                 "plan_gate, generate_patch, apply_patch, revert_patch, report.")],
+                                                 "plan_gate, generate_patch, apply_patch, revert_patch, report, "
+                                                 "calibrate_threshold.")],
         arguments: Annotated[str, typer.Argument(help="Its arguments as a JSON object, as over MCP.")] = "{}",
     ) -> None:
         """Call one agent tool and print its JSON answer (the same schema as over MCP).

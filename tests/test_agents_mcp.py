@@ -27,7 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 VERSION = "0.5.9"
 TOKEN_BUDGET = 4000
 TOOLS = {"locate", "map_paths", "find_couplings", "explain_symbol", "plan_gate", "generate_patch",
-         "apply_patch", "revert_patch", "report"}
+         "apply_patch", "revert_patch", "report", "calibrate_threshold"}
 WHERE = re.compile(r"srt/[\w/]+\.py:\d+")
 
 
@@ -307,3 +307,29 @@ def test_the_server_collects_what_a_tool_call_froze_and_dropped():
     assert _call(analysis) == "answer"
     assert dropped[0]() is None  # the dropped cycle was collected
     assert kept.self is kept and gc.get_freeze_count() > 0  # what lives is frozen again
+
+
+def test_calibrate_over_mcp_answers_and_refuses_as_the_command(tmp_path):
+    """The one tool that reads no tree: sweeps in, threshold out; refusals in the CLI's words."""
+    sweep = tmp_path / "plain.jsonl"
+    # Plain n / (4 ms + 0.2 ms n) and speculative 2n / (4.8 ms + 0.8 ms n) cross at n = 8.
+    sweep.write_text("".join(json.dumps({"max_concurrency": n, "output_throughput": n * 1e6 / (4000 + 200 * n)})
+                             + "\n" for n in (1, 2, 4, 6, 8, 12, 16)))
+    spec = tmp_path / "spec.jsonl"
+    spec.write_text("".join(json.dumps({"max_concurrency": n, "output_throughput": 2 * n * 1e6 / (4800 + 800 * n)})
+                            + "\n" for n in (1, 2, 4, 6, 8, 12, 16)))
+
+    async def scenario(s: ClientSession) -> None:
+        answer = await call(s, "calibrate_threshold", {"baseline": str(sweep), "spec": str(spec)})
+        assert answer["status"] == "crosses" and answer["threshold"] == 7 and answer["resume_at"] == 6
+        assert [row["concurrency"] for row in answer["rows"]] == [1, 2, 4, 6, 8, 12, 16]
+        for args, expect in [
+            ({"baseline": str(sweep), "spec": str(spec), "margin": 1.5}, "--margin must be in [0, 1), got 1.5"),
+            ({"version": VERSION}, "calibrate_threshold takes no argument version"),
+            ({"estimate": True, "params_b": "8"}, "--params-b must be a number, not '8'"),
+            ({"baseline": str(tmp_path / "none.jsonl"), "spec": str(spec)}, "none.jsonl"),
+        ]:
+            message = await refused(s, "calibrate_threshold", args)
+            assert expect in message, (args, message)
+
+    with_server(scenario)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,62 @@ def test_generate_endpoint_and_chunks() -> None:
     assert whole.token_ids == deltas.token_ids == [5, 6, 7] and whole.output_tokens == 3
     assert not client._absorb_native(whole, {"meta_info": {"completion_tokens": 3, "finish_reason": {"type": "length"}}})
     assert whole.finish_reason == "length"
+
+
+# --- the same calibration for agents (`eaglegate tool`, MCP) --------------------------------
+
+
+def test_calibrate_tool_answers_what_the_command_answers(tmp_path: Path) -> None:
+    from eaglegate.agents.tools import call_tool
+
+    levels = [1, 2, 4, 6, 8, 12, 16]
+    base = _planted_sweep(tmp_path / "baseline.jsonl", 4000, 200, 1, levels)
+    spec = _planted_sweep(tmp_path / "spec.jsonl", 4800, 800, 2, levels)
+    command = json.loads(invoke("calibrate", str(base), str(spec), "--json").stdout)
+    answer = call_tool("calibrate_threshold", {"baseline": str(base), "spec": str(spec)})
+    assert answer["threshold"] == command["threshold"] == 7
+    assert answer["crossover"] == pytest.approx(8) and answer["resume_at"] == 6
+    assert answer["rows"] == command["rows"] and answer["notes"] == command["notes"]
+    assert answer["estimate"] is None and "threshold 7" in answer["summary"]
+
+    flags = ["--params-b", "8", "--draft-tokens", "4", "--accept-len", "2.5", "--gpu", "h200"]
+    estimated = json.loads(invoke("calibrate", "--estimate", *flags, "--json").stdout)
+    answer = call_tool("calibrate_threshold", {"estimate": True, "params_b": 8, "draft_tokens": 4,
+                                               "accept_len": 2.5, "gpu": "h200"})
+    assert answer["threshold"] == estimated["threshold"] and answer["estimate"] == estimated["estimate"]
+    assert answer["rows"] == estimated["rows"]
+
+
+@pytest.mark.parametrize(("arguments", "flags", "message"), [
+    ({"margin": 1.5}, ["--margin", "1.5"], "--margin must be in [0, 1), got 1.5"),
+    ({"estimate": True, "params_b": 8, "draft_tokens": 4}, ["--estimate", "--params-b", "8", "--draft-tokens", "4"],
+     "--estimate needs --accept-len"),
+    ({"estimate": True, "params_b": 8, "draft_tokens": 1, "accept_len": 1, "gpu": "h200"},
+     ["--estimate", "--params-b", "8", "--draft-tokens", "1", "--accept-len", "1", "--gpu", "h200"],
+     "--draft-tokens must be at least 2"),
+])
+def test_calibrate_tool_refuses_in_the_commands_words(tmp_path: Path, arguments, flags, message) -> None:
+    from eaglegate.agents.tools import call_tool
+
+    base = _planted_sweep(tmp_path / "b.jsonl", 4000, 200, 1, [1, 8, 16])
+    files = [] if arguments.get("estimate") else [str(base), str(base)]
+    with pytest.raises(UserError, match=re.escape(message)):
+        invoke("calibrate", *files, *flags)
+    if not arguments.get("estimate"):
+        arguments = {**arguments, "baseline": str(base), "spec": str(base)}
+    with pytest.raises(UserError, match=re.escape(message)):
+        call_tool("calibrate_threshold", arguments)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"version": "0.5.9"}, "calibrate_threshold takes no argument version"),
+    ({"params_b": 8}, "params_b only shape an estimate"),
+    ({"estimate": True, "params_b": "8"}, "--params-b must be a number, not '8'"),
+    ({"estimate": True, "params_b": 8, "draft_tokens": 4.0}, "--draft-tokens must be an integer, not 4.0"),
+    ({"estimate": "yes"}, "estimate must be true or false"),
+])
+def test_calibrate_tool_refuses_what_json_can_send(arguments, message) -> None:
+    from eaglegate.agents.tools import call_tool
+
+    with pytest.raises(UserError, match=re.escape(message)):
+        call_tool("calibrate_threshold", arguments)

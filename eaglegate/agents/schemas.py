@@ -123,3 +123,19 @@ class ReportOut(TypedDict):
     resources: list[str]
     sections: list[str]
     markdown: NotRequired[str]
+
+
+class CalibrateOut(TypedDict):
+    """Where speculation stops paying (no SGLang tree: two sweeps, or a roofline estimate)."""
+
+    schema: str
+    summary: str
+    status: str  # crosses, spec-never-wins, spec-always-wins
+    crossover: float | None
+    threshold: int | None
+    hysteresis: int
+    resume_at: int | None
+    margin: float
+    rows: list[dict[str, float]]  # concurrency, baseline, spec, ratio (powers of two for an estimate)
+    notes: list[str]
+    estimate: dict[str, Any] | None  # the roofline's figures, when estimated

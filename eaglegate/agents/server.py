@@ -27,6 +27,7 @@ from pydantic import Field, ValidationError
 from eaglegate import __version__, app
 from eaglegate.agents import tools
 from eaglegate.agents.schemas import (
+    CalibrateOut,
     ChangeOut,
     CouplingsOut,
     LocateOut,
@@ -227,6 +228,28 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
         """Build the architecture report (paths, couplings, plan) and keep it as the resources
         eaglegate://report/latest.md and eaglegate://report/latest.json; detail>=1 returns the Markdown too."""
         return _call(tools.report, tree(version, path, git, rev, python), detail=detail, session=session)
+
+    @server.tool(annotations=READ_ONLY)
+    def calibrate_threshold(
+        baseline: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["baseline"], description="Sweep file of the server without speculation (eaglegate sweep's JSONL, or bench_serving's).")] = None,
+        spec: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["spec"], description="Sweep file of the same server with speculation.")] = None,
+        margin: Annotated[float, Field(description="Gain below which speculation is not worth resuming (sets the hysteresis).")] = 0.05,
+        estimate: Annotated[bool, Field(strict=True, description="No sweeps: a roofline estimate from params_b, draft_tokens, accept_len and gpu (or peak_tflops and bandwidth_tbs).")] = False,
+        params_b: Annotated[float | None, Field(description="Estimate: target parameters, billions.")] = None,
+        draft_tokens: Annotated[int | None, Field(strict=True, description="Estimate: --speculative-num-draft-tokens.")] = None,
+        accept_len: Annotated[float | None, Field(description="Estimate: mean accepted tokens per step, bonus included.")] = None,
+        gpu: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["gpu"], description="Estimate: the GPU by name, e.g. h200.")] = None,
+        peak_tflops: Annotated[float | None, Field(description="Estimate: dense BF16 TFLOP/s (overrides gpu).")] = None,
+        bandwidth_tbs: Annotated[float | None, Field(description="Estimate: memory bandwidth, TB/s (overrides gpu).")] = None,
+        context_len: Annotated[int | None, Field(strict=True, description="Estimate: mean tokens in context per request (default 1024).")] = None,
+    ) -> CalibrateOut:
+        """Where speculation stops paying and the gate's threshold and hysteresis, from two sweeps of
+        the server (without and with speculation, e.g. from `eaglegate sweep`) or a roofline estimate.
+        Reads no SGLang tree: pass the threshold it answers to plan_gate and generate_patch."""
+        return _call(tools.calibrate_threshold, baseline=baseline, spec=spec, margin=margin, estimate=estimate,
+                     params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
+                     peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs, context_len=context_len,
+                     session=session)
 
     def latest(kind: str) -> str:
         if session.latest_report is None:

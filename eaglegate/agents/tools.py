@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from eaglegate import app
 from eaglegate.agents.schemas import (
     AGENTS_SCHEMA,
+    CalibrateOut,
     ChangeOut,
     CouplingsOut,
     LocateOut,
@@ -52,6 +53,7 @@ from eaglegate.patches import generate
 from eaglegate.patches.codemods import v1_worker
 from eaglegate.patches.diff import render_file
 from eaglegate.patches.model import PatchSet
+from eaglegate.reports import charts
 from eaglegate.reports.json_report import render_json
 from eaglegate.reports.markdown import render_markdown
 from eaglegate.reports.model import build_report
@@ -908,14 +910,51 @@ def report(args: TreeArgs, detail: int = 0, session: Session = SESSION) -> Repor
     return out
 
 
+def calibrate_threshold(baseline: str | None = None, spec: str | None = None, margin: float = 0.05,
+                        estimate: bool = False, params_b: float | None = None,
+                        draft_tokens: int | None = None, accept_len: float | None = None,
+                        gpu: str | None = None, peak_tflops: float | None = None,
+                        bandwidth_tbs: float | None = None, context_len: int | None = None,
+                        session: Session = SESSION) -> CalibrateOut:
+    """`eaglegate calibrate`: the threshold and hysteresis from two sweep files (the server
+    without and with speculation), or with `estimate` from a roofline model of the server."""
+    model = None
+    if estimate:
+        model = app.Estimate(params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
+                             peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs,
+                             **({"context_len": context_len} if context_len is not None else {}))
+    else:
+        given = [name for name, value in (("params_b", params_b), ("draft_tokens", draft_tokens),
+                                          ("accept_len", accept_len), ("gpu", gpu), ("peak_tflops", peak_tflops),
+                                          ("bandwidth_tbs", bandwidth_tbs), ("context_len", context_len))
+                 if value is not None]
+        if given:  # silently dropped, they would answer another question
+            raise AgentError(f"{', '.join(given)} only shape an estimate: pass estimate: true, or no sweep files")
+    calibrated = app.calibrate(baseline, spec, margin=margin, estimate=model)
+    result = calibrated.result
+    data = result.to_json()
+    data["rows"] = charts.display_rows(calibrated.base, calibrated.spec, result)
+    if result.status == "crosses":
+        summary = (f"speculation stops paying at concurrency {result.crossover:.1f}: gate at threshold "
+                   f"{result.threshold}" + (f", resume below {result.resume_at + 1}" if result.resume_at else ""))
+    else:
+        summary = {"spec-never-wins": "speculation never wins on these curves: no gate needed, serve plain",
+                   "spec-always-wins": "speculation wins at every measured concurrency: no threshold within "
+                                       "the curves"}.get(result.status, result.status)
+    return {"schema": AGENTS_SCHEMA, "summary": summary, **data,  # type: ignore[typeddict-item]
+            "estimate": calibrated.estimate}
+
+
 # ---------------------------------------------------------------- by name
 
 TOOLS: dict[str, Callable[..., Any]] = {
     "locate": locate, "map_paths": map_paths, "find_couplings": find_couplings,
     "explain_symbol": explain_symbol, "plan_gate": plan_gate, "generate_patch": generate_patch,
     "apply_patch": apply_patch, "revert_patch": revert_patch, "report": report,
+    "calibrate_threshold": calibrate_threshold,
 }
 _TREE_KEYS = ("version", "path", "git", "rev", "python")
+TREELESS = ("calibrate_threshold",)  # tools that read no SGLang tree take no tree argument
 
 
 def check_arguments(name: str, arguments: dict[str, Any]) -> None:
@@ -926,17 +965,19 @@ def check_arguments(name: str, arguments: dict[str, Any]) -> None:
     import inspect
 
     accepted = set(inspect.signature(TOOLS[name]).parameters) - {"args", "session"}
-    unknown = sorted(set(arguments) - accepted - set(_TREE_KEYS))
+    if name not in TREELESS:
+        accepted |= set(_TREE_KEYS)
+    unknown = sorted(set(arguments) - accepted)
     if unknown:
         raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
-                         f"{', '.join(sorted(accepted | set(_TREE_KEYS)))}")
+                         f"{', '.join(sorted(accepted))}")
     app.check_inputs(arguments)
     for key, value in arguments.items():
         if key == "detail":
             check_detail(value)
         elif key in PAGING:
             check_paging(key, value)
-        elif key in SWITCHES and not isinstance(value, bool):
+        elif (key in SWITCHES or key == "estimate") and not isinstance(value, bool):
             raise AgentError(f"{key} must be true or false, not {value!r}")
 
 
@@ -948,6 +989,8 @@ def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) 
     if not isinstance(arguments, dict):
         raise AgentError("arguments must be a JSON object")
     check_arguments(name, arguments)
+    if name in TREELESS:
+        return dict(fn(session=session, **arguments))
     tree = TreeArgs(**{k: arguments[k] for k in _TREE_KEYS if k in arguments})
     rest = {k: v for k, v in arguments.items() if k not in _TREE_KEYS}
     result: dict[str, Any] = fn(tree, session=session, **rest)

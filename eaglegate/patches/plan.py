@@ -38,9 +38,9 @@ CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
 NATIVE_COST = (
     "measured on SGLang 0.5.16 (H200, EAGLE-3, plan's native config with plain decoding's caps, two "
     "draft/target pairs): its steps=0 state served 27-41 % of plain decoding under load (5.4-6.0k "
-    "against 13.2-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE; the "
-    "overlap worker's code patch served 2.4-3.6 times as much there: a steps=0 step still runs a "
-    "one-token TARGET_VERIFY, not the decode kernels (bench/gpu/results.json, runs H4 and H5)"
+    "against 13.2-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE, because "
+    "a steps=0 step still runs a one-token TARGET_VERIFY, not the decode kernels; the overlap "
+    "worker's code patch served 2.4-3.6 times as much there (bench/gpu/results.json, runs H4 and H5)"
 )
 
 
