@@ -483,6 +483,7 @@ def calibrate(baseline: object = None, spec: object = None, *, margin: float = 0
     spec_file = check_text("spec", spec, TEXT_LIMITS["spec"])
     check_fraction("--margin", margin)
     figures: dict[str, Any] | None = None
+    spread: cal.Spread | None = None
     if estimate is not None:
         for name in ESTIMATE_FIGURES:
             check_figure(name, getattr(estimate, name))
@@ -514,9 +515,16 @@ def calibrate(baseline: object = None, spec: object = None, *, margin: float = 0
     else:
         if not base_file or not spec_file:
             raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
-        base_curve = _curve(f"baseline ({base_file})", read_results(base_file))
-        spec_curve = _curve(f"speculative ({spec_file})", read_results(spec_file))
-    return Calibrated(base_curve, spec_curve, cal.calibrate(base_curve, spec_curve, margin=margin), figures)
+        base_points, spec_points = read_results(base_file), read_results(spec_file)
+        base_curve = _curve(f"baseline ({base_file})", base_points)
+        spec_curve = _curve(f"speculative ({spec_file})", spec_points)
+        if any(p.low != p.high for p in base_points + spec_points):  # a level measured more than once
+            spread = cal.Spread(_curve("baseline, lowest", base_points, "low"),
+                                _curve("baseline, highest", base_points, "high"),
+                                _curve("speculative, lowest", spec_points, "low"),
+                                _curve("speculative, highest", spec_points, "high"))
+    result = cal.calibrate(base_curve, spec_curve, margin=margin)
+    return Calibrated(base_curve, spec_curve, cal.with_spread(result, spread) if spread else result, figures)
 
 
 # The roofline's figures and whether each is a count; the roofline itself checks their ranges.
@@ -533,10 +541,10 @@ def check_figure(name: str, value: object) -> None:
         raise UsageError(f"--{name.replace('_', '-')} must be {'an integer' if count else 'a number'}, not {value!r}")
 
 
-def _curve(label: str, points: list[Point]) -> Curve:
+def _curve(label: str, points: list[Point], value: str = "output_throughput") -> Curve:
     from eaglegate.live.calibrate import Curve
 
-    return Curve.of(label, [(p.concurrency, p.output_throughput) for p in points])
+    return Curve.of(label, [(p.concurrency, getattr(p, value)) for p in points])
 
 
 def verify_live(url: object, baseline_url: object, *, low: object = 1, high: object = 128,

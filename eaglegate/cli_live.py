@@ -186,6 +186,10 @@ def calibrate(
         if result.resume_at:
             out.print(f"[bold]hysteresis[/bold]  {result.hysteresis}  (speculation resumes below "
                       f"{result.resume_at + 1})")
+        if result.threshold_range:
+            low, high = result.threshold_range
+            out.print(f"[bold]range[/bold]       {low} to {high if high is not None else 'above the levels'}"
+                      "  (the threshold under the spread of the levels measured more than once)")
     else:
         out.print(f"[bold]{result.status}[/bold]")
     for note in result.notes:

@@ -416,3 +416,25 @@ def test_calibrate_tool_refuses_what_json_can_send(arguments, message) -> None:
 
     with pytest.raises(UserError, match=re.escape(message)):
         call_tool("calibrate_threshold", arguments)
+
+
+def test_calibrate_bounds_the_threshold_by_the_repeats_spread(tmp_path: Path) -> None:
+    """A sweep run twice into one file: each level's mean sets the threshold, its lowest and
+    highest values the range. Planted: the speculative server measured once 10 % slow and
+    once 10 % fast. Plain n / (4 + 0.2 n) meets k * 2n / (4.8 + 0.8 n) at
+    n = (8k - 4.8) / (0.8 - 0.4k): 8 for k = 1, 5.45 for 0.9, 11.1 for 1.1."""
+    levels = list(range(1, 17))
+    base = _planted_sweep(tmp_path / "baseline.jsonl", 4000, 200, 1, levels)
+    once = _planted_sweep(tmp_path / "spec.jsonl", 4800, 800, 2, levels)
+    data = json.loads(invoke("calibrate", str(base), str(once), "--json").stdout)
+    assert data["threshold"] == 7 and data["threshold_range"] is None
+    twice = tmp_path / "spec-twice.jsonl"
+    lines = [json.loads(line) for line in once.read_text().splitlines()]
+    twice.write_text("".join(json.dumps({**row, "output_throughput": row["output_throughput"] * k}) + "\n"
+                             for k in (0.9, 1.1) for row in lines))
+    data = json.loads(invoke("calibrate", str(base), str(twice), "--json").stdout)
+    assert data["crossover"] == pytest.approx(8) and data["threshold"] == 7
+    assert data["threshold_range"] == [5, 11]
+    assert any("anywhere from 5 to 11" in note for note in data["notes"])
+    text = invoke("calibrate", str(base), str(twice)).stdout
+    assert "range       5 to 11" in text

@@ -133,6 +133,7 @@ class CalibrateOut(TypedDict):
     status: str  # crosses, spec-never-wins, spec-always-wins
     crossover: float | None
     threshold: int | None
+    threshold_range: list[int | None] | None  # under the spread of levels measured more than once
     hysteresis: int
     resume_at: int | None
     margin: float

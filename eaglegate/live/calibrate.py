@@ -89,12 +89,17 @@ class Calibration:
     margin: float
     rows: list[dict[str, float]]
     notes: list[str] = field(default_factory=list)
+    # Under the spread of levels measured more than once: the threshold where the speculative
+    # curve is at its lowest and the baseline at its highest, and the other way round (None
+    # above: speculation still wins at the last level). None when no level was repeated.
+    threshold_range: tuple[int, int | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "crossover": self.crossover,
             "threshold": self.threshold,
+            "threshold_range": list(self.threshold_range) if self.threshold_range else None,
             "hysteresis": self.hysteresis,
             "resume_at": self.resume_at,
             "margin": self.margin,
@@ -174,6 +179,38 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
     return Calibration(
         "crosses", crossover, threshold, hysteresis, resume_at, margin, rows, notes
     )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Each curve at its lowest and highest measured value per level."""
+
+    base_low: Curve
+    base_high: Curve
+    spec_low: Curve
+    spec_high: Curve
+
+
+def with_spread(result: Calibration, spread: Spread) -> Calibration:
+    """`result` with the threshold's range under the measured spread, and a note when the
+    range is wide (the threshold then rests on noise: measure more). Only a crossing curve
+    has a threshold to bound."""
+    if result.status != "crosses" or result.threshold is None:
+        return result
+    pessimistic = calibrate(spread.base_high, spread.spec_low, result.margin)
+    optimistic = calibrate(spread.base_low, spread.spec_high, result.margin)
+    low = pessimistic.threshold if pessimistic.threshold is not None else 1
+    high = optimistic.threshold if optimistic.status != "spec-always-wins" else None
+    result.threshold_range = (low, high)
+    if high is None or low < 0.8 * result.threshold or high > 1.25 * result.threshold:
+        upper = f"{high}" if high is not None else "above the measured levels"
+        result.notes.append(
+            f"the repeated levels' spread puts the threshold anywhere from {low} to {upper}: "
+            "the curves are too close there for the measurements' noise; measure those levels "
+            "more times (each sweep run into the same file adds a sample) or more levels near "
+            "the crossover"
+        )
+    return result
 
 
 def _cap_notes(base: Curve, spec: Curve, threshold: int) -> list[str]:

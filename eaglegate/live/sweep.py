@@ -272,12 +272,17 @@ class Point:
     source: str  # "eaglegate-sweep" or "bench_serving"
     mean_itl_ms: float | None = None
     mean_ttft_ms: float | None = None
+    # The lowest and highest output_throughput among the lines of this level (a level measured
+    # once: both are output_throughput). Their spread bounds where the crossover can lie.
+    low: float | None = None
+    high: float | None = None
 
 
 def read_results(path: str | Path) -> list[Point]:
     """Read a sweep file: ours or SGLang `bench_serving --output-file` (JSONL, or a JSON list).
 
-    Levels measured more than once are averaged. A bench_serving line run without
+    Levels measured more than once (a sweep run again into the same file) are averaged, and
+    their lowest and highest throughput kept. A bench_serving line run without
     `--max-concurrency` (request-rate mode) has no level and is refused.
     """
     p = Path(path)
@@ -334,6 +339,8 @@ def read_results(path: str | Path) -> list[Point]:
                 source=source,
                 mean_itl_ms=mean(objs, "mean_itl_ms"),
                 mean_ttft_ms=mean(objs, "mean_ttft_ms"),
+                low=min(float(o["output_throughput"]) for o in objs),
+                high=max(float(o["output_throughput"]) for o in objs),
             )
         )
     return points
