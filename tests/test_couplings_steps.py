@@ -447,7 +447,7 @@ def test_releases_graph_state_built_with_the_runner_stays_start_up(version):
     """The event loops rebuild the target graph runner (weight updates re-capture), yet what
     only its construction reaches stays start-up code: the LoRA backends' graph batch info,
     sized from the runner's speculative token count, are `alloc` findings."""
-    from eaglegate.analyzer.couplings.registry import build_context
+    from eaglegate.analyzer.couplings.context import build_context
     from eaglegate.analyzer.spec_map import build_map
 
     ctx = build_context(build_map(release(version)))

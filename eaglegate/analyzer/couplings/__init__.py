@@ -85,7 +85,8 @@ def _cache_entry(spec_map: SpecMap) -> Path:
 
 
 def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> CouplingReport:
-    from eaglegate.analyzer.couplings.registry import build_context, detectors
+    from eaglegate.analyzer.couplings.context import build_context
+    from eaglegate.analyzer.couplings.registry import detectors
     from eaglegate.analyzer.couplings.scope import annotate
     from eaglegate.analyzer.couplings.verdict import build_verdicts
     from eaglegate.analyzer.settings import read_settings

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context, graph_runners
 from eaglegate.analyzer.couplings.dataflow import text_of
 from eaglegate.analyzer.couplings.model import Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 
 _ALLOCATORS = {"empty", "zeros", "ones", "full", "arange", "empty_strided"}
 
@@ -50,8 +50,6 @@ class BufferDetector:
     REQUIRES: ClassVar[tuple[str, ...]] = ("flow", "loop_reach", "graph_runners")
 
     def find(self, ctx: Context) -> list[Finding]:
-        from eaglegate.analyzer.couplings.cuda_graph import graph_runners
-
         flow = ctx.flow
         runners = graph_runners(ctx)
         runner_paths = {ctx.codebase.scope_module[r].path for r in runners}

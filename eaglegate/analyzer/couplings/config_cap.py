@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Any, ClassVar
 
+from eaglegate.analyzer.couplings.context import Context
 from eaglegate.analyzer.couplings.dataflow import (
     SPEC_PREFIX,
     FunctionFacts,
@@ -23,7 +24,6 @@ from eaglegate.analyzer.couplings.dataflow import (
     text_of,
 )
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.summary import expr_ir
 
 

@@ -26,40 +26,11 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
-import networkx as nx
-
 from eaglegate.analyzer.couplings.buffer import is_allocation
+from eaglegate.analyzer.couplings.context import Context, graph_runners
 from eaglegate.analyzer.couplings.dataflow import frames_chain, text_of
 from eaglegate.analyzer.couplings.model import Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
-from eaglegate.analyzer.index import Codebase
-from eaglegate.analyzer.step_calls import capturing_functions
 from eaglegate.analyzer.summary import expr_ir
-
-
-def graph_runners(ctx: Context) -> dict[str, str]:
-    """Graph-runner classes (those whose methods capture a CUDA graph), cached in scratch."""
-    cached = ctx.scratch.get("graph_runners")
-    if isinstance(cached, dict):
-        return cached
-    runners = dict.fromkeys(runner_classes(ctx.codebase, ctx.callgraph.graph), "draft")
-    ctx.scratch["graph_runners"] = runners
-    return runners
-
-
-def runner_classes(cb: Codebase, graph: nx.DiGraph) -> set[str]:
-    """Classes whose methods capture a CUDA graph, or call a capturing method directly (a
-    runner may hand the capture to a backend object: `self.backend.capture(…)`), and their
-    subclasses. `graph`: the call graph as far as it is expanded."""
-    functions = capturing_functions(cb)
-    capturing = {owner for qn in functions if (owner := cb.owner_class(qn)) is not None}
-    for qn in functions:
-        if qn in graph:
-            for caller in graph.predecessors(qn):
-                owner = cb.owner_class(caller) if caller in cb.scopes else None
-                if owner is not None:
-                    capturing.add(owner)
-    return {member for cls in capturing for member in {cls} | cb.subclasses(cls)}
 
 
 class CudaGraphDetector:

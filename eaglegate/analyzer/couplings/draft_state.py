@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 
 
 class DraftStateDetector:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context
 from eaglegate.analyzer.couplings.dataflow import BranchFact
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 
 _LOOP_DEPTH = 4
 _STEP_DEPTH = 2

@@ -14,16 +14,14 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context, graph_runners
 from eaglegate.analyzer.couplings.model import Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.step_calls import capturing_functions, function_node
 
 
 def runtime_runners(ctx: Context) -> set[str]:
     """Runner classes the spec path uses at run time."""
-    from eaglegate.analyzer.couplings.cuda_graph import graph_runners
-
     cb = ctx.codebase
     runners = graph_runners(ctx)
     found = {cls for cls, role in runners.items() if role == "target"}

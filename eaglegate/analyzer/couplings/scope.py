@@ -36,7 +36,7 @@ from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.step_calls import module_ast
 
 if TYPE_CHECKING:  # the detectors' context: only the cold analysis builds one
-    from eaglegate.analyzer.couplings.registry import Context
+    from eaglegate.analyzer.couplings.context import Context
 
 _KEY_DEPTH = 4  # keyed functions and classes followed outwards from a construction site
 Keys = list[tuple[tuple[str, ...], str]]  # (family, key) pairs that must all be active

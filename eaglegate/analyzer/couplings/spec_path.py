@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context, graph_runners
 from eaglegate.analyzer.couplings.dataflow import frames_chain, text_of
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.analyzer.step_calls import dotted, function_node
 
@@ -94,8 +94,6 @@ class SpecPathDetector:
         # The state's own methods the scheduler calls on it (filter, merge).
         for cls in spec_state_classes(ctx):
             scope |= {m for m in ctx.class_methods(cls) if cb.owner_class(m) == cls and _called_from_outside(ctx, m)}
-        from eaglegate.analyzer.couplings.cuda_graph import graph_runners
-
         runners = graph_runners(ctx)  # their checks are the runtime-check detector's
         family = set(cb.mro(worker.cls or ""))
         found: list[Finding] = []

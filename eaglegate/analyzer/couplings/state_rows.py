@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from eaglegate.analyzer.couplings.context import Context
 from eaglegate.analyzer.couplings.draft_state import DraftStateDetector
 from eaglegate.analyzer.couplings.model import Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.couplings.spec_path import spec_state_classes
 from eaglegate.analyzer.step_calls import function_node
 

@@ -31,9 +31,9 @@ import re
 from typing import ClassVar
 
 from eaglegate.analyzer.couplings.buffer import is_allocation
+from eaglegate.analyzer.couplings.context import Context, graph_runners, names_in
 from eaglegate.analyzer.couplings.dataflow import frames_chain, is_source_attr, text_of
 from eaglegate.analyzer.couplings.model import Chain, Finding, Step
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.couplings.spec_path import _own_statements
 from eaglegate.analyzer.spec_map import Question
 from eaglegate.analyzer.step_calls import function_node
@@ -49,13 +49,11 @@ def width_settings(ctx: Context) -> frozenset[str]:
     cached = ctx.scratch.get("width_settings")
     if isinstance(cached, frozenset):
         return cached
-    from eaglegate.analyzer.couplings.registry import _names_in
-
     cb = ctx.codebase
     found = frozenset(
         assign.target[1] for cls in sorted(ctx.settings_classes) for assign in cb.scopes[cls].assigns
         if assign.target and assign.target[0] == "n" and is_source_attr(str(assign.target[1]))
-        and assign.annotation is not None and "int" in _names_in(assign.annotation))
+        and assign.annotation is not None and "int" in names_in(assign.annotation))
     ctx.scratch["width_settings"] = found
     return found
 
@@ -90,8 +88,6 @@ def state_classes(ctx: Context) -> dict[str, tuple[Chain, list[tuple[str, str, s
     cached = ctx.scratch.get("state_classes")
     if isinstance(cached, dict):
         return cached
-    from eaglegate.analyzer.couplings.cuda_graph import graph_runners
-
     cb, graph = ctx.codebase, ctx.callgraph.graph
     runners = graph_runners(ctx)
     calls: dict[str, set[tuple[str, str, str]]] = {}
@@ -199,7 +195,6 @@ class StepWorkDetector:
 
     # -- graph runners built and captured at the speculative width ---------------------------
     def _runner_builds(self, ctx: Context) -> list[Finding]:
-        from eaglegate.analyzer.couplings.cuda_graph import graph_runners
         from eaglegate.analyzer.step_calls import capturing_functions
 
         flow, cb = ctx.flow, ctx.codebase

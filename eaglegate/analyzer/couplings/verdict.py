@@ -19,8 +19,8 @@ Read from the findings and the map, not from version numbers:
 
 from __future__ import annotations
 
+from eaglegate.analyzer.couplings.context import Context
 from eaglegate.analyzer.couplings.model import Finding, Verdict
-from eaglegate.analyzer.couplings.registry import Context
 from eaglegate.analyzer.spec_map import WorkerMap, main_path
 
 
