@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ast
 from itertools import product
+from pathlib import Path
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.index import Codebase
 
 Literal = tuple[str, bool]
@@ -147,20 +149,12 @@ def _keyword_store(cb: Codebase, scope_qn: str, lineno: int) -> tuple[str, str] 
     """For `x = <kwargs>.pop("key", ...)` (or `.get`) at `lineno`, where `<kwargs>` is the
     function's `**` parameter: the boolean expression of the one `<dict>["key"] = <expr>`
     in the tree, with the scope it is in."""
-    from pathlib import Path
-
-    from eaglegate.analyzer.step_calls import module_ast
-
     scope = cb.scopes[scope_qn]
     kwargs = scope.star_params[1]
     module = cb.scope_module.get(scope_qn)
     if kwargs is None or module is None:
         return None
-    path = Path(cb.root) / module.path
-    try:
-        tree = module_ast(str(path), path.stat().st_mtime_ns)
-    except OSError:
-        return None
+    tree = files.tree(Path(cb.root) / module.path)
     keys = [
         call.args[0].value
         for stmt in (ast.walk(tree) if tree is not None else ())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.conditions import atoms_of, satisfiable
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.settings import (
@@ -26,7 +27,6 @@ from eaglegate.analyzer.settings import (
     resolve,
 )
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap, selection_formulas
-from eaglegate.analyzer.step_calls import module_ast
 
 # The question is about EAGLE: a launch that names no algorithm is taken as EAGLE-3.
 DEFAULT_ALGORITHM = "EAGLE3"
@@ -150,11 +150,7 @@ def _enum_member(cb: Codebase, scope_qn: str, cls_name: str, member: str) -> str
         if value[0] != "class":
             continue
         module = cb.scope_module[value[1]]
-        path = Path(cb.root) / module.path
-        try:
-            tree = module_ast(str(path), path.stat().st_mtime_ns)
-        except OSError:
-            return None
+        tree = files.tree(Path(cb.root) / module.path)
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.ClassDef) and node.name == value[1].rsplit(".", 1)[-1]:
                 for stmt in node.body:

@@ -16,8 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.index import Codebase, Site
-from eaglegate.analyzer.source import read_python
 from eaglegate.errors import UserError
 
 
@@ -118,7 +118,9 @@ def read_settings(codebase: Codebase) -> Settings:
         arg_module = _is_arg_module(name)
         if not arg_module and not name.endswith("environ"):
             continue
-        tree = ast.parse(read_python(codebase.root / module.path))
+        tree = files.tree(codebase.root / module.path)
+        if tree is None:  # it parsed into the index: unreadable only if it changed since
+            raise UserError(f"{codebase.root / module.path} changed while eaglegate read it: run again")
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for stmt in node.body:

@@ -30,13 +30,12 @@ import ast
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
-from eaglegate.analyzer.source import read_python
 
 if TYPE_CHECKING:
     from eaglegate.analyzer.spec_map import Question
@@ -492,11 +491,7 @@ def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionD
     scope = cb.scopes.get(qn)
     if scope is None or scope.kind != "function":
         return None
-    path = Path(cb.root) / cb.scope_module[qn].path
-    try:
-        module = module_ast(str(path), path.stat().st_mtime_ns)
-    except OSError:
-        return None
+    module = files.tree(Path(cb.root) / cb.scope_module[qn].path)
     if module is None:
         return None
     for node in ast.walk(module):
@@ -509,12 +504,3 @@ def function_node(cb: Codebase, qn: str) -> ast.FunctionDef | ast.AsyncFunctionD
                 and scope.lineno <= node.lineno <= scope.end_lineno:
             return node
     return None
-
-
-@lru_cache(maxsize=32)
-def module_ast(path: str, mtime_ns: int) -> ast.Module | None:
-    """One parse per file version (the mtime keys it: trees are patched in place)."""
-    try:
-        return ast.parse(read_python(path))
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return None

@@ -32,9 +32,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.couplings.model import Chain, Step
 from eaglegate.analyzer.index import Codebase
-from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.summary import expr_ir
 
 SPEC_PREFIX = "speculative_"
@@ -233,7 +233,6 @@ class SpecFlow:
         self._dirty: deque[str] = deque()
         self._dirty_set: set[str] = set()
         self._family: dict[str, tuple[str, ...]] = {}
-        self._texts: dict[str, str] = {}
         self.analyses = 0
         self._returns_self: dict[str, bool] = {}
         self._setup: dict[str, frozenset] = {}
@@ -254,13 +253,10 @@ class SpecFlow:
 
     # -- modules ---------------------------------------------------------------------------------
     def _text(self, module: str) -> str:
-        if module not in self._texts:
-            path = self.root / self.cb.modules[module].path
-            try:
-                self._texts[module] = read_python(path)
-            except (OSError, UnicodeDecodeError, SyntaxError):
-                self._texts[module] = ""
-        return self._texts[module]
+        try:
+            return files.text(self.root / self.cb.modules[module].path)
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            return ""
 
     def seed(self) -> None:
         """Load every candidate module that mentions a speculative setting."""
@@ -329,9 +325,9 @@ class SpecFlow:
         return parsed
 
     def _whole_module(self, facts: FunctionFacts) -> ast.FunctionDef | ast.AsyncFunctionDef:
-        tree = ast.parse("".join(self._lines[facts.module]))
         module = facts.module
-        for qual, node in _functions(tree):
+        tree = files.tree(self.root / self.cb.modules[module].path)
+        for qual, node in _functions(tree) if tree is not None else ():
             self._nodes.setdefault(f"{module}.{qual}", node)
         return self._nodes.get(facts.qn) or ast.FunctionDef(  # type: ignore[call-arg]
             name="_", args=ast.arguments([], [], None, [], [], None, []), body=[], decorator_list=[])

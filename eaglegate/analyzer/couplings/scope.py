@@ -28,12 +28,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.couplings.model import CouplingReport, Finding
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.launch import Launch
 from eaglegate.analyzer.settings import UNKNOWN, Settings
-from eaglegate.analyzer.source import read_python
-from eaglegate.analyzer.step_calls import module_ast
 
 if TYPE_CHECKING:  # the detectors' context: only the cold analysis builds one
     from eaglegate.analyzer.couplings.context import Context
@@ -68,7 +67,6 @@ class _Keying:
         self._registered: dict[str, tuple[str, str]] | None = None  # function → (decorator, literal)
         self._calls = calls  # last name → (caller, call)
         self._dicts: dict[str, dict[str, Keys]] = {}  # module → its dicts of literal keys
-        self._texts: dict[str, str] = {}
         self._families: dict[str, tuple[str, ...]] = {}
         # Memo per depth: an answer cut short by the depth limit is not the answer nearer the root.
         self._class: dict[tuple[str, int], list[Keys] | None] = {}
@@ -141,13 +139,12 @@ class _Keying:
         holds this function (searched in its own module)."""
         module = self.cb.scope_module[qn].name
         name = qn.rsplit(".", 1)[-1]
-        if module not in self._texts:
-            try:
-                self._texts[module] = read_python(self.cb.root / self.cb.modules[module].path)
-            except (OSError, UnicodeDecodeError, SyntaxError):
-                self._texts[module] = ""
+        try:
+            module_text = files.text(self.cb.root / self.cb.modules[module].path)
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            module_text = ""
         # Parse a module only when the name stands behind a literal key (`"triton": self._create…`).
-        if not re.search(rf"""["']\s*:\s*(?:[\w]+\.)*{re.escape(name)}\b""", self._texts[module]):
+        if not re.search(rf"""["']\s*:\s*(?:[\w]+\.)*{re.escape(name)}\b""", module_text):
             return []
         if module not in self._dicts:
             self._dicts[module] = self._module_dicts(module)
@@ -155,11 +152,7 @@ class _Keying:
 
     def _module_dicts(self, module: str) -> dict[str, Keys]:
         """Per name, the keys of the module's dict literals (all keys string constants) that hold it."""
-        path = self.cb.root / self.cb.modules[module].path
-        try:
-            tree = module_ast(str(path), path.stat().st_mtime_ns)
-        except OSError:
-            return {}
+        tree = files.tree(self.cb.root / self.cb.modules[module].path)
         found: dict[str, Keys] = {}
         for node in ast.walk(tree) if tree is not None else ():
             if not isinstance(node, ast.Dict) or len(node.keys) < 2:
@@ -244,11 +237,7 @@ def _member_predicate(cb: Codebase, node: ast.expr) -> tuple[tuple[str, ...], st
 
 def _member_test(cb: Codebase, qn: str) -> tuple[tuple[str, ...], str] | None:
     module = cb.scope_module[qn]
-    path = cb.root / module.path
-    try:
-        tree = module_ast(str(path), path.stat().st_mtime_ns)
-    except OSError:
-        return None
+    tree = files.tree(cb.root / module.path)
     cls_name, method = qn.rsplit(".", 2)[-2:]
     cls = next((n for n in (tree.body if tree else []) if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
     func = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef) and n.name == method), None)
