@@ -1,0 +1,82 @@
+"""bench/gpu's catch-up measurement without a server: the streamed events' parsing, the
+accept length over a window of output tokens, and run.py's summary of fake runs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+sys.path.insert(0, str(BENCH))
+
+import loadgen  # noqa: E402
+
+
+def sse(ct, verify=None, correct=None, ids=None):
+    meta = {"id": "x", "completion_tokens": ct, "cached_tokens": 0}
+    if verify:  # SGLang adds the spec fields once the request has a verify step
+        meta.update(spec_verify_ct=verify, spec_num_correct_drafts=correct,
+                    spec_accept_length=ct / verify, spec_accepted_drafts=correct)
+    return "data: " + json.dumps({"output_ids": ids or [0] * ct, "meta_info": meta})
+
+
+def test_parse_event_reads_sglang_stream_lines():
+    assert loadgen.parse_event(sse(1), 0.5) == [0.5, 1, None, None]
+    assert loadgen.parse_event(sse(9, 3, 6), 1.25) == [1.25, 9, 3, 6]
+    assert loadgen.parse_event("data: [DONE]", 2.0) is None
+    assert loadgen.parse_event("", 2.0) is None
+    # the older alias only
+    line = "data: " + json.dumps({"meta_info": {"completion_tokens": 5, "spec_verify_ct": 2,
+                                                "spec_accepted_drafts": 3}})
+    assert loadgen.parse_event(line, 0.0) == [0.0, 5, 2, 3]
+
+
+def events_of(steps, t0=0.0, dt=0.01, start=(1, 0, 0)):
+    """Events after each step: steps = tokens per step (1 = nothing accepted or a gated step)."""
+    ct, v, c = start
+    out = [[t0, ct, None, None]]
+    for i, n in enumerate(steps):
+        ct, v, c = ct + n, v + 1, c + n - 1
+        out.append([round(t0 + dt * (i + 1), 4), ct, v, c])
+    return out
+
+
+def test_window_accept_over_output_tokens():
+    ev = events_of([1] * 10 + [4] * 10)  # 10 steps of 1 token, then 10 of 4
+    assert ev[-1][1] == 51
+    first = loadgen.window_accept(ev, 0, 11)
+    assert first["accept_len"] == 1.0 and first["correct_per_step"] == 0.0
+    late = loadgen.window_accept(ev, 11)
+    assert late == {"tokens": 40, "steps": 10, "accept_len": 4.0, "correct_per_step": 3.0}
+    assert loadgen.window_accept(ev, 11, 23)["accept_len"] == 4.0  # first event >= 23 is 27
+    assert loadgen.window_accept(ev, 1000)["accept_len"] is None
+    assert loadgen.window_accept([[0.0, 1, None, None]], 0)["accept_len"] is None
+    assert loadgen.tokens_at(ev, 0.105) == 15  # the first event at or after t (step 11)
+    assert loadgen.tokens_at(ev, 99) == 51
+
+
+def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("STAGE", str(tmp_path))
+    run = importlib.import_module("run")
+    ids = [list(range(60))]
+    # gated, beside the short ones: 20 gated steps, then speculation that starts badly
+    gated_mixed = {"pair": "trained", "shorts_done_s": 0.105, "wall_s": 1.0,
+                   "long": [{"ids": ids[0], "events": events_of([1] * 20 + [1, 1, 1, 1, 1, 2, 2] + [4] * 8),
+                             "meta": {"completion_tokens": 60, "spec_verify_ct": 33, "spec_accept_length": 1.8}}]}
+    alone = {"pair": "trained", "shorts_done_s": None, "wall_s": 0.5,
+             "long": [{"ids": ids[0], "events": events_of([4] * 15),
+                       "meta": {"completion_tokens": 61, "spec_verify_ct": 15, "spec_accept_length": 4.07}}]}
+    runs = {"eagle-v2|alone": alone, "eagle-v2|mixed": alone, "gated-v2|alone": alone,
+            "gated-v2|mixed": gated_mixed}
+    s = run.catchup_summary(runs)
+    assert s["reference"] == "gated-v2|mixed"
+    # 12 tokens when the short ones were done (11 gated steps after the first token), + margin
+    assert s["k0"] == [12 + run.RESUME_MARGIN]
+    g, e = s["table"]["gated-v2|mixed"], s["table"]["eagle-v2|alone"]
+    assert g["after_k0_32"] < e["after_k0_32"] == 4.0
+    assert g["before_k0"] == 1.0  # the gated stretch: one token per step
+    assert g["same_ids"] == 1
+    row = s["per_request"]["gated-v2|mixed"][0]
+    assert row["sglang_accept_len"] == 1.8 and row["k0"] == s["k0"][0]
