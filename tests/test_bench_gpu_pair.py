@@ -177,3 +177,19 @@ def test_checkpoint_names_and_shapes_are_what_sglang_loads(tmp_path, target):
     every = {(k, s) for k, v in params.items() for s in (v if isinstance(v, dict) else [None])}
     # every parameter but the embedding (the target's, set after loading) gets its weight
     assert every - covered == {("model.embed_tokens.weight", None)}
+
+
+def test_write_trained_saves_a_pair_sglang_can_start(tmp_path, target):
+    """weights.py's path for the trained pair, on the CPU with tiny data: both folders, the
+    draft's config, the report with the held-out agreement."""
+    w, _ = target
+    cfg = tiny()
+    report = weights.write_trained(str(tmp_path), "trained", cfg, w, train_s=6, device="cpu",
+                                   dtype=torch.float32,
+                                   data={"n_train": 64, "n_eval": 16, "prompt_len": 24, "gen_len": 16})
+    for side, arch in (("target", "LlamaForCausalLM"), ("draft", "LlamaForCausalLMEagle3")):
+        folder = tmp_path / f"trained-{side}"
+        assert (folder / "model.safetensors").is_file()
+        assert json.loads((folder / "config.json").read_text())["architectures"] == [arch]
+    assert len(report["heldout_top1_per_step"]) == 3 and report["iters"] > 0
+    json.dumps(report)  # weights.json takes it

@@ -109,8 +109,9 @@ def target_layer(w, cfg, layer, x, pos, cache=None):
     return x + g @ w[p + "mlp.down_proj.weight"].T
 
 
-def target_forward(w, cfg, ids, pos0=0, cache=None):
-    """The target on ids [B, T] from position pos0: (logits [B, T, V] float32, aux [B, T, 3H])."""
+def target_forward(w, cfg, ids, pos0=0, cache=None, last_only=False):
+    """The target on ids [B, T] from position pos0: (logits [B, T, V] float32, or [B, 1, V]
+    with last_only, or None with last_only=None; aux [B, T, 3H])."""
     x = w["model.embed_tokens.weight"][ids]
     pos = torch.arange(pos0, pos0 + ids.shape[1], device=ids.device)
     capture, aux = aux_layers(cfg), []
@@ -118,8 +119,11 @@ def target_forward(w, cfg, ids, pos0=0, cache=None):
         if layer in capture:
             aux.append(x)
         x = target_layer(w, cfg, layer, x, pos, cache)
-    h = rms_norm(x, w["model.norm.weight"], cfg["rms_norm_eps"])
-    return (h @ w["lm_head.weight"].T).float(), torch.cat(aux, -1)
+    aux = torch.cat(aux, -1)
+    if last_only is None:
+        return None, aux
+    h = rms_norm(x[:, -1:] if last_only else x, w["model.norm.weight"], cfg["rms_norm_eps"])
+    return (h @ w["lm_head.weight"].T).float(), aux
 
 
 @torch.no_grad()
@@ -129,7 +133,7 @@ def generate(w, cfg, prompts, n_new, chunk=256):
     for i in range(0, prompts.shape[0], chunk):
         ids = prompts[i:i + chunk]
         cache = {}
-        logits, _ = target_forward(w, cfg, ids, 0, cache)
+        logits, _ = target_forward(w, cfg, ids, 0, cache, last_only=True)
         seq = [ids, logits[:, -1].argmax(-1, keepdim=True)]
         pos = ids.shape[1]
         for _ in range(n_new - 1):
@@ -143,7 +147,8 @@ def generate(w, cfg, prompts, n_new, chunk=256):
 @torch.no_grad()
 def target_aux(w, cfg, ids, chunk=64):
     """The target's aux hidden states of every position, teacher-forced (as a prefill)."""
-    return torch.cat([target_forward(w, cfg, ids[i:i + chunk])[1] for i in range(0, ids.shape[0], chunk)])
+    return torch.cat([target_forward(w, cfg, ids[i:i + chunk], last_only=None)[1]
+                      for i in range(0, ids.shape[0], chunk)])
 
 
 # ---------------------------------------------------------------- the draft
@@ -314,9 +319,10 @@ def agreement(dw, cfg, embed, aux, ids, prompt_len, steps, batch=16):
 
 def train_draft(target_w, cfg, *, n_train, n_eval, prompt_len, gen_len, steps=3, budget_s=90.0,
                 batch=16, lr=1e-3, seed=0, device="cpu", dtype=torch.float32, max_iters=None,
-                log=print):
-    """Generate the target's greedy continuations of random prompts, then fit a draft to them.
-    Returns (draft weights float32, report)."""
+                stop_loss=None, log=print):
+    """Generate the target's greedy continuations of random prompts, then fit a draft to them:
+    for budget_s seconds in all (or max_iters steps), less when the loss (logged every 100
+    steps) stayed below stop_loss three times in a row. Returns (draft weights float32, report)."""
     t0 = time.time()
     gen = torch.Generator(device=device).manual_seed(seed)
     tw = {k: t.to(device=device, dtype=dtype) for k, t in target_w.items()}
@@ -363,6 +369,8 @@ def train_draft(target_w, cfg, *, n_train, n_eval, prompt_len, gen_len, steps=3,
         if it % 100 == 0:
             losses.append(round(loss.item(), 4))
             log(f"eagle3_train: step {it} loss {losses[-1]:.3f} at {time.time() - t0:.0f} s")
+            if stop_loss is not None and len(losses) >= 3 and max(losses[-3:]) < stop_loss:
+                break  # converged: the budget's rest is the call's
     dw = {k: t.detach() for k, t in dw.items()}
     cast = {k: t.to(dtype) for k, t in dw.items()}
     acc = agreement(cast, cfg, embed, ev_aux, ev_ids, prompt_len, steps)

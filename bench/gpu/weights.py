@@ -303,17 +303,19 @@ def main():
     print("weights:", json.dumps(report.get("accept")), flush=True)
 
 
-def write_trained(out, pair, cfg, w, train_s):
+# The trained pair's data: random prompts and the target's greedy continuations.
+TRAIN_DATA = {"n_train": 1024, "n_eval": 64, "prompt_len": 128, "gen_len": 192}
+
+
+def write_trained(out, pair, cfg, w, train_s, device="cuda", dtype=torch.bfloat16, data=None):
     """Save the target, train its EAGLE-3 draft (eagle3_train) on the GPU, save the draft in
     the layout SGLang loads; returns the training report (held-out agreement per step)."""
     import eagle3_train
 
     save(os.path.join(out, f"{pair}-target"), cfg, w)
-    # Serve-like data: random prompts, greedy continuations; the budget covers both.
     draft, report = eagle3_train.train_draft(
-        w, cfg, n_train=1024, n_eval=64, prompt_len=128, gen_len=192, steps=3, budget_s=train_s,
-        batch=16, lr=1e-3, seed=7, device="cuda", dtype=torch.bfloat16,
-        log=lambda m: print(m, flush=True))
+        w, cfg, **(data or TRAIN_DATA), steps=3, budget_s=train_s, batch=16, lr=1e-3, seed=7,
+        device=device, dtype=dtype, stop_loss=0.02, log=lambda m: print(m, flush=True))
     save(os.path.join(out, f"{pair}-draft"), draft_config(cfg), draft)
     print(f"weights: {pair} draft held-out top-1 agreement per step "
           f"{report['heldout_top1_per_step']} (chain estimate {report['chain_accept_len_estimate']})",
