@@ -35,13 +35,14 @@ def target():
     return weights.copy_target_weights(tiny(), gen, OFFSET)
 
 
-def test_copy_target_follows_its_rule(target):
-    w, perm = target
+@pytest.mark.parametrize("offset", [OFFSET, 0, 20])
+def test_copy_target_follows_its_rule(offset):
     cfg = tiny()
+    w, perm = weights.copy_target_weights(cfg, torch.Generator().manual_seed(7), offset)
     prompts = torch.randint(0, cfg["vocab_size"], (4, 24), generator=torch.Generator().manual_seed(1))
     ids = et.generate(w, cfg, prompts, 24)
     new = ids[:, 24:]
-    src = ids[:, 24 - 1 - OFFSET:24 - 1 - OFFSET + 24]  # x[t+1] = perm(x[t - offset])
+    src = ids[:, 24 - 1 - offset:24 - 1 - offset + 24]  # x[t+1] = perm(x[t - offset])
     assert bool((perm[src] == new).all())
     assert et._distinct(new) > 0.8  # no short cycle: the sequence is the prompt's, permuted
 

@@ -69,7 +69,8 @@ _CORES = sorted(os.sched_getaffinity(0))
 LOAD_CORES = set(_CORES[-2:]) if len(_CORES) > 4 else set(_CORES)
 SERVER_CORES = set(_CORES) - LOAD_CORES or set(_CORES)
 EQUIV_THRESHOLD = 16
-# The pairs on the 8-layer 1024-wide target (their drafts' KV pools need the room).
+# The pairs on the 8-layer 1024-wide target (their drafts' KV pools need the room); also
+# trained-N (the trained pair with copy offset N).
 SMALL_PAIRS = ("context", "trained")
 
 
@@ -106,7 +107,7 @@ def plan(threshold, pair, v1=True):
 def common(pair):
     # The context pair's 1-layer draft needs an eighth of its 8-layer target's KV pool, a
     # larger share than the accept pair's: leave room for it.
-    fraction = "0.5" if pair in SMALL_PAIRS else "0.8"
+    fraction = "0.5" if pair in SMALL_PAIRS or pair.startswith("trained-") else "0.8"
     flags = list(COMMON)
     flags[flags.index("--mem-fraction-static") + 1] = fraction
     if pair == "context" and DETERMINISTIC:

@@ -250,7 +250,8 @@ def main():
     ap.add_argument("--train-s", type=float, default=90.0,
                     help="the trained pair's draft: time budget (data and training), seconds")
     ap.add_argument("--copy-offset", type=int, default=COPY_OFFSET,
-                    help="the trained pair's target: next token = perm(token this far back)")
+                    help="the trained pair's target: next token = perm(token this far back) "
+                         "(pair trained-N: N)")
     a = ap.parse_args()
     pairs = set(a.pairs.split(","))
     path = os.path.join(a.out, "weights.json")
@@ -288,17 +289,18 @@ def main():
         save(os.path.join(a.out, "context-draft"), draft_config(small), draft_weights(small, gen, 0.0))
         report["shapes"]["context"] = small
     small = llama_config(8, 1024, 16, 4, 2816)
-    if "trained" in pairs:
+    for pair in sorted(p for p in pairs if p == "trained" or p.startswith("trained-")):
         # The context pair's shapes. The target's next token is perm(x[t - offset]), which a
         # draft reads from its own KV cache alone; the draft is trained here on the target's
-        # greedy continuations (eagle3_train). (The context pair's own random target is no
-        # use for this: on the CPU a draft fitted to it memorised its training sequences,
-        # 7 % held-out agreement.)
+        # greedy continuations (eagle3_train). `trained` has --copy-offset (16); `trained-N`
+        # the offset N. (The context pair's own random target is no use for this: on the CPU
+        # a draft fitted to it memorised its training sequences, 7 % held-out agreement.)
+        offset = int(pair.split("-", 1)[1]) if "-" in pair else a.copy_offset
         gen = torch.Generator(device="cuda").manual_seed(2468)
-        w, _ = copy_target_weights(small, gen, a.copy_offset)
-        report["trained"] = write_trained(a.out, "trained", small, w, a.train_s)
-        report["trained"]["offset"] = a.copy_offset
-        report["shapes"]["trained"] = small
+        w, _ = copy_target_weights(small, gen, offset)
+        report[pair] = write_trained(a.out, pair, small, w, a.train_s)
+        report[pair]["offset"] = offset
+        report["shapes"][pair] = small
     json.dump(report, open(os.path.join(a.out, "weights.json"), "w"), indent=1)
     print("weights:", json.dumps(report.get("accept")), flush=True)
 
