@@ -6,7 +6,12 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
@@ -80,3 +85,73 @@ def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_
     assert g["same_ids"] == 1
     row = s["per_request"]["gated-v2|mixed"][0]
     assert row["sglang_accept_len"] == 1.8 and row["k0"] == s["k0"][0]
+
+
+class FakeGenerate(BaseHTTPRequestHandler):
+    """A stand-in for SGLang's /generate (stdlib HTTP): plain JSON, or server-sent events
+    with the cumulative meta_info after every step (3 tokens a step) for `stream`."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = body["sampling_params"]["max_new_tokens"]
+        first = body["input_ids"][0]
+        self.send_response(200)
+        if not body.get("stream"):
+            time.sleep(0.05)
+            out = json.dumps({"output_ids": [first] * n, "meta_info": {"completion_tokens": n}})
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(out.encode())
+            return
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write((sse(1, ids=[first]) + "\n\n").encode())
+        ct, v = 1, 0
+        while ct < n:
+            ct, v = min(n, ct + 3), v + 1
+            self.wfile.write((sse(ct, v, 2 * v, ids=[first] * ct) + "\n\n").encode())
+            self.wfile.flush()
+            time.sleep(0.001)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture
+def fake_url():
+    pytest.importorskip("aiohttp")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeGenerate)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_catchup_streams_the_long_requests_from_a_server(fake_url):
+    out = loadgen.catchup(fake_url, n_long=2, n_short=5, long_new=40, short_new=8, plen=4, seed=3)
+    assert out["first_error"] is None and out["short_errors"] == 0
+    assert out["shorts_done_s"] is not None and out["shorts_done_s"] <= out["wall_s"] + 0.001
+    for r, p in zip(out["long"], loadgen.prompts(2, 4, 3), strict=True):
+        assert r["ids"] == [p[0]] * 40
+        assert r["meta"]["completion_tokens"] == 40 and r["meta"]["spec_verify_ct"] == 13
+        assert r["events"][0][1:] == [1, None, None] and r["events"][-1][1:] == [40, 13, 26]
+        assert loadgen.window_accept(r["events"], 4)["accept_len"] == 3.0
+
+
+def test_run_catchup_work_and_summary_end_to_end(fake_url, monkeypatch, tmp_path):
+    """run.py's --catchup work on a server (the fake): both phases per server, the reset
+    request and the flush before each (the fake has no /flush_cache: ignored), the summary."""
+    monkeypatch.setenv("STAGE", str(tmp_path))
+    run = importlib.import_module("run")
+    monkeypatch.setattr(run, "CATCHUP", {**run.CATCHUP, "n_short": 16, "long_new": 64, "plen": 8})
+    store = {"runs": {}}
+    for server in ("eagle-v2", "gated-v2"):
+        run.catchup_work(store)(fake_url, {"server": server, "pair": "trained"})
+    assert sorted(store["runs"]) == ["eagle-v2|alone", "eagle-v2|mixed", "gated-v2|alone", "gated-v2|mixed"]
+    assert store["runs"]["gated-v2|alone"]["shorts_done_s"] is None
+    s = run.catchup_summary(store["runs"])
+    assert s["reference"] == "gated-v2|mixed" and len(s["k0"]) == 8
+    for key, row in s["table"].items():
+        assert row["same_ids"] == 8, key
+        assert row["sglang_accept_len"] == round(64 / 21, 4), key
+    json.dumps(s)  # rows_<tag>.json takes it
