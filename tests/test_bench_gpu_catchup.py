@@ -48,18 +48,42 @@ def events_of(steps, t0=0.0, dt=0.01, start=(1, 0, 0)):
     return out
 
 
-def test_window_accept_over_output_tokens():
+def test_window_accept_counts_tokens_per_streamed_step():
     ev = events_of([1] * 10 + [4] * 10)  # 10 steps of 1 token, then 10 of 4
     assert ev[-1][1] == 51
-    first = loadgen.window_accept(ev, 0, 11)
-    assert first["accept_len"] == 1.0 and first["correct_per_step"] == 0.0
-    late = loadgen.window_accept(ev, 11)
-    assert late == {"tokens": 40, "steps": 10, "accept_len": 4.0, "correct_per_step": 3.0}
+    assert loadgen.window_accept(ev, 0, 11)["accept_len"] == 1.0
+    assert loadgen.window_accept(ev, 11) == {"tokens": 40, "steps": 10, "accept_len": 4.0}
     assert loadgen.window_accept(ev, 11, 23)["accept_len"] == 4.0  # first event >= 23 is 27
     assert loadgen.window_accept(ev, 1000)["accept_len"] is None
     assert loadgen.window_accept([[0.0, 1, None, None]], 0)["accept_len"] is None
+    # SGLang's stream: no spec counters before the last event; the steps are the events
+    bare = [[e[0], e[1], None, None] for e in ev]
+    assert loadgen.window_accept(bare, 11) == loadgen.window_accept(ev, 11)
     assert loadgen.tokens_at(ev, 0.105) == 15  # the first event at or after t (step 11)
     assert loadgen.tokens_at(ev, 99) == 51
+
+
+GATE_LINE = ("[2026-12-02 00:45:53] Decode batch, #running-req: {n}, #token: 260, token usage: 0.00, "
+             "accept len: {acc:.2f}, accept rate: 0.22, cuda graph: True, gen throughput (token/s): "
+             "129.77, #queue-req: 0, gate(>16, <14): {state}, 6 spec / 35 gated")
+EAGLE_LINE = ("[2026-12-02 00:43:40] Decode batch, #running-req: {n}, #token: 345, token usage: 0.00, "
+              "accept len: {acc:.2f}, accept rate: 1.00, cuda graph: True, gen throughput (token/s): "
+              "117.75, #queue-req: 0")
+
+
+def test_decode_steps_and_the_steps_after_the_batch_fell(monkeypatch, tmp_path):
+    monkeypatch.setenv("STAGE", str(tmp_path))
+    run = importlib.import_module("run")
+    lines = ["[2026-12-02 00:45:46] batch gate: on (overlap worker), gate(>16, <14): spec, 0 spec / 0 gated"]
+    lines += [GATE_LINE.format(n=128, acc=0, state="off")] * 5 + [GATE_LINE.format(n=8, acc=0, state="off")] * 8
+    lines += [GATE_LINE.format(n=8, acc=a, state="spec") for a in [1, 1, 1, 1, 2, 4, 4, 4]]
+    steps = run.decode_steps(lines)
+    assert len(steps) == 21 and steps[0] == [128, 0.0, "off"] and steps[-1] == [8, 4.0, "spec"]
+    accepts, gated = run.steps_after_fall(steps, 8)
+    assert gated == 8 and accepts == [1, 1, 1, 1, 2, 4, 4, 4]
+    # an unpatched server: no gate on the line; a run that never exceeded n: every step
+    eagle = run.decode_steps([EAGLE_LINE.format(n=8, acc=4)] * 3)
+    assert eagle == [[8, 4.0, None]] * 3 and run.steps_after_fall(eagle, 8) == ([4.0] * 3, 0)
 
 
 def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_path):
@@ -68,23 +92,29 @@ def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_
     ids = [list(range(60))]
     # gated, beside the short ones: 20 gated steps, then speculation that starts badly
     gated_mixed = {"pair": "trained", "shorts_done_s": 0.105, "wall_s": 1.0,
+                   "decode_steps": [[128, 0.0, "off"]] * 3 + [[8, 0.0, "off"]] * 8
+                   + [[8, a, "spec"] for a in (1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0)],
                    "long": [{"ids": ids[0], "events": events_of([1] * 20 + [1, 1, 1, 1, 1, 2, 2] + [4] * 8),
                              "meta": {"completion_tokens": 60, "spec_verify_ct": 33, "spec_accept_length": 1.8}}]}
     alone = {"pair": "trained", "shorts_done_s": None, "wall_s": 0.5,
+             "decode_steps": [[8, 4.0, None]] * 15,
              "long": [{"ids": ids[0], "events": events_of([4] * 15),
                        "meta": {"completion_tokens": 61, "spec_verify_ct": 15, "spec_accept_length": 4.07}}]}
     runs = {"eagle-v2|alone": alone, "eagle-v2|mixed": alone, "gated-v2|alone": alone,
             "gated-v2|mixed": gated_mixed}
-    s = run.catchup_summary(runs)
+    s = run.catchup_summary(runs, n_long=8)
     assert s["reference"] == "gated-v2|mixed"
     # 12 tokens when the short ones were done (11 gated steps after the first token), + margin
     assert s["k0"] == [12 + run.RESUME_MARGIN]
     g, e = s["table"]["gated-v2|mixed"], s["table"]["eagle-v2|alone"]
+    assert g["resume_after_gated_steps"] == 8 and g["spec_steps"] == 8
+    assert g["steps_4"] == 1.0 and g["steps_8"] == 2.0 and e["steps_8"] == 4.0
     assert g["after_k0_32"] < e["after_k0_32"] == 4.0
     assert g["before_k0"] == 1.0  # the gated stretch: one token per step
     assert g["same_ids"] == 1
     row = s["per_request"]["gated-v2|mixed"][0]
     assert row["sglang_accept_len"] == 1.8 and row["k0"] == s["k0"][0]
+    json.dumps(s)
 
 
 class FakeGenerate(BaseHTTPRequestHandler):
@@ -135,7 +165,7 @@ def test_catchup_streams_the_long_requests_from_a_server(fake_url):
         assert r["ids"] == [p[0]] * 40
         assert r["meta"]["completion_tokens"] == 40 and r["meta"]["spec_verify_ct"] == 13
         assert r["events"][0][1:] == [1, None, None] and r["events"][-1][1:] == [40, 13, 26]
-        assert loadgen.window_accept(r["events"], 4)["accept_len"] == 3.0
+        assert loadgen.window_accept(r["events"], 4)["accept_len"] == 3.0  # 3 tokens per event
 
 
 def test_run_catchup_work_and_summary_end_to_end(fake_url, monkeypatch, tmp_path):

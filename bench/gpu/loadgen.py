@@ -109,10 +109,11 @@ def compare(ref, other):
 # ---- catch-up: acceptance after the gate turns speculation back on -----------------------
 #
 # A gated step runs the target alone, so the draft's KV cache never holds the tokens decoded
-# while gated. `catchup` streams a few long requests (their meta_info's cumulative counts
-# after every step) beside many short ones: the batch starts above the gate's threshold and
+# while gated. `catchup` streams a few long requests (an event per decode step, with the
+# tokens so far) beside many short ones: the batch starts above the gate's threshold and
 # falls below it when the short ones finish. `window_accept` then gives a long request's
-# accept length over a range of its output tokens, the same range on every server.
+# tokens per step over a range of its output tokens, the same range on every server.
+# run.py's per-step decode log (the batch's accept length every step) is the exact figure.
 
 def parse_event(line, t):
     """One server-sent event of a streamed /generate: [t, completion_tokens, spec_verify_ct,
@@ -186,16 +187,16 @@ def tokens_at(events, t):
 
 
 def window_accept(events, lo, hi=None):
-    """Accept length (output tokens per speculative step, bonus included, as SGLang's
-    spec_accept_length) over output tokens lo..hi: between the first event with at least lo
-    tokens and the first with at least hi (the last event when hi is None or beyond it).
-    Also the correct drafts per step. None where the window holds no verify step."""
-    spec = [ev for ev in events if ev[1] is not None and ev[2] is not None]
-    a = next((ev for ev in spec if ev[1] >= lo), None)
-    b = next((ev for ev in spec if hi is not None and ev[1] >= hi), spec[-1] if spec else None)
-    if a is None or b is None or b[2] <= a[2]:
-        return {"tokens": None, "steps": None, "accept_len": None, "correct_per_step": None}
-    steps = b[2] - a[2]
-    correct = (b[3] - a[3]) / steps if a[3] is not None and b[3] is not None else None
-    return {"tokens": b[1] - a[1], "steps": steps, "accept_len": round((b[1] - a[1]) / steps, 4),
-            "correct_per_step": None if correct is None else round(correct, 4)}
+    """Output tokens per streamed event over output tokens lo..hi: between the first event
+    with at least lo tokens and the first with at least hi (the last event when hi is None or
+    beyond it). SGLang streams one event per decode step of the request (stream_interval 1),
+    so this is the accept length per step, bonus included, as long as the client keeps up:
+    where it lags, the tokenizer manager sends only the newest of the waiting outputs and the
+    figure runs high. (The spec counters in meta_info come only with the last event.)"""
+    evs = [ev for ev in events if ev[1] is not None]
+    a = next((i for i, ev in enumerate(evs) if ev[1] >= lo), None)
+    b = next((i for i, ev in enumerate(evs) if hi is not None and ev[1] >= hi), len(evs) - 1)
+    if a is None or b <= a:
+        return {"tokens": None, "steps": None, "accept_len": None}
+    tokens = evs[b][1] - evs[a][1]
+    return {"tokens": tokens, "steps": b - a, "accept_len": round(tokens / (b - a), 4)}
