@@ -449,14 +449,17 @@ def log_lines(name, pair):
 
 
 def catchup_work(store):
-    """Per server: the long requests alone (never gated: 8 is below any threshold used here),
-    then beside the short ones. Before each, one request of 24 tokens alone: the gate keeps
-    its state between loads, and the warm pass (C=128) left it off, so without this the
-    alone run's prefill would run without the draft and its first 8 steps gated. Then the
-    radix cache is flushed, so that no run reuses another's KV (a gated prefill's draft KV,
-    or a speculative one's). The server's decode log lines of each run are kept per step."""
+    """Per server: the long requests beside the short ones, then alone (never gated: 8 is
+    below any threshold used here). Mixed first: after a flush the KV allocator hands out the
+    same slots again, and an alone run before it would have left, in the draft's pool, valid
+    KV of the same tokens at the same positions, where the mixed run's gated steps write none
+    (the alone run after it writes all its draft KV itself). Before each, one request of 24
+    tokens alone: the gate keeps its state between loads and the warm pass (C=128) left it
+    off; without this the alone run's prefill would run without the draft and its first 8
+    steps gated. Then the radix cache is flushed, so that no run reuses another's prefix KV.
+    The server's decode log lines of each run are kept per step."""
     def work(url, res):
-        for phase, shorts in (("alone", False), ("mixed", True)):
+        for phase, shorts in (("mixed", True), ("alone", False)):
             loadgen.warm(url, c=1, max_new=24)  # 23 decode steps at batch 1: speculation back on
             get(url + "/flush_cache", timeout=30)
             time.sleep(1)
