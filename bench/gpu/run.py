@@ -22,7 +22,9 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
                  running cap and graph sizes (not plan's caps), and the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1
 Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
-pair for greedy equivalence. The threshold of a gating server is, by default, the one
+pair for greedy equivalence, the `trained` pair (a draft trained on its target) for
+`--catchup`: the acceptance of requests whose draft KV lacks the tokens decoded while gated,
+against the same requests never gated (README "The catch-up cost"). The threshold of a gating server is, by default, the one
 `eaglegate calibrate` picks from this run's plain and speculative rows (CALIBRATE_ON).
 Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read and, for gating
 servers, and with --profile, profile_<tag>.txt: where the profiled servers' decode steps
@@ -49,8 +51,10 @@ import loadgen  # noqa: E402
 
 S = os.environ["STAGE"]
 # Weights are written once per machine and version of the generator.
-W = os.path.join(S, "w-" + hashlib.sha256(open(os.path.join(os.path.dirname(
-    os.path.abspath(__file__)), "weights.py"), "rb").read()).hexdigest()[:8])
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# (the trained pairs' drafts come from eagle3_train.py: its version counts too)
+W = os.path.join(S, "w-" + hashlib.sha256(b"".join(open(os.path.join(_HERE, f), "rb").read() for f in (
+    "weights.py", "eagle3_train.py"))).hexdigest()[:8])
 T0 = time.time()
 LEVELS = [1, 8, 32, 64, 128, 256]
 COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
@@ -65,6 +69,9 @@ _CORES = sorted(os.sched_getaffinity(0))
 LOAD_CORES = set(_CORES[-2:]) if len(_CORES) > 4 else set(_CORES)
 SERVER_CORES = set(_CORES) - LOAD_CORES or set(_CORES)
 EQUIV_THRESHOLD = 16
+# The pairs on the 8-layer 1024-wide target (their drafts' KV pools need the room); also
+# trained-N (the trained pair with copy offset N).
+SMALL_PAIRS = ("context", "trained")
 
 
 def spec_flags(pair):
@@ -100,7 +107,7 @@ def plan(threshold, pair, v1=True):
 def common(pair):
     # The context pair's 1-layer draft needs an eighth of its 8-layer target's KV pool, a
     # larger share than the accept pair's: leave room for it.
-    fraction = "0.5" if pair == "context" else "0.8"
+    fraction = "0.5" if pair in SMALL_PAIRS or pair.startswith("trained-") else "0.8"
     flags = list(COMMON)
     flags[flags.index("--mem-fraction-static") + 1] = fraction
     if pair == "context" and DETERMINISTIC:
@@ -246,6 +253,8 @@ def serve(name, pair, threshold, a, work):
     kind = name.split("@")[0]  # NAME@2: the same server started again
     pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(kind, pair, threshold)
+    if getattr(a, "catchup", False):
+        args = args + ["--decode-log-interval", "1"]  # the per-step accept length
     # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
@@ -403,6 +412,142 @@ def calibrate(rows, server, pair, out_dir):
     return answer
 
 
+# --catchup: 8 long requests (512 new tokens) start with 120 short ones (64): above the
+# threshold the batch is gated; when the short ones finish it falls to 8 and, after the gate's
+# resume steps (8 by default), speculation resumes for the long ones, whose draft KV lacks
+# every token decoded while gated (and, where the prefill was gated, the prompt's).
+CATCHUP = {"n_long": 8, "n_short": 120, "long_new": 512, "short_new": 64, "plen": 256, "seed": 21}
+# Tokens after the short ones finished before the stream window opens: the gate's 8 resume
+# steps (one token each) and a few for the last short responses' flight.
+RESUME_MARGIN = 12
+WINDOWS = ((0, 32), (0, 128), (0, None))
+# The servers log every decode step (--decode-log-interval 1): SGLang's `accept len` of each
+# step (tokens per request, bonus included; the patched scheduler leaves gated steps out) and
+# the gate's state, which the per-step analysis reads.
+DECODE = re.compile(r"Decode batch.*?#running-req: (\d+)")
+ACCEPT = re.compile(r"accept len: ([\d.]+)")
+GATE = re.compile(r"gate\(>\d+, <\d+\): (\w+)")
+STEP_WINDOWS = (4, 8, 16, 32, None)
+
+
+def decode_steps(lines):
+    """[running requests, accept len (None when the line has none), gate state or None] per
+    decode log line."""
+    out = []
+    for ln in lines:
+        m = DECODE.search(ln)
+        if m:
+            acc, gate = ACCEPT.search(ln), GATE.search(ln)
+            out.append([int(m.group(1)), float(acc.group(1)) if acc else None,
+                        gate.group(1) if gate else None])
+    return out
+
+
+def log_lines(name, pair):
+    path = f"{S}/logs/{name}-{pair}.log"
+    return open(path, errors="replace").read().splitlines() if os.path.exists(path) else []
+
+
+def catchup_work(store):
+    """Per server: the long requests beside the short ones, then alone (never gated: 8 is
+    below any threshold used here). Mixed first: after a flush the KV allocator hands out the
+    same slots again, and an alone run before it would have left, in the draft's pool, valid
+    KV of the same tokens at the same positions, where the mixed run's gated steps write none
+    (the alone run after it writes all its draft KV itself). Before each, one request of 24
+    tokens alone: the gate keeps its state between loads and the warm pass (C=128) left it
+    off; without this the alone run's prefill would run without the draft and its first 8
+    steps gated. Then the radix cache is flushed, so that no run reuses another's prefix KV.
+    The server's decode log lines of each run are kept per step."""
+    def work(url, res):
+        for phase, shorts in (("mixed", True), ("alone", False)):
+            loadgen.warm(url, c=1, max_new=24)  # 23 decode steps at batch 1: speculation back on
+            get(url + "/flush_cache", timeout=30)
+            time.sleep(1)
+            mark = len(log_lines(res["server"], res["pair"]))
+            try:
+                run = loadgen.catchup(url, shorts=shorts, **CATCHUP)
+            except Exception as e:  # noqa: BLE001 - the other runs' rows still come back
+                print(f"   {res['server']} {phase}: failed: {e!r}", flush=True)
+                res[f"catchup_{phase}_error"] = repr(e)
+                continue
+            time.sleep(1)  # the last steps' log lines
+            run["decode_steps"] = decode_steps(log_lines(res["server"], res["pair"])[mark:])
+            store["runs"][f"{res['server']}|{phase}"] = {"pair": res["pair"], **run}
+            acc = [r.get("meta", {}).get("spec_accept_length") for r in run["long"] if "error" not in r]
+            print(f"   {res['server']} {phase}: wall {run['wall_s']} s, shorts done at "
+                  f"{run['shorts_done_s']} s, errors {run['first_error']}, long accept (SGLang's) "
+                  f"{[round(x, 2) if x else x for x in acc]}, {len(run['decode_steps'])} decode lines",
+                  flush=True)
+    return work
+
+
+def steps_after_fall(steps, n):
+    """The speculative steps once the batch has fallen to n requests (the long ones alone):
+    their accept lengths in order, and how many gated steps came first. A gated step logs
+    `accept len: 0.00` (the patched scheduler counts no speculative step for it); the gate's
+    state on the line is the one decided for the next step under the overlap scheduler."""
+    above = [i for i, s in enumerate(steps) if s[0] > n]
+    after = steps[above[-1] + 1:] if above else steps  # (a run that never exceeded n: all)
+    gated = 0
+    for s in after:
+        if s[1] is None or s[1] >= 1:
+            break
+        gated += 1
+    return [s[1] for s in after[gated:] if s[1] is not None and s[1] >= 1], gated
+
+
+def catchup_summary(runs, n_long=None):
+    """From each run's decode log: the batch's accept length over the first 4, 8, 16, 32 and
+    all speculative steps after the batch fell to the long requests alone (`steps_*`), and the
+    gated steps before them (`resume_after_gated_steps`). From the streams, per long request,
+    tokens per step over the same output-token windows on every run: from k0, its tokens when
+    the last short one finished on the gated server's mixed run (plus RESUME_MARGIN), else on
+    the first mixed run, to +32, +128 and the end (`after_k0_*`), and before k0; SGLang's own
+    whole-request spec_accept_length; `same_ids`: whether its ids equal the first run's."""
+    n_long = n_long or CATCHUP["n_long"]
+    ref = next((k for k in runs if k.startswith("gated") and k.endswith("|mixed")),
+               next((k for k in runs if k.endswith("|mixed")), None))
+    k0 = []
+    if ref is not None:
+        base = runs[ref]
+        for r in base["long"]:
+            tok = loadgen.tokens_at(r.get("events", []), base["shorts_done_s"]) if "error" not in r else None
+            k0.append(None if tok is None else tok + RESUME_MARGIN)
+    first = next(iter(runs.values()))
+    table, per_request = {}, {}
+    for key, run in runs.items():
+        accepts, gated = steps_after_fall(run.get("decode_steps", []), n_long)
+        row = {"resume_after_gated_steps": gated, "spec_steps": len(accepts)}
+        for w in STEP_WINDOWS:
+            vals = accepts[:w] if w else accepts
+            row[f"steps_{w or 'all'}"] = round(statistics.mean(vals), 4) if vals else None
+        rows = []
+        for i, r in enumerate(run["long"]):
+            if "error" in r:
+                rows.append(None)
+                continue
+            ev = r["events"]
+            one = {"completion_tokens": r["meta"].get("completion_tokens"),
+                   "spec_verify_ct": r["meta"].get("spec_verify_ct"),
+                   "sglang_accept_len": r["meta"].get("spec_accept_length"),
+                   "same_ids": r.get("ids") == first["long"][i].get("ids")}
+            if i < len(k0) and k0[i] is not None:
+                one["k0"] = k0[i]
+                one["before_k0"] = loadgen.window_accept(ev, 0, k0[i])["accept_len"]
+                for lo, hi in WINDOWS:
+                    w = loadgen.window_accept(ev, k0[i] + lo, None if hi is None else k0[i] + hi)
+                    one[f"after_k0_{hi or 'all'}"] = w["accept_len"]
+            rows.append(one)
+        per_request[key] = rows
+        for f in ("sglang_accept_len", "before_k0", "after_k0_32", "after_k0_128", "after_k0_all"):
+            vals = [r[f] for r in rows if r and r.get(f) is not None]
+            row[f] = round(statistics.mean(vals), 4) if vals else None
+        row["same_ids"] = sum(bool(r and r["same_ids"]) for r in rows)
+        table[key] = row
+    return {"reference": ref, "k0": k0, "resume_margin": RESUME_MARGIN, "table": table,
+            "per_request": per_request}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servers", required=True,
@@ -426,6 +571,11 @@ def main():
     ap.add_argument("--plain-caps", default="",
                     help="CAP,GRAPH_BS: plain-default's logged running cap and largest decode graph "
                          "batch size, for a call whose --servers lack plain-default (e.g. 4096,256)")
+    ap.add_argument("--catchup", action="store_true",
+                    help="instead of the levels: the catch-up workload on each server (speculative "
+                         "servers, a fixed --threshold): 8 long requests beside 120 short ones, then "
+                         "the 8 alone; per-request accept length after the gate resumes (rows_<tag>.json "
+                         "`catchup`)")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -455,13 +605,22 @@ def main():
            "weights": json.load(open(f"{W}/weights.json")),
            "threshold": None if a.threshold == "calibrate" else int(a.threshold),
            "rows": [], "servers": [], "equivalence": {}}
+    if a.catchup:
+        if a.threshold == "calibrate":
+            raise SystemExit("--catchup needs a fixed --threshold (e.g. 16)")
+        out["catchup"] = {"runs": {}, "threshold": int(a.threshold), "workload": CATCHUP}
     rows, outputs = out["rows"], {}
     for item in a.servers.split(","):
         name, pair = item.split(":")
         if time.time() - T0 > a.deadline_s - 110:
             print(f"== {item}: skipped, too little time left", flush=True)
             continue
-        if pair in ("accept", "real"):
+        if a.catchup:
+            if name.split("@")[0] not in ("eagle-v2", "gated-v2", "eagle", "gated"):
+                raise SystemExit(f"--catchup measures speculative servers, not {name}")
+            threshold = int(a.threshold)
+            out["servers"].append(serve(name, pair, threshold, a, catchup_work(out["catchup"])))
+        elif pair in ("accept", "real"):
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
             if name.split("@")[0] in CALIBRATE_ON and threshold is None:
                 if "calibrate" not in out:  # adaptive and adaptive-skip share one
@@ -488,6 +647,9 @@ def main():
     for row in rows:
         row["sglang"] = version
     out["outputs"] = outputs
+    if a.catchup:
+        out["catchup"]["summary"] = catchup_summary(out["catchup"]["runs"])
+        print("CATCHUP", json.dumps(out["catchup"]["summary"]["table"], indent=None), flush=True)
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
     json.dump(out, open(f"{a.out}/rows_{a.tag}.json", "w"))

@@ -12,6 +12,11 @@
   accept length it measured.
 - `context`: a small Llama (8 layers, 1024 wide) with random weights and sharp attention,
   whose greedy outputs depend on the whole context: the equivalence set runs on it.
+- `trained`: the context pair's shapes; the target's greedy next token after position t is
+  perm(x[t - 16]) (`copy_target_weights`), and the EAGLE-3 draft is trained here, on the GPU
+  in about 90 s, on the target's continuations of random prompts (`eagle3_train.py`, which
+  computes the draft as SGLang does). The draft's proposals rest on its own KV cache: what
+  the catch-up measurement (`run.py --catchup`) needs.
 
 Run on the GPU machine: python3 bench/gpu/weights.py OUT_DIR
 """
@@ -20,11 +25,14 @@ import argparse
 import json
 import math
 import os
+import sys
 
 import torch
 from safetensors.torch import save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # eagle3_train, for the trained pairs
+COPY_OFFSET = 16
 
 
 def llama_config(layers, hidden, heads, kv_heads, inter, vocab=32000):
@@ -46,7 +54,7 @@ def draft_config(target):
 
 
 def normal(gen, shape, std):
-    return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * std
+    return torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32) * std
 
 
 def target_weights(cfg, gen, anchor, qk_std):
@@ -64,9 +72,9 @@ def target_weights(cfg, gen, anchor, qk_std):
         w[p + "mlp.gate_proj.weight"] = normal(gen, (i_, h), 0.02)
         w[p + "mlp.up_proj.weight"] = normal(gen, (i_, h), 0.02)
         w[p + "mlp.down_proj.weight"] = normal(gen, (h, i_), out_std)
-        w[p + "input_layernorm.weight"] = torch.ones(h, device="cuda")
-        w[p + "post_attention_layernorm.weight"] = torch.ones(h, device="cuda")
-    w["model.norm.weight"] = torch.ones(h, device="cuda")
+        w[p + "input_layernorm.weight"] = torch.ones(h, device=gen.device)
+        w[p + "post_attention_layernorm.weight"] = torch.ones(h, device=gen.device)
+    w["model.norm.weight"] = torch.ones(h, device=gen.device)
     w["lm_head.weight"] = normal(gen, (v, h), 0.02)
     return w
 
@@ -91,6 +99,64 @@ def draft_weights(cfg, gen, token0_strength):
     w["lm_head.weight"] = normal(gen, (v, h), 0.02)
     w["lm_head.weight"][0, 0] += token0_strength
     return w
+
+
+def copy_target_weights(cfg, gen, offset, noise=0.1, amp=16.0):
+    """A Llama whose greedy next token after position t is perm(x[t - offset]): layer 0's
+    heads attend exactly `offset` positions back (RoPE on a constant embedding dimension)
+    and copy that token's embedding into the stream's upper half, which the lm_head reads
+    through a permutation of the vocabulary; layers 1.. are random with outputs scaled by
+    `noise` (context-dependent perturbations; the three captured layers differ). A draft
+    predicting x[t+2] from (aux_t, x[t+1]) must read x[t+1-offset] from its own KV cache
+    (position t - offset carries it): the target's aux at t holds x[t-offset], not that
+    token. So the draft's KV is all its proposals rest on. Returns (weights, perm)."""
+    h, v = cfg["hidden_size"], cfg["vocab_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    width = nkv * hd  # the copied embedding dimensions 1..width
+    half = h // 2
+    if width > half - 1:
+        raise ValueError("the copy needs num_key_value_heads * head_dim < hidden_size / 2")
+    w = target_weights(cfg, gen, anchor=0.0, qk_std=0.02)
+    for key in list(w):  # the random layers' outputs scaled down; layer 0 rebuilt below
+        if key.endswith(("o_proj.weight", "down_proj.weight")):
+            w[key] *= noise
+    sigma = 0.05
+    emb = normal(gen, (v, h), sigma)
+    emb[:, 0] = 1.0  # the constant dimension layer 0's queries and keys are built on
+    emb[:, half:] = 0.0  # the copy's half of the stream
+    # Every row the same norm: the input norm then gives dimension 0 the same value for
+    # every token, and layer 0's scores depend on the offset alone (a token-dependent scale
+    # of a few per cent moved the peak to a neighbour in a quarter of the positions).
+    rest = emb[:, 1:half]
+    emb[:, 1:half] = rest * (sigma * (half - 1) ** 0.5 / rest.norm(dim=-1, keepdim=True))
+    w["model.embed_tokens.weight"] = emb
+    # RoPE (neox halves): pair i = dims (i, i + hd/2) turns by pos * theta_i. A key a*(1, 0)
+    # and a query a*(cos(-D th), sin(-D th)) score a^2 * sum_i cos((t - j - D) * theta_i):
+    # largest at t - j = D. The layer's input norm makes dimension 0 about e0 for every token.
+    theta = cfg["rope_theta"] ** (-torch.arange(0, hd // 2, device=gen.device, dtype=torch.float32) / (hd // 2))
+    ang = -offset * theta
+    e0 = float(torch.rsqrt(emb.pow(2).mean(-1)).mean())
+    q_head = torch.cat([ang.cos(), ang.sin()]) * amp / e0
+    k_head = torch.cat([torch.ones(hd // 2, device=gen.device), torch.zeros(hd // 2, device=gen.device)]) * amp / e0
+    p = "model.layers.0."
+    w[p + "self_attn.q_proj.weight"] = torch.zeros(nh * hd, h, device=gen.device)
+    w[p + "self_attn.q_proj.weight"][:, 0] = q_head.repeat(nh)
+    w[p + "self_attn.k_proj.weight"] = torch.zeros(nkv * hd, h, device=gen.device)
+    w[p + "self_attn.k_proj.weight"][:, 0] = k_head.repeat(nkv)
+    w[p + "self_attn.v_proj.weight"] = torch.zeros(nkv * hd, h, device=gen.device)
+    w[p + "self_attn.v_proj.weight"][:, 1:1 + width] = torch.eye(width, device=gen.device)
+    # the first query head of each kv group writes its copy to dims half + 64 g ..
+    o = torch.zeros(h, nh * hd, device=gen.device)
+    group = nh // nkv
+    for g in range(nkv):
+        o[half + g * hd:half + (g + 1) * hd, g * group * hd:(g * group + 1) * hd] = torch.eye(hd, device=gen.device) * sigma
+    w[p + "self_attn.o_proj.weight"] = o
+    w[p + "mlp.down_proj.weight"] = torch.zeros_like(w[p + "mlp.down_proj.weight"])
+    perm = torch.randperm(v, generator=gen, device=gen.device)
+    head = torch.zeros(v, h, device=gen.device)
+    head[perm, half:half + width] = emb[:, 1:1 + width] / sigma  # row perm[x] reads x's copy
+    w["lm_head.weight"] = head + normal(gen, (v, h), 0.002)
+    return w, perm
 
 
 def rms(x, eps=1e-5):
@@ -181,12 +247,18 @@ def main():
     ap.add_argument("--p-real", type=float, default=0.78,
                     help="target's probability of token 0 when sampling (real pair)")
     ap.add_argument("--pairs", default="accept,context")
+    ap.add_argument("--train-s", type=float, default=90.0,
+                    help="the trained pair's draft: time budget (data and training), seconds")
+    ap.add_argument("--copy-offset", type=int, default=COPY_OFFSET,
+                    help="the trained pair's target: next token = perm(token this far back) "
+                         "(pair trained-N: N)")
     a = ap.parse_args()
+    pairs = set(a.pairs.split(","))
     path = os.path.join(a.out, "weights.json")
     # Pairs written by an earlier call on this machine stay: their report is kept.
     report = json.load(open(path)) if os.path.exists(path) else {"shapes": {}}
     cfg = llama_config(16, 4096, 32, 8, 14336)
-    if "accept" in a.pairs:
+    if "accept" in pairs:
         gen = torch.Generator(device="cuda").manual_seed(1234)
         w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
         s, got = calibrate_token0(w, cfg, a.p0, gen)
@@ -196,7 +268,7 @@ def main():
         del w
         save(os.path.join(a.out, "accept-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
         report["shapes"]["accept"] = cfg
-    if "real" in a.pairs:
+    if "real" in pairs:
         # The accept pair's shapes and draft; the target samples (temperature 1) token 0 with
         # probability --p-real: a mean accept length in EAGLE-3's range on real models.
         gen = torch.Generator(device="cuda").manual_seed(1234)
@@ -209,15 +281,48 @@ def main():
         del w
         save(os.path.join(a.out, "real-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
         report["shapes"]["real"] = cfg
-    if "context" in a.pairs:
+    if "context" in pairs:
         # 8 layers: EAGLE-3 reads three distinct layers (2, L/2, L-3) of the target.
         gen = torch.Generator(device="cuda").manual_seed(4321)
         small = llama_config(8, 1024, 16, 4, 2816)
         save(os.path.join(a.out, "context-target"), small, target_weights(small, gen, anchor=0.0, qk_std=0.08))
         save(os.path.join(a.out, "context-draft"), draft_config(small), draft_weights(small, gen, 0.0))
         report["shapes"]["context"] = small
+    small = llama_config(8, 1024, 16, 4, 2816)
+    for pair in sorted(p for p in pairs if p == "trained" or p.startswith("trained-")):
+        # The context pair's shapes. The target's next token is perm(x[t - offset]), which a
+        # draft reads from its own KV cache alone; the draft is trained here on the target's
+        # greedy continuations (eagle3_train). `trained` has --copy-offset (16); `trained-N`
+        # the offset N. (The context pair's own random target is no use for this: on the CPU
+        # a draft fitted to it memorised its training sequences, 7 % held-out agreement.)
+        offset = int(pair.split("-", 1)[1]) if "-" in pair else a.copy_offset
+        gen = torch.Generator(device="cuda").manual_seed(2468)
+        w, _ = copy_target_weights(small, gen, offset)
+        report[pair] = write_trained(a.out, pair, small, w, a.train_s)
+        report[pair]["offset"] = offset
+        report["shapes"][pair] = small
     json.dump(report, open(os.path.join(a.out, "weights.json"), "w"), indent=1)
     print("weights:", json.dumps(report.get("accept")), flush=True)
+
+
+# The trained pair's data: random prompts and the target's greedy continuations.
+TRAIN_DATA = {"n_train": 1024, "n_eval": 64, "prompt_len": 128, "gen_len": 192}
+
+
+def write_trained(out, pair, cfg, w, train_s, device="cuda", dtype=torch.bfloat16, data=None):
+    """Save the target, train its EAGLE-3 draft (eagle3_train) on the GPU, save the draft in
+    the layout SGLang loads; returns the training report (held-out agreement per step)."""
+    import eagle3_train
+
+    save(os.path.join(out, f"{pair}-target"), cfg, w)
+    draft, report = eagle3_train.train_draft(
+        w, cfg, **(data or TRAIN_DATA), steps=3, budget_s=train_s, batch=16, lr=1e-3, seed=7,
+        device=device, dtype=dtype, stop_loss=0.02, log=lambda m: print(m, flush=True))
+    save(os.path.join(out, f"{pair}-draft"), draft_config(cfg), draft)
+    print(f"weights: {pair} draft held-out top-1 agreement per step "
+          f"{report['heldout_top1_per_step']} (chain estimate {report['chain_accept_len_estimate']})",
+          flush=True)
+    return report
 
 
 if __name__ == "__main__":
