@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from eaglegate.analyzer.analysis import Analysis
     from eaglegate.analyzer.couplings.model import CouplingReport
     from eaglegate.analyzer.couplings.scope import LaunchScope
+    from eaglegate.analyzer.spec_map import MapAnswer
     from eaglegate.live.calibrate import Calibration, Curve
     from eaglegate.live.client import Endpoint
     from eaglegate.live.sweep import Point, SweepProgress
@@ -157,6 +158,65 @@ def analyse(tree: source.SourceTree, progress: Progress | None = None) -> Analys
     from eaglegate.analyzer.needed import analyze_checked
 
     return analyze_checked(tree, progress)
+
+
+def _answer_code() -> str:
+    """The digest of the code behind a cached answer: the analyzer and this module."""
+    from eaglegate.analyzer import cache
+
+    return cache.analyzer_digest(str(Path(__file__).resolve()))
+
+
+def map_answer(tree: source.SourceTree, progress: Progress | None = None) -> MapAnswer:
+    """`eaglegate map`'s answer: the map of the tree, stopping when a file the map rests on
+    does not parse; read back from eaglegate's cache when this tree was mapped before by this
+    code (eaglegate/analyzer/answers.py), with `timing` then `{"cached": seconds}`."""
+    import time
+
+    from eaglegate.analyzer import answers, cache
+    from eaglegate.analyzer.spec_map import CachedMap, Question
+
+    start = time.perf_counter()
+    question = Question()
+    entry = answers.map_entry(tree, {"question": repr(question)}, _answer_code())
+    found = cache.load_checked(entry)
+    if isinstance(found, CachedMap):
+        found.tree = tree
+        found.timing = {"cached": time.perf_counter() - start}
+        return found
+    from eaglegate.analyzer.needed import check_needed
+    from eaglegate.analyzer.spec_map import build_map
+
+    spec_map = build_map(tree, question, progress=progress)
+    check_needed(spec_map)  # an answer that stops here is never stored
+    cache.store_checked(entry, spec_map.detached())
+    return spec_map
+
+
+def couplings_answer(tree: source.SourceTree, flags: object = "", env: object = None, *,
+                     categories: object = None, every: bool = False,
+                     progress: Progress | None = None) -> Couplings:
+    """`couplings(analyse(tree), …)`, read back from eaglegate's cache when this tree was
+    asked the same before by this code: a warm run neither loads the tree's summaries nor
+    builds the map. The report's `timing` is then `{"cached": seconds}`."""
+    import time
+
+    from eaglegate.analyzer import answers, cache
+
+    start = time.perf_counter()
+    kept, text, entries = check_couplings_request(flags, env, categories, every)
+    request = {"flags": text, "env": entries, "categories": kept, "every": bool(every)}
+    entry = answers.couplings_entry(tree, request, _answer_code())
+    found = cache.load_checked(entry)
+    if isinstance(found, Couplings):
+        reports = [found.report] + ([found.scoped.report] if found.scoped is not None else [])
+        for report in reports:
+            report.version, report.root = tree.version, str(tree.root)
+            report.timing = {"cached": time.perf_counter() - start}
+        return found
+    answer = couplings(analyse(tree, progress), text, entries, categories=kept, every=every)
+    cache.store_checked(entry, answer)
+    return answer
 
 
 def couplings_for_launch(analysis: Analysis, flags: object = "", env: object = None) -> LaunchScope:

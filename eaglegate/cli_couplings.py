@@ -68,7 +68,7 @@ def register(root: typer.Typer) -> None:
         # shows nothing and its refresh thread only costs time.
         spinner = err.status(f"analysing {tree.label}…") if err.is_terminal else nullcontext()
         with spinner:
-            found = app.couplings(app.analyse(tree), flags, env or [], categories=category, every=show_all)
+            found = app.couplings_answer(tree, flags, env or [], categories=category, every=show_all)
         report, scoped = found.report, found.scoped
         if as_json:
             print_json(report.to_json() if scoped is None else scoped.to_json())
