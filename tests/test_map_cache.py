@@ -264,7 +264,9 @@ def test_a_damaged_couplings_entry_is_recomputed(fresh_answers, monkeypatch):
     analyses = _count(monkeypatch, app, "analyse")
     assert _couplings_out(app.couplings_answer(tree)) == expected
     assert analyses == [1]  # recomputed
-    assert entry.read_bytes() != damaged and isinstance(cache.load_checked(entry), app.Couplings)
+    assert entry.read_bytes() != damaged
+    stored = cache.load_checked(entry)
+    assert isinstance(stored, tuple) and isinstance(stored[0], str)  # the JSON text, and the answer's pickle
     assert _couplings_out(app.couplings_answer(tree)) == expected
     assert analyses == [1]  # the rewritten entry serves
 
@@ -276,3 +278,34 @@ def test_a_bad_launch_is_still_refused_warm(fresh_answers):
     for _ in range(2):  # nothing is stored for a refused request
         with pytest.raises(UserError, match="--bogus-flag"):
             app.couplings_answer(tree, "--bogus-flag 1")
+
+
+def test_a_warm_couplings_json_is_the_computed_text(fresh_answers, monkeypatch):
+    tree, _ = fresh_answers
+    flags = "--speculative-algorithm EAGLE3 --attention-backend triton"
+    for every, launch in ((False, ""), (False, flags), (True, "")):
+        cold = app.couplings_json(tree, launch, categories=["buffer"] if launch else None, every=every)
+        warm_answer = app.couplings_answer(tree, launch, categories=["buffer"] if launch else None, every=every)
+        # The text a warm run writes: filled into the stored JSON, nothing unpickled or encoded.
+        with monkeypatch.context() as patched:
+            _refuse(patched, (app, "_unpickled"), (app, "analyse"))
+            warm = app.couplings_json(tree, launch, categories=["buffer"] if launch else None, every=every)
+        assert warm.endswith("}\n")
+        cold_data, warm_data = json.loads(cold), json.loads(warm)
+        assert list(warm_data.pop("timing_s")) == ["cached"]
+        cold_data.pop("timing_s")
+        assert warm_data == cold_data
+        assert list(warm_data) == list(cold_data)  # the keys' order too
+        expected = warm_answer.to_json()
+        expected["timing_s"] = json.loads(warm)["timing_s"]
+        assert warm == json.dumps(expected, indent=2, default=str) + "\n"  # byte for byte
+
+
+def test_the_json_text_slots_refuse_what_they_cannot_fill():
+    data = {"schema": "s", "sglang": {"version": "1", "root": "/r"}, "counts": {"a": 1},
+            "timing_s": {"cached": 0.1}, "findings": ["x"]}
+    template = app._json_template(data)
+    assert template is not None
+    assert app._filled(template, data["sglang"], data["timing_s"]) == json.dumps(data, indent=2)
+    # An answer that quotes a slot's own text cannot be filled in: nothing is stored for it.
+    assert app._json_template({**data, "findings": [app._SGLANG_SLOT]}) is None
