@@ -3,6 +3,7 @@
 No `from __future__ import annotations` here: typer reads the real annotations.
 """
 
+import sys
 from contextlib import nullcontext
 from typing import Annotated
 
@@ -19,7 +20,6 @@ from eaglegate.cli_common import (
     err,
     locate_tree,
     out,
-    print_json,
 )
 
 
@@ -67,12 +67,14 @@ def register(root: typer.Typer) -> None:
         # The spinner only where stderr is a terminal (as `map`'s progress bar): elsewhere it
         # shows nothing and its refresh thread only costs time.
         spinner = err.status(f"analysing {tree.label}…") if err.is_terminal else nullcontext()
-        with spinner:
-            found = app.couplings(app.analyse(tree), flags, env or [], categories=category, every=show_all)
-        report, scoped = found.report, found.scoped
         if as_json:
-            print_json(report.to_json() if scoped is None else scoped.to_json())
+            with spinner:
+                text = app.couplings_json(tree, flags, env or [], categories=category, every=show_all)
+            sys.stdout.write(text)
             return
+        with spinner:
+            found = app.couplings_answer(tree, flags, env or [], categories=category, every=show_all)
+        report, scoped = found.report, found.scoped
         # Imported only for the table (not for --json), like every command's rendering: the
         # CLI starts without loading it.
         from eaglegate.reports.couplings_terminal import render_couplings, render_scoped

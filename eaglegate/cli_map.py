@@ -37,17 +37,16 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate map --version 0.5.9
         """
-        from eaglegate.analyzer.needed import check_needed
-        from eaglegate.analyzer.spec_map import build_map
-        from eaglegate.reports.terminal import render_map
+        from eaglegate.app import map_answer
 
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
-            spec_map = build_map(tree, progress=progress)
-        check_needed(spec_map)
+            spec_map = map_answer(tree, progress)
         if as_json:
             print_json(spec_map.to_json())
         else:
+            from eaglegate.reports.terminal import render_map
+
             out.print(render_map(spec_map, show_all))
             err.print(f"[dim]{_timing(spec_map.timing)}[/dim]")
 

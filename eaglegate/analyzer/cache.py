@@ -32,10 +32,11 @@ def code_digest(*files: str) -> str:
     return hasher.hexdigest()
 
 
-def analyzer_digest() -> str:
-    """`code_digest` of the whole analyzer package (this file's folder)."""
+def analyzer_digest(*also: str) -> str:
+    """`code_digest` of the whole analyzer package (this file's folder), and of the files
+    `also` (the code that goes on from the analysis to an answer)."""
     folder = Path(__file__).resolve().parent
-    return code_digest(*sorted(str(p) for p in folder.rglob("*.py")))
+    return code_digest(*sorted(str(p) for p in folder.rglob("*.py")), *also)
 
 
 def entry(kind: str, key: str) -> Path:
@@ -73,6 +74,61 @@ def store(path: Path, value: object) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except (OSError, pickle.PicklingError, RecursionError):
+        pass
+
+
+# A checked entry: this tag, the digest of the pickle, the pickle. A whole answer is served
+# as it is read, so bytes damaged on disk must be noticed, not unpickled into another answer.
+_CHECKED = b"eaglegate-checked/1\n"
+_CHECK_SIZE = 32
+
+
+def store_checked(path: Path, value: object) -> None:
+    """`store`, with the pickle's digest in front (see `load_checked`)."""
+    try:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
+        return
+    _write(path, _CHECKED + hashlib.blake2b(data, digest_size=_CHECK_SIZE).digest() + data)
+
+
+def load_checked(path: Path) -> object:
+    """The value `store_checked` wrote, or None when there is none, or when the entry is
+    not whole and intact: such an entry is recomputed (and overwritten) by the caller."""
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    head = len(_CHECKED) + _CHECK_SIZE
+    if not blob.startswith(_CHECKED) or len(blob) < head:
+        return None
+    data = memoryview(blob)[head:]
+    if hashlib.blake2b(data, digest_size=_CHECK_SIZE).digest() != blob[len(_CHECKED):head]:
+        return None
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return pickle.loads(data)  # our own cache, written by this code, and intact
+    except Exception:  # noqa: BLE001 - an unreadable entry only costs the time to recompute it
+        return None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _write(path: Path, data: bytes) -> None:
+    """`data` into `path` atomically (a temporary file beside it, then `os.replace`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
         pass
 
 

@@ -65,6 +65,12 @@ class CallGraph:
     # caller was handed that callee (see `reach`).
     through_param: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _param_called: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    # `handed`'s inputs and answers: each caller's explicit calls with the tree's functions
+    # they run (resolved once per caller, not once per followed edge), and each answer by
+    # (caller, callee, what the caller was handed): the map reaches the same edges again
+    # and again (from the loops, the scheduler's setup, each worker).
+    _call_targets: dict[str, list[tuple[Call, frozenset[str]]]] = field(default_factory=dict)
+    _handed: dict[tuple[str, str, Handed], Handed] = field(default_factory=dict)
 
     def node(self, qn: str) -> None:
         if qn in self.graph:
@@ -201,7 +207,7 @@ class CallGraph:
                     if params and given and all(p in given and callee not in given[p] for p in params):
                         continue  # a callable this call of `current` was not handed
                     if callee not in avoid:
-                        queue.append((callee, level + 1, self.handed(current, callee, given)))
+                        queue.append((callee, level + 1, self._handed_memo(current, callee, handed, given)))
             if limit and len(seen) >= limit:
                 break
         return seen
@@ -223,6 +229,25 @@ class CallGraph:
             found = self._param_called[qn] = (frozenset(called), frozenset(passed - called))
         return found
 
+    def _handed_memo(self, caller: str, callee: str, handed: Handed, given: dict[str, frozenset[str]]) -> Handed:
+        """`handed(caller, callee, given)`, where `given` is `dict(handed)`: computed once."""
+        key = (caller, callee, handed)
+        try:
+            return self._handed[key]
+        except KeyError:
+            found = self._handed[key] = self.handed(caller, callee, given)
+            return found
+
+    def call_targets(self, caller: str) -> list[tuple[Call, frozenset[str]]]:
+        """`caller`'s explicit calls, each with the tree's functions calling its callee runs."""
+        found = self._call_targets.get(caller)
+        if found is None:
+            cb = self.codebase
+            found = self._call_targets[caller] = [
+                (call, frozenset(self._targets(cb.values(call.func, caller))[0]))
+                for call in cb.scopes[caller].calls if not call.implicit]
+        return found
+
     def handed(self, caller: str, callee: str, given: dict[str, frozenset[str]]) -> Handed:
         """What `caller`'s calls of `callee` pass for the parameters `callee` calls: each
         parameter's functions, where every such call passes a known callable (a parameter
@@ -237,8 +262,8 @@ class CallGraph:
         own = {p for p, _ in scope.params} if scope.kind in ("function", "lambda") else set()
         found: dict[str, set[str]] = {}
         matched = False
-        for call in scope.calls:
-            if call.implicit or callee not in self._targets(cb.values(call.func, caller))[0]:
+        for call, runs in self.call_targets(caller):
+            if callee not in runs:
                 continue
             matched = True
             bound = call.func is not None and call.func[0] == "a" or callee.endswith(".__init__")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,18 +162,17 @@ class EventLoop:
 
 
 @dataclass
-class SpecMap:
+class MapAnswer:
+    """The map's answer: what its JSON and the terminal rendering read. `SpecMap` is the
+    analysis behind it (the call graph, for what goes on from the map); `CachedMap` is the
+    answer as `eaglegate map` reads it back from eaglegate's cache, without the analysis."""
+
     tree: SourceTree
     scheduler: str
     event_loops: list[EventLoop]
     workers: list[WorkerMap]
     failures: list[dict[str, Any]]
     timing: dict[str, float]
-    callgraph: CallGraph
-    # The functions the map expanded: later queries grow the shared call graph, so what
-    # the map itself looked at is kept apart.
-    mapped: frozenset[str] = frozenset()
-    graph_runners: frozenset[str] = frozenset()  # classes that capture CUDA graphs
 
     def worker(self, label_or_name: str) -> WorkerMap | None:
         return next((w for w in self.workers if label_or_name in (w.label, w.name)), None)
@@ -188,6 +187,79 @@ class SpecMap:
             "parse_failures": self.failures,
             "timing_s": {k: round(v, 3) for k, v in self.timing.items()},
         }
+
+    def short_name(self, qn: str) -> str:
+        """`Class.method` without its module, for display (the location says where it lives)."""
+        raise NotImplementedError
+
+    def in_tree(self, qn: str) -> bool:
+        """Whether `qn` is one of the tree's modules, classes or functions."""
+        raise NotImplementedError
+
+    def scheduler_site(self) -> Site:
+        """Where the scheduler class is defined."""
+        raise NotImplementedError
+
+
+@dataclass
+class SpecMap(MapAnswer):
+    callgraph: CallGraph
+    # The functions the map expanded: later queries grow the shared call graph, so what
+    # the map itself looked at is kept apart.
+    mapped: frozenset[str] = frozenset()
+    graph_runners: frozenset[str] = frozenset()  # classes that capture CUDA graphs
+
+    def short_name(self, qn: str) -> str:
+        module = self.callgraph.codebase.scope_module.get(qn)
+        return qn[len(module.name) + 1 :] if module and qn != module.name else qn
+
+    def in_tree(self, qn: str) -> bool:
+        return qn in self.callgraph.codebase.scopes
+
+    def scheduler_site(self) -> Site:
+        cb = self.callgraph.codebase
+        return cb.site(self.scheduler, cb.scopes[self.scheduler].lineno)
+
+    def detached(self) -> CachedMap:
+        """The answer alone, with what rendering it reads of the index: the short name of
+        each of the tree's names the answer cites (every name it shows is in its JSON)."""
+        cb = self.callgraph.codebase
+        cited = {text for text in _strings(self.to_json()) if text in cb.scope_module}
+        return CachedMap(self.tree, self.scheduler, self.event_loops, self.workers, self.failures, {},
+                         names={qn: self.short_name(qn) for qn in sorted(cited)},
+                         scopes=frozenset(qn for qn in cited if qn in cb.scopes),
+                         defined_at=self.scheduler_site())
+
+
+@dataclass
+class CachedMap(MapAnswer):
+    """A map read back from the cache (eaglegate/analyzer/answers.py): no call graph."""
+
+    names: dict[str, str] = field(default_factory=dict)  # the cited names of the tree → short names
+    scopes: frozenset[str] = frozenset()  # those that are its modules, classes or functions
+    defined_at: Site | None = None  # the scheduler's
+
+    def short_name(self, qn: str) -> str:
+        return self.names.get(qn, qn)
+
+    def in_tree(self, qn: str) -> bool:
+        return qn in self.scopes
+
+    def scheduler_site(self) -> Site:
+        assert self.defined_at is not None
+        return self.defined_at
+
+
+def _strings(data: Any) -> Iterator[str]:
+    """Every string value in a JSON-like structure."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for value in data.values():
+            yield from _strings(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            yield from _strings(value)
 
 
 def check_needed_files(cb: Codebase, question: Question) -> None:

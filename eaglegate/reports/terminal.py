@@ -7,15 +7,14 @@ from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
-from eaglegate.analyzer.spec_map import Hop, SpecMap
+from eaglegate.analyzer.spec_map import Hop, MapAnswer
 from eaglegate.analyzer.step_calls import Call
 from eaglegate.reports.model import Report
 
 
-def short_name(spec_map: SpecMap, qn: str) -> str:
+def short_name(spec_map: MapAnswer, qn: str) -> str:
     """`Class.method` without its module, for display (the location says where it lives)."""
-    module = spec_map.callgraph.codebase.scope_module.get(qn)
-    return qn[len(module.name) + 1 :] if module and qn != module.name else qn
+    return spec_map.short_name(qn)
 
 
 def _cond(cond: tuple[str, ...] | list[str], limit: int = 2) -> str:
@@ -26,17 +25,16 @@ def _cond(cond: tuple[str, ...] | list[str], limit: int = 2) -> str:
     return f"  [dim]if {more}{' and '.join(shown)}[/dim]"
 
 
-def _hop(spec_map: SpecMap, hop: Hop) -> Text:
+def _hop(spec_map: MapAnswer, hop: Hop) -> Text:
     return Text.from_markup(
         f"→ [bold]{short_name(spec_map, hop.callee)}[/bold]  [cyan]{hop.site.where}[/cyan]"
         + _cond(hop.site.cond)
     )
 
 
-def render_map(spec_map: SpecMap, show_all: bool = False) -> Group:
+def render_map(spec_map: MapAnswer, show_all: bool = False) -> Group:
     """The scheduler → worker paths as a tree: each hop with file:line and its condition."""
-    cb = spec_map.callgraph.codebase
-    sched_site = cb.site(spec_map.scheduler, cb.scopes[spec_map.scheduler].lineno)
+    sched_site = spec_map.scheduler_site()
     root = Tree(
         Text.from_markup(
             f"[bold]SGLang {spec_map.tree.version}[/bold] ({spec_map.tree.origin})  "
@@ -104,9 +102,9 @@ def render_map(spec_map: SpecMap, show_all: bool = False) -> Group:
     return Group(*parts)
 
 
-def call_line(spec_map: SpecMap, call: Call) -> Text:
+def call_line(spec_map: MapAnswer, call: Call) -> Text:
     """One call below a step: kind, callee, file:line, forward mode, graph or eager, condition."""
-    callee = short_name(spec_map, call.callee) if call.callee in spec_map.callgraph.codebase.scopes else call.callee
+    callee = short_name(spec_map, call.callee) if spec_map.in_tree(call.callee) else call.callee
     text = f"[blue]{call.kind}[/blue] {escape(callee)}  [cyan]{call.site.where}[/cyan]"
     detail = call.detail
     if call.kind in ("model", "graph_replay"):
@@ -123,7 +121,7 @@ def call_line(spec_map: SpecMap, call: Call) -> Text:
     return Text.from_markup(text + _cond(call.site.cond))
 
 
-def _main_paths(spec_map: SpecMap, paths: list) -> list:
+def _main_paths(spec_map: MapAnswer, paths: list) -> list:
     """The loops the scheduler class defines itself; mixins add the specialised ones."""
     prefix = spec_map.scheduler + "."
     main = [p for p in paths if p.event_loop.startswith(prefix)]
