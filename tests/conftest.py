@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
-from eaglegate.analyzer.parse import collecting_frozen
+from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.analyzer.source import SourceTree, from_release
+from eaglegate.analyzer.spec_map import SpecMap
 
 # The versions the suite covers (docs/architecture.md "Targets"); NEWEST is the newest release.
 OLDEST_V1 = "0.4.10.post2"
@@ -13,15 +16,35 @@ VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1", "0.5.14", "0.5.23"
 NEWEST = VERSIONS[-1]
 
 _trees: dict[str, SourceTree] = {}
+_analyses: dict[str, Analysis] = {}
+
+
+# Frozen objects alive after the session's last collection (see below).
+_alive_after_collect = 0
+# Collect once the frozen objects have grown past those by this many (about 250 MB), or by a
+# quarter of them, whichever is more.
+_COLLECT_AFTER = 2_000_000
 
 
 @pytest.fixture(autouse=True)
 def _collect_dropped_analyses():
     """The session runs hundreds of analyses; each freezes its objects (see
-    `collecting_frozen`), and without this the session grew by about 0.5 GB a release until
-    the kernel killed it."""
-    with collecting_frozen():
-        yield
+    `collecting_frozen`), and without collecting them the session grew by about 0.5 GB a
+    release until the kernel killed it. A collection is `parse.collecting_frozen`'s (unfreeze,
+    collect, refreeze), but it scans every frozen object, the shared analyses included: after
+    every test that froze anything, it took 20 to 30 s a test once a dozen releases were
+    held. So it runs once the frozen objects have grown enough since the last one: what is
+    kept uncollected stays bounded (2 million objects, or a quarter of what is alive)."""
+    global _alive_after_collect
+    yield
+    frozen = gc.get_freeze_count()
+    if frozen - _alive_after_collect > max(_COLLECT_AFTER, _alive_after_collect // 4):
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _alive_after_collect = gc.get_freeze_count()
+    else:  # a test may have collected by itself (the MCP server's tool calls do)
+        _alive_after_collect = min(_alive_after_collect, frozen)
 
 
 def release(version: str) -> SourceTree:
@@ -29,6 +52,20 @@ def release(version: str) -> SourceTree:
     if version not in _trees:
         _trees[version] = from_release(version)
     return _trees[version]
+
+
+def analysis(version: str) -> Analysis:
+    """The release's `analyze` (its map; its couplings on first use), made once per session
+    and shared by every module that reads it: a warm analysis of one release takes tens of
+    seconds, and a dozen modules ask for the same few releases (read-only use)."""
+    if version not in _analyses:
+        _analyses[version] = analyze(release(version))
+    return _analyses[version]
+
+
+def spec_map(version: str) -> SpecMap:
+    """The release's map (`build_map`), the shared analysis's own."""
+    return analysis(version).spec_map
 
 
 @pytest.fixture(scope="session")

@@ -215,12 +215,11 @@ def test_plan_gate_counts_the_launchs_couplings(tree):
     assert verdicts["available"] and verdicts["launch_selects"]["worker_path"] == ["v1"]
     # The launch's own count: the scoped list `couplings --flags` gives (its size is checked
     # against the release's code in tests/test_couplings_launch.py).
-    from eaglegate.analyzer.analysis import analyze
     from eaglegate.analyzer.couplings.scope import for_launch
 
-    from conftest import release
+    from conftest import analysis
 
-    assert verdicts["blocking_mechanisms"] == len(for_launch(analyze(release(VERSION)), TRITON, []).blocking()) > 0
+    assert verdicts["blocking_mechanisms"] == len(for_launch(analysis(VERSION), TRITON, []).blocking()) > 0
     assert _tokens(answer) < 4000
     assert "(none)" not in answer["summary"]
 

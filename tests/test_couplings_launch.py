@@ -17,24 +17,15 @@ import textwrap
 
 import pytest
 
-from eaglegate.analyzer.analysis import Analysis, analyze
+from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.couplings.scope import LaunchScope, for_launch
 
-from conftest import release
+from conftest import analysis, release
 from launch_facts import attention_classes, backend_classes
 
 pytestmark = pytest.mark.slow
 
 TRITON = "--speculative-algorithm EAGLE3 --attention-backend triton"
-_analyses: dict[str, Analysis] = {}
-
-
-def analysis(version: str) -> Analysis:
-    if version not in _analyses:
-        _analyses[version] = analyze(release(version))
-    return _analyses[version]
-
-
 def scoped(version: str, flags: str = "", env: list[str] | None = None) -> LaunchScope:
     return for_launch(analysis(version), flags, env or [])
 

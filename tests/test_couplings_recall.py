@@ -18,7 +18,7 @@ from test_couplings_rules import FILES
 from eaglegate.analyzer.couplings import CouplingReport, find_couplings
 from eaglegate.analyzer.source import SourceTree
 
-from conftest import release
+from conftest import analysis, release
 
 RECALL_FILES = dict(FILES)
 RECALL_FILES["server_args.py"] = FILES["server_args.py"].replace(
@@ -199,13 +199,8 @@ def test_state_filter_and_merge_of_draft_fields(recall, plain):
 # -- real releases -------------------------------------------------------------------------------
 
 RELEASES = ["0.5.4", "0.5.9", "0.5.12.post1"]
-_reports: dict[str, CouplingReport] = {}
-
-
 def report(version: str) -> CouplingReport:
-    if version not in _reports:
-        _reports[version] = find_couplings(release(version))
-    return _reports[version]
+    return analysis(version).couplings  # find_couplings(release(version)), shared
 
 
 def source_line(version: str, finding) -> str:

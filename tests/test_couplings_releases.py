@@ -17,7 +17,7 @@ from eaglegate.analyzer.couplings import CouplingReport, Finding, find_couplings
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.analyzer.spec_map import build_map
 
-from conftest import NEWEST, VERSIONS, release
+from conftest import NEWEST, VERSIONS, release, spec_map
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,8 @@ WIDENED_REQ_TO_TOKEN = [v for v in VERSIONS if v != "0.4.10.post2"]
 def report():
     def get(version: str) -> CouplingReport:
         if version not in _reports:
-            _reports[version] = find_couplings(release(version), use_cache=False)  # the analysis itself
+            # The analysis itself (no cache), from the session's shared map of the release.
+            _reports[version] = find_couplings(release(version), spec_map(version), use_cache=False)
         return _reports[version]
 
     return get

@@ -15,7 +15,7 @@ from test_couplings_recall import RECALL_FILES, RELEASES, _program, report, sour
 
 from eaglegate.analyzer.couplings import CouplingReport, find_couplings
 
-from conftest import release
+from conftest import release, spec_map
 
 STEP_FILES = dict(RECALL_FILES)
 STEP_FILES["worker.py"] = RECALL_FILES["worker.py"].replace('''        def fast_topk(values, k):''', '''        def alloc_slots(n):
@@ -293,10 +293,8 @@ def test_releases_capture_allocations_behind_the_draft_template_stay_start_up(ve
     another while capturing: the event loops reach the first only, so the target backend's
     capture-time allocations stay `alloc` findings, and its run-time metadata allocations
     (made on every forward) are `step_alloc`, never start-up ones."""
-    from eaglegate.analyzer.spec_map import build_map
-
-    spec_map = build_map(release(version))
-    loops = spec_map.callgraph.reach([e.function for e in spec_map.event_loops])
+    m = spec_map(version)
+    loops = m.callgraph.reach([e.function for e in m.event_loops])
     multi = "sglang.srt.layers.attention.triton_backend.TritonMultiStepDraftBackend"
     target = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
     assert {f"{multi}.init_forward_metadata", f"{multi}.common_template",
@@ -448,9 +446,7 @@ def test_releases_graph_state_built_with_the_runner_stays_start_up(version):
     only its construction reaches stays start-up code: the LoRA backends' graph batch info,
     sized from the runner's speculative token count, are `alloc` findings."""
     from eaglegate.analyzer.couplings.context import build_context
-    from eaglegate.analyzer.spec_map import build_map
-
-    ctx = build_context(build_map(release(version)))
+    ctx = build_context(spec_map(version))
     builders = {f.symbol for f in report(version).kinds("runner_build")
                 if f.detail["runner"].rsplit(".", 1)[-1] in ("CudaGraphRunner", "DecodeCudaGraphRunner")}
     loops = [e.function for e in ctx.spec_map.event_loops]

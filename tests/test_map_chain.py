@@ -7,9 +7,9 @@ resolution), each at a line of the release's source that holds the call."""
 from __future__ import annotations
 
 import pytest
-from test_map_releases import line, spec_map
+from test_map_releases import line
 
-from conftest import release
+from conftest import release, spec_map
 
 RELEASES = ["0.5.4", "0.5.9", "0.5.12.post1"]
 

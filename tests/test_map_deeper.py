@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from eaglegate.analyzer.spec_map import SpecMap, build_map
+from eaglegate.analyzer.spec_map import SpecMap
 from eaglegate.analyzer.step_calls import StepCalls, capturing_functions, graph_runner_classes
 
-from conftest import release
+from conftest import analysis, release, spec_map
 
 DEEPER = ["0.5.4", "0.5.9"]
 _maps: dict[str, dict[str, Any]] = {}
@@ -25,7 +25,7 @@ _objects: dict[str, SpecMap] = {}
 def mapped(version: str) -> dict[str, Any]:
     """What `eaglegate map --json` prints for the release."""
     if version not in _maps:
-        _objects[version] = build_map(release(version))
+        _objects[version] = spec_map(version)
         _maps[version] = _objects[version].to_json()
     return _maps[version]
 
@@ -275,12 +275,11 @@ def test_reports_carry_the_deeper_map():
 
     import jsonschema
 
-    from eaglegate.analyzer.analysis import analyze
     from eaglegate.reports.html import render_html
     from eaglegate.reports.markdown import render_markdown
     from eaglegate.reports.model import Report, build_report
 
-    report = build_report(analyze(release("0.5.9")), with_couplings=False)
+    report = build_report(analysis("0.5.9"), with_couplings=False)
     data = report.to_json()
     schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schema-report.json").read_text())
     jsonschema.validate(data, schema)

@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglegate.analyzer.spec_map import SpecMap, build_map
+from eaglegate.analyzer.spec_map import build_map
 
-from conftest import NEWEST, VERSIONS, release
-
-_maps: dict[str, SpecMap] = {}
-
-
-def spec_map(version: str) -> SpecMap:
-    if version not in _maps:
-        _maps[version] = build_map(release(version))
-    return _maps[version]
+from conftest import NEWEST, VERSIONS, release, spec_map
 
 
 def line(tree_root: Path, where: str) -> str:

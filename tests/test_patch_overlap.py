@@ -16,7 +16,6 @@ import pytest
 from packaging.version import Version
 from test_patch_flow import tree_hash
 
-from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.source import from_path
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods.server_args import FLAG
@@ -26,7 +25,7 @@ from eaglegate.patches.plan import build_plan
 from eaglegate.patches.transaction import apply, revert, status
 from eaglegate.patches.verify import verify_tree
 
-from conftest import release
+from conftest import analysis, release
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
 # Every catalogued release with native adaptive speculation: the overlap worker's patch
@@ -138,7 +137,7 @@ def test_a_release_with_both_workers_gates_both_and_the_flags_follow_the_worker(
     ("0.5.13", [], "v2-code-patch"),                                  # v1 is gone
 ])
 def test_plan_routes_the_launch_to_the_worker_it_runs(version, env, family):
-    plan = build_plan(analyze(release(version)), 48, "--speculative-algorithm EAGLE3", env)
+    plan = build_plan(analysis(version), 48, "--speculative-algorithm EAGLE3", env)
     assert plan.family == family, plan.to_json()
     worker = family[:2]
     assert plan.launch_flags == launch_flags(release(version), 48, worker)

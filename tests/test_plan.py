@@ -17,16 +17,9 @@ from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan
 
-from conftest import NEWEST, release
+from conftest import NEWEST, analysis, release
 
 EAGLE3 = "--speculative-algorithm EAGLE3"
-_analyses: dict = {}
-
-
-def analysis(version):
-    if version not in _analyses:
-        _analyses[version] = analyze(release(version))
-    return _analyses[version]
 
 
 @pytest.fixture(scope="module")

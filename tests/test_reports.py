@@ -17,7 +17,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.reports.formats import render, terminal_text
 from eaglegate.reports.graph import spec_graph, to_dot, to_mermaid
 from eaglegate.reports.html import render_html
@@ -25,7 +24,7 @@ from eaglegate.reports.markdown import render_markdown
 from eaglegate.reports.model import NOT_AVAILABLE, Report, build_report
 from eaglegate.reports.terminal import render_report
 
-from conftest import NEWEST, release
+from conftest import NEWEST, analysis
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "docs" / "schema-report.json").read_text())
@@ -39,11 +38,6 @@ def couplings_built() -> bool:
     except ImportError:
         return False
     return True
-
-
-@functools.cache
-def analysis(version: str) -> Analysis:
-    return analyze(release(version))
 
 
 @functools.cache

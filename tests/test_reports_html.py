@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 
-from eaglegate.analyzer.analysis import analyze
 from eaglegate.reports.html import render_html
 from eaglegate.reports.model import Report, build_report
 
-from conftest import NEWEST, release
+from conftest import NEWEST, analysis
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -194,7 +193,7 @@ PROBE = """(() => {
 
 @functools.cache
 def report(version: str) -> Report:
-    return build_report(analyze(release(version)))
+    return build_report(analysis(version))
 
 
 @needs_chromium
