@@ -12,11 +12,12 @@ patch on them with its own message (the map shows conditions as text and reads n
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from eaglegate.analyzer.parse import module_name
 from eaglegate.analyzer.settings import _is_arg_module
+from eaglegate.analyzer.spec_map import json_strings
 from eaglegate.errors import UserError
 
 if TYPE_CHECKING:
@@ -28,23 +29,12 @@ if TYPE_CHECKING:
 _SITE = re.compile(r"([\w./-]+\.py):\d+")
 
 
-def _strings(data: Any) -> Iterator[str]:
-    if isinstance(data, str):
-        yield data
-    elif isinstance(data, dict):
-        for value in data.values():
-            yield from _strings(value)
-    elif isinstance(data, (list, tuple)):
-        for value in data:
-            yield from _strings(value)
-
-
 def mapped_modules(spec_map: SpecMap) -> set[str]:
     """The modules that hold the map's facts: each qualified name and file:line it cites."""
     cb: Codebase = spec_map.callgraph.codebase
     by_path = {m.path: name for name, m in cb.modules.items()}
     found: set[str] = set()
-    for text in _strings(spec_map.to_json()):
+    for text in json_strings(spec_map.to_json()):
         if text in cb.scope_module:
             found.add(cb.scope_module[text].name)
         for match in _SITE.finditer(text):

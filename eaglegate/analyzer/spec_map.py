@@ -224,7 +224,7 @@ class SpecMap(MapAnswer):
         """The answer alone, with what rendering it reads of the index: the short name of
         each of the tree's names the answer cites (every name it shows is in its JSON)."""
         cb = self.callgraph.codebase
-        cited = {text for text in _strings(self.to_json()) if text in cb.scope_module}
+        cited = {text for text in json_strings(self.to_json()) if text in cb.scope_module}
         return CachedMap(self.tree, self.scheduler, self.event_loops, self.workers, self.failures, {},
                          names={qn: self.short_name(qn) for qn in sorted(cited)},
                          scopes=frozenset(qn for qn in cited if qn in cb.scopes),
@@ -250,16 +250,16 @@ class CachedMap(MapAnswer):
         return self.defined_at
 
 
-def _strings(data: Any) -> Iterator[str]:
+def json_strings(data: Any) -> Iterator[str]:
     """Every string value in a JSON-like structure."""
     if isinstance(data, str):
         yield data
     elif isinstance(data, dict):
         for value in data.values():
-            yield from _strings(value)
+            yield from json_strings(value)
     elif isinstance(data, (list, tuple)):
         for value in data:
-            yield from _strings(value)
+            yield from json_strings(value)
 
 
 def check_needed_files(cb: Codebase, question: Question) -> None:
