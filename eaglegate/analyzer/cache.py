@@ -63,18 +63,12 @@ def keep_generation(kind: str) -> None:
 
 
 def store(path: Path, value: object) -> None:
+    """`value` pickled into `path` atomically; a value that does not pickle is not cached."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except (OSError, pickle.PicklingError, RecursionError):
-        pass
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
+        return
+    _write(path, data)
 
 
 # A checked entry: this tag, the digest of the pickle, the pickle. A whole answer is served
