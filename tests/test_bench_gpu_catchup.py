@@ -16,6 +16,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
 
+import catchup  # noqa: E402
 import loadgen  # noqa: E402
 
 
@@ -66,33 +67,34 @@ def test_window_accept_counts_tokens_per_streamed_step():
 GATE_LINE = ("[2026-12-02 00:45:53] Decode batch, #running-req: {n}, #token: 260, token usage: 0.00, "
              "accept len: {acc:.2f}, accept rate: 0.22, cuda graph: True, gen throughput (token/s): "
              "129.77, #queue-req: 0, gate(>16, <14): {state}, 6 spec / 35 gated")
+# A gated step's line as SGLang 0.5.12.post1 printed it in run K1: no speculative fields.
+GATED_LINE = ("[2026-12-02 16:34:52] Decode batch, #running-req: {n}, #token: 33792, token usage: 0.00, "
+              "cuda graph: True, gen throughput (token/s): 62610.70, #queue-req: 0, "
+              "gate(>16, <14): {state}, 6 spec / 3 gated")
 EAGLE_LINE = ("[2026-12-02 00:43:40] Decode batch, #running-req: {n}, #token: 345, token usage: 0.00, "
               "accept len: {acc:.2f}, accept rate: 1.00, cuda graph: True, gen throughput (token/s): "
               "117.75, #queue-req: 0")
 
 
-def test_decode_steps_and_the_steps_after_the_batch_fell(monkeypatch, tmp_path):
-    monkeypatch.setenv("STAGE", str(tmp_path))
-    run = importlib.import_module("run")
+def test_decode_steps_and_the_steps_after_the_batch_fell():
     lines = ["[2026-12-02 00:45:46] batch gate: on (overlap worker), gate(>16, <14): spec, 0 spec / 0 gated"]
-    lines += [GATE_LINE.format(n=128, acc=0, state="off")] * 5 + [GATE_LINE.format(n=8, acc=0, state="off")] * 8
+    lines += [GATED_LINE.format(n=128, state="off")] * 5 + [GATED_LINE.format(n=8, state="off")] * 7
+    lines += [GATED_LINE.format(n=8, state="spec")]  # the last gated step decided the next: spec
     lines += [GATE_LINE.format(n=8, acc=a, state="spec") for a in [1, 1, 1, 1, 2, 4, 4, 4]]
-    steps = run.decode_steps(lines)
-    assert len(steps) == 21 and steps[0] == [128, 0.0, "off"] and steps[-1] == [8, 4.0, "spec"]
-    accepts, gated = run.steps_after_fall(steps, 8)
+    steps = catchup.decode_steps(lines)
+    assert len(steps) == 21 and steps[0] == [128, None, "off"] and steps[-1] == [8, 4.0, "spec"]
+    accepts, gated = catchup.steps_after_fall(steps, 8)
     assert gated == 8 and accepts == [1, 1, 1, 1, 2, 4, 4, 4]
     # an unpatched server: no gate on the line; a run that never exceeded n: every step
-    eagle = run.decode_steps([EAGLE_LINE.format(n=8, acc=4)] * 3)
-    assert eagle == [[8, 4.0, None]] * 3 and run.steps_after_fall(eagle, 8) == ([4.0] * 3, 0)
+    eagle = catchup.decode_steps([EAGLE_LINE.format(n=8, acc=4)] * 3)
+    assert eagle == [[8, 4.0, None]] * 3 and catchup.steps_after_fall(eagle, 8) == ([4.0] * 3, 0)
 
 
-def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_path):
-    monkeypatch.setenv("STAGE", str(tmp_path))
-    run = importlib.import_module("run")
+def test_catchup_summary_compares_the_same_tokens_on_every_run():
     ids = [list(range(60))]
     # gated, beside the short ones: 20 gated steps, then speculation that starts badly
     gated_mixed = {"pair": "trained", "shorts_done_s": 0.105, "wall_s": 1.0,
-                   "decode_steps": [[128, 0.0, "off"]] * 3 + [[8, 0.0, "off"]] * 8
+                   "decode_steps": [[128, None, "off"]] * 3 + [[8, None, "off"]] * 8
                    + [[8, a, "spec"] for a in (1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0)],
                    "long": [{"ids": ids[0], "events": events_of([1] * 20 + [1, 1, 1, 1, 1, 2, 2] + [4] * 8),
                              "meta": {"completion_tokens": 60, "spec_verify_ct": 33, "spec_accept_length": 1.8}}]}
@@ -102,10 +104,10 @@ def test_catchup_summary_compares_the_same_tokens_on_every_run(monkeypatch, tmp_
                        "meta": {"completion_tokens": 61, "spec_verify_ct": 15, "spec_accept_length": 4.07}}]}
     runs = {"eagle-v2|alone": alone, "eagle-v2|mixed": alone, "gated-v2|alone": alone,
             "gated-v2|mixed": gated_mixed}
-    s = run.catchup_summary(runs, n_long=8)
+    s = catchup.catchup_summary(runs, n_long=8)
     assert s["reference"] == "gated-v2|mixed"
     # 12 tokens when the short ones were done (11 gated steps after the first token), + margin
-    assert s["k0"] == [12 + run.RESUME_MARGIN]
+    assert s["k0"] == [12 + catchup.RESUME_MARGIN]
     g, e = s["table"]["gated-v2|mixed"], s["table"]["eagle-v2|alone"]
     assert g["resume_after_gated_steps"] == 8 and g["spec_steps"] == 8
     assert g["steps_4"] == 1.0 and g["steps_8"] == 2.0 and e["steps_8"] == 4.0
@@ -179,7 +181,7 @@ def test_run_catchup_work_and_summary_end_to_end(fake_url, monkeypatch, tmp_path
         run.catchup_work(store)(fake_url, {"server": server, "pair": "trained"})
     assert sorted(store["runs"]) == ["eagle-v2|alone", "eagle-v2|mixed", "gated-v2|alone", "gated-v2|mixed"]
     assert store["runs"]["gated-v2|alone"]["shorts_done_s"] is None
-    s = run.catchup_summary(store["runs"])
+    s = catchup.catchup_summary(store["runs"])
     assert s["reference"] == "gated-v2|mixed" and len(s["k0"]) == 8
     for key, row in s["table"].items():
         assert row["same_ids"] == 8, key

@@ -12,6 +12,8 @@ import re
 import statistics
 from pathlib import Path
 
+import catchup  # bench/gpu/catchup.py, beside this file
+
 HERE = Path(__file__).resolve().parent
 RAW = HERE / "raw"
 LEVELS = [1, 8, 32, 64, 128, 256]
@@ -82,7 +84,7 @@ def collect() -> dict:
 # The overlap worker's gate (0.5.12.post1, default launch): runs of the same servers
 # (plain-default / eagle-v2 / gated-v2, threshold from calibrate on each run's own rows), and
 # the equivalence run on the context pair. Each run's gated-v2 is the patch of its day.
-OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7")
+OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10")
 OVERLAP_TABLE_RUN = "G4"  # the accept pair; G6 is the real pair
 # The greedy-output sets: with SGLang's default kernels, and with batch-invariant ones.
 OVERLAP_EQUIVALENCE_RUNS = {"G1": "default kernels", "D1": "--enable-deterministic-inference"}
@@ -101,10 +103,15 @@ OVERLAP_NOTES = {
     "G6": "real pair (temperature 1), every level; the sampling shim without the sync (two "
           "torch sorts per sampled verify, no CPU read)",
     "G7": "G6's command again, a day later (load generator on its own cores since G6)",
+    "G9": "G6's servers with each server's scheduler process pinned alone to core 0 (the rest "
+          "of the server on cores 1-13) and 24 requests per repeat at C=1; threshold 5 from "
+          "calibrate; gated-v2 cut short by the call's deadline after its second repeat at C=128",
+    "G10": "G9's pinning, the untimed pass per level as long as a timed repeat (it was 8 tokens), "
+           "8 requests per repeat at C=1 again; threshold 5 from calibrate",
 }
 # Repeatability: the same command in two calls (each server's medians, calibrate's threshold),
 # and one call that starts each server twice (`NAME@2`), at the levels where speculation runs.
-REPEATED = {"real pair": ("G6", "G7")}
+REPEATED = {"real pair": ("G6", "G7"), "real pair, scheduler pinned": ("G9", "G10")}
 TWO_STARTS = ("G8",)
 
 
@@ -197,7 +204,18 @@ def repeatability(section: dict) -> dict:
         levels = sorted({r["C"] for r in rows if r["run"] == run})
         starts[run] = {"levels": levels,
                        "medians": {s: [median(rows, s, c, run) for c in levels] for s in servers}}
-    return {"repeated": repeated, "two_starts": starts}
+    # Every start of eagle-v2 and gated-v2 on the real pair at C=1, where every threshold
+    # calibrate picked has gated-v2 run EAGLE's own path: the start-to-start spread, and the
+    # median over all starts.
+    real_runs = [run for run in (*section["table_runs"], *TWO_STARTS) if pair_of(section, run) == "real"]
+    c1 = {}
+    for kind in ("eagle-v2", "gated-v2"):
+        medians = {f"{run} {name}": median(rows, name, 1, run) for run in real_runs
+                   for name in sorted({r["server"] for r in rows if r["run"] == run and r["server"].split("@")[0] == kind})}
+        medians = {k: v for k, v in medians.items() if v}
+        c1[kind] = {"starts": medians, "median": statistics.median(medians.values())}
+    c1["ratio"] = round(c1["gated-v2"]["median"] / c1["eagle-v2"]["median"], 3)
+    return {"repeated": repeated, "two_starts": starts, "c1_every_start": c1}
 
 
 def repeatability_table(section: dict) -> str:
@@ -216,6 +234,16 @@ def repeatability_table(section: dict) -> str:
                   "|---" * (len(start["levels"]) + 1) + "|"]
         lines += [f"| {s} | " + " | ".join(f"{v:.0f}" for v in vals) + " |"
                   for s, vals in start["medians"].items()]
+    return "\n".join(lines)
+
+
+def c1_table(section: dict) -> str:
+    c1 = section["repeatability"]["c1_every_start"]
+    lines = ["| real pair, C=1, every start (median of its repeats) | starts | median over starts |",
+             "|---|---|---|"]
+    lines += [f"| {kind} | " + ", ".join(f"{v:.0f} ({k})" for k, v in c1[kind]["starts"].items())
+              + f" | {c1[kind]['median']:.0f} |" for kind in ("eagle-v2", "gated-v2")]
+    lines.append(f"| gated-v2 / eagle-v2 | | {c1['ratio']:.0%} |")
     return "\n".join(lines)
 
 
@@ -260,6 +288,38 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+# The catch-up cost (run.py --catchup, the trained pair): each run's summary, re-read from its
+# kept runs with catchup.py (the summary written on the GPU machine counted no gated step
+# before the resume: it expected gated lines to log `accept len: 0.00`, and they log none).
+CATCHUP_RUNS = {"K1": "trained pair (copy offset 16), threshold 16: eagle-v2 and gated-v2, "
+                      "8 long requests beside 120 short ones (mixed), then alone"}
+
+
+def catchup_section() -> dict:
+    out = {}
+    for run, note in CATCHUP_RUNS.items():
+        data = rows_of(run)["catchup"]
+        summary = catchup.catchup_summary(data["runs"], data["workload"]["n_long"])
+        out[run] = {"note": note, "threshold": data["threshold"], "workload": data["workload"],
+                    "table": summary["table"], "k0": summary["k0"],
+                    # each run's first 48 speculative steps once the batch fell to the long ones
+                    "after_fall": {key: catchup.steps_after_fall(r["decode_steps"], data["workload"]["n_long"])[0][:48]
+                                   for key, r in data["runs"].items()}}
+    return out
+
+
+def catchup_table(section: dict) -> str:
+    cols = ("resume_after_gated_steps", "steps_8", "steps_16", "steps_32", "steps_all",
+            "after_k0_32", "after_k0_128", "after_k0_all", "same_ids")
+    lines = []
+    for run, rec in section.items():
+        lines += [f"| {run}: accept length (tokens per step) | " + " | ".join(cols) + " |",
+                  "|---" * (len(cols) + 1) + "|"]
+        lines += [f"| {key.replace('|', ', ')} | " + " | ".join("-" if row.get(c) is None else f"{row[c]:g}" for c in cols) + " |"
+                  for key, row in rec["table"].items()]
+    return "\n".join(lines)
+
+
 def main() -> None:
     scrub_raw()
     result = collect()
@@ -269,6 +329,7 @@ def main() -> None:
     result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
     result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
                                     NEWEST_SERVERS, NEWEST_BORROWED)
+    result["catchup"] = catchup_section()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
     for key, servers in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
@@ -276,6 +337,10 @@ def main() -> None:
         print(runs_table(result[key], servers))
     print()
     print(repeatability_table(result["overlap_worker"]))
+    print()
+    print(c1_table(result["overlap_worker"]))
+    print()
+    print(catchup_table(result["catchup"]))
 
 
 if __name__ == "__main__":
