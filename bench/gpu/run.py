@@ -281,6 +281,40 @@ def gpu_used_mib():
         return -1
 
 
+def gpu_state():
+    """The GPU's clocks, power and temperature now (nvidia-smi), for each row: the spread
+    between two starts of one server may be the machine's, not the server's."""
+    fields = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+    try:
+        q = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+        values = [v.strip() for v in subprocess.check_output(q, text=True, timeout=10).split(",")]
+        return dict(zip(fields, values, strict=True))
+    except Exception:  # noqa: BLE001 - a row without it is still a row
+        return None
+
+
+def machine():
+    """Which machine ran the call: the CPU model and frequency, the GPU (its UUID hashed, to
+    tell two calls on one GPU from calls on two), its clocks and power limit."""
+    out = {}
+    try:
+        cpuinfo = open("/proc/cpuinfo").read()
+        out["cpu"] = re.search(r"model name\s*:\s*(.*)", cpuinfo).group(1)
+        out["cpu_mhz"] = sorted(float(x) for x in re.findall(r"cpu MHz\s*:\s*([\d.]+)", cpuinfo))
+    except (OSError, AttributeError):
+        pass
+    fields = ("name", "uuid", "clocks.max.sm", "power.limit", "driver_version", "persistence_mode")
+    try:
+        q = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"]
+        gpu = dict(zip(fields, (v.strip() for v in subprocess.check_output(q, text=True, timeout=10).split(",")),
+                       strict=True))
+        gpu["uuid"] = hashlib.sha256(gpu["uuid"].encode()).hexdigest()[:12]
+        out["gpu"] = gpu
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
 FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (\S+)')
 
 
@@ -448,7 +482,7 @@ def throughput(a, rows):
                     return
                 row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature,
                                     min_requests=a.min_requests)
-                row.update(server=res["server"], repeat=rep, pair=res["pair"])
+                row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state())
                 rows.append(row)
                 print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
                       f"accept={row['mean_accept_len']}", flush=True)
@@ -583,10 +617,11 @@ def main():
                         "--pairs", ",".join(missing)], check=True)
         print(f"== weights written at t={time.time() - T0:.0f}s", flush=True)
     shutil.rmtree(TRACES, ignore_errors=True)
-    out = {"sglang": None,
+    out = {"sglang": None, "machine": machine(),
            "weights": json.load(open(f"{W}/weights.json")),
            "threshold": None if a.threshold == "calibrate" else int(a.threshold),
            "rows": [], "servers": [], "equivalence": {}}
+    print("== machine:", json.dumps(out["machine"]), flush=True)
     if a.catchup:
         if a.threshold == "calibrate":
             raise SystemExit("--catchup needs a fixed --threshold (e.g. 16)")
