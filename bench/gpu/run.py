@@ -284,13 +284,17 @@ def gpu_used_mib():
 def gpu_state():
     """The GPU's clocks, power and temperature now (nvidia-smi), for each row: the spread
     between two starts of one server may be the machine's, not the server's."""
-    fields = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
-    try:
-        q = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
-        values = [v.strip() for v in subprocess.check_output(q, text=True, timeout=10).split(",")]
-        return dict(zip(fields, values, strict=True))
-    except Exception:  # noqa: BLE001 - a row without it is still a row
-        return None
+    base = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
+    # (newer drivers name the throttle reasons clock events; the older name may be gone)
+    for fields in (base + ("clocks_event_reasons.active",), base + ("clocks_throttle_reasons.active",), base):
+        try:
+            q = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+            values = [v.strip() for v in subprocess.check_output(q, text=True, timeout=10,
+                                                                 stderr=subprocess.DEVNULL).split(",")]
+            return dict(zip(fields, values, strict=True))
+        except Exception:  # noqa: BLE001 - a row without it is still a row
+            continue
+    return None
 
 
 def machine():
