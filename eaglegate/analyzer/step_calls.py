@@ -89,22 +89,28 @@ def graph_runner_classes(cb: Codebase, capturing: set[str]) -> set[str]:
 
 
 def _replays(cb: Codebase, qn: str) -> bool:
-    """Whether a runner method replays a graph: `.replay()` on something that is not a method
-    of the tree (the captured graph), directly or through the runner's own methods."""
+    """Whether a runner method replays a graph: `.replay()` on something that is not (only) a
+    method of the tree (the captured graph), directly, through the runner's own methods, or
+    through the `replay` of a container of captured graphs that the tree defines (0.5.12's
+    `self.graphs[key].replay()` may be a `BreakableCUDAGraph`, whose segments are replayed)."""
     seen: set[str] = set()
     stack = [qn]
-    owner = cb.owner_class(qn)
     while stack:
         current = stack.pop()
         if current in seen or current not in cb.scopes:
             continue
         seen.add(current)
+        owner = cb.owner_class(current)
         for call in cb.scopes[current].calls:
             func = call.func
             if not func or func[0] != "a":
                 continue
-            if func[2] == "replay" and not any(v[0] == "func" for v in cb.values(func, current)):
-                return True
+            if func[2] == "replay":
+                values = cb.values(func, current)
+                if not values or any(v[0] != "func" for v in values):
+                    return True
+                stack.extend(v[1] for v in values if v[0] == "func")
+                continue
             selfname = cb.self_param(current)
             if owner and selfname and func[1] == ("n", selfname):
                 stack.extend(f"{c}.{func[2]}" for c in cb.mro(owner) if f"{c}.{func[2]}" in cb.scopes)
@@ -159,6 +165,14 @@ class StepCalls:
         """The first graph replay a model call leads to (breadth first), with its call site."""
         if qn in self._model:
             return self._model[qn]
+        # A replay the index resolves comes first; a call only named like one (a runner the
+        # index does not follow) is the fallback: `self.dllm_algorithm.run(…)` is named like a
+        # runner's `run`, and sits before the model runner's real replay.
+        found = self._search_replay(qn, resolved=True) or self._search_replay(qn, resolved=False)
+        self._model[qn] = found
+        return found
+
+    def _search_replay(self, qn: str, resolved: bool) -> tuple[str, Site] | None:
         found: tuple[str, Site] | None = None
         seen = {qn}
         queue = deque([(qn, 0)])
@@ -166,9 +180,10 @@ class StepCalls:
             current, depth = queue.popleft()
             if depth >= _MODEL_DEPTH:
                 continue
-            found = self._unresolved_replay(current)
-            if found is not None:
-                break
+            if not resolved:
+                found = self._unresolved_replay(current)
+                if found is not None:
+                    break
             self.cg.expand(current)
             if current not in self.cg.graph:
                 continue
@@ -179,7 +194,6 @@ class StepCalls:
                 if callee not in seen and callee in self.cb.scopes and not self.runner_method(callee):
                     seen.add(callee)
                     queue.append((callee, depth + 1))
-        self._model[qn] = found
         return found
 
     # -- steps ---------------------------------------------------------------------------------
