@@ -49,6 +49,12 @@ class Question:
     decode_preparation: str = r"^prepare_for_decode$"
     result_processing: str = r"^process_batch_result"
     output_tokens: str = "output_ids"
+    # The call chain inside the steps: tree building (its inputs are found by data flow), the
+    # verify input's preparation (its sampling is found by data flow from the target
+    # forward), and the result's next tokens (what replaces them on the overlap path).
+    tree_building: str = r"^build_tree"
+    verify_preparation: str = r"prepare_for\w*_verify$"
+    next_tokens: str = "next_token_ids"
 
     @property
     def classes(self) -> tuple[str, ...]:

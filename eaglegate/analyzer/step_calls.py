@@ -246,8 +246,105 @@ class StepCalls:
                 mode = self._mode_before(call, parents, modes)
                 call.detail["mode"] = mode.detail["modes"] if mode else []
                 call.detail["mode_set_at"] = mode.site.where if mode else None
-        kinds = ("model", "graph_replay", "graph_runtime", "kv_alloc", "kv_free", "mode", "output_append")
+        calls += self._tree(order, package)
+        calls += self._verify_prep_and_sample(order, [c for c in calls if c.kind == "model"])
+        kinds = ("model", "tree", "tree_prep", "verify_prep", "sample", "graph_replay", "graph_runtime",
+                 "kv_alloc", "kv_free", "mode", "output_append")
         return sorted(one_per_site(calls), key=lambda c: (kinds.index(c.kind), c.site.path, c.site.lineno, c.callee))
+
+    # -- tree building, the verify's preparation and sampling -------------------------------------
+    def _funcs(self, func: object, qn: str) -> list[str]:
+        """The tree's functions a call expression may call (sorted)."""
+        return sorted(v[1] for v in self.cb.values(func, qn) if v[0] == "func" and v[1] in self.cb.scopes)
+
+    def _tree(self, order: list[str], package: str) -> list[Call]:
+        """`tree`: a call that builds the draft tree (`Question.tree_building`) in the step or
+        the helpers it calls; `tree_prep`: the calls whose results are its arguments (data
+        flow: a name the tree call reads, assigned from a call before it), and, for such a
+        producer in the worker's package, the calls that produce what it returns."""
+        rx = re.compile(self.q.tree_building)
+        found: list[Call] = []
+        for qn in order:
+            for raw in self.cb.scopes[qn].calls:
+                funcs = [f for f in self._funcs(raw.func, qn) if rx.search(f.rsplit(".", 1)[-1])]
+                if not funcs:
+                    continue
+                found.append(Call("tree", qn, funcs[0], self.cb.site(qn, raw.lineno, raw.cond)))
+                found += self._producers(qn, _names((*raw.args, *(v for _, v in raw.kwargs))), raw.lineno,
+                                         package, levels=2, exclude=raw.func)
+        return found
+
+    def _producers(self, qn: str, names: set[str], before: int, package: str, levels: int,
+                   exclude: object = None) -> list[Call]:
+        """The calls of the tree's functions in `qn` (before line `before`, not `exclude`, the
+        consumer itself) whose results are assigned to `names`; for one that is a function of
+        the worker's package, what produces its return values."""
+        cb = self.cb
+        found: list[Call] = []
+        for assign in cb.scopes[qn].assigns:
+            target = _names((assign.target,))
+            if assign.lineno > before or not target or not target <= names:
+                continue
+            for func in _called(assign.value):
+                callees = self._funcs(func, qn)
+                if func == exclude or not callees:
+                    continue
+                line = next((c.lineno for c in cb.scopes[qn].calls if c.func == func
+                             and assign.lineno <= c.lineno <= before), assign.lineno)
+                found.append(Call("tree_prep", qn, callees[0], cb.site(qn, line, assign.cond),
+                                  {"feeds": sorted(target)}))
+                for callee in callees[:1]:
+                    if levels > 1 and cb.scope_module[callee].name.startswith(package) \
+                            and not self.runner_method(callee):
+                        returned = _names(tuple(r.value for r in cb.scopes[callee].return_values))
+                        end = cb.scopes[callee].end_lineno
+                        found += self._producers(callee, returned, end, package, levels - 1)
+        return found
+
+    def _verify_prep_and_sample(self, order: list[str], models: list[Call]) -> list[Call]:
+        """`verify_prep`: the preparation of the verify input (`Question.verify_preparation`);
+        `sample`: after the target forward, a call on that same verify input that reads the
+        forward's output (a name assigned from its result, directly or through an attribute)."""
+        cb = self.cb
+        rx = re.compile(self.q.verify_preparation)
+        found: list[Call] = []
+        for qn in order:
+            scope = cb.scopes[qn]
+            receivers: list[object] = []
+            for raw in scope.calls:
+                funcs = [f for f in self._funcs(raw.func, qn) if rx.search(f.rsplit(".", 1)[-1])]
+                subject = _subject(raw, cb.owner_class(funcs[0]) is not None) if funcs else None
+                if subject is not None:
+                    found.append(Call("verify_prep", qn, funcs[0], cb.site(qn, raw.lineno, raw.cond)))
+                    receivers.append(subject)
+            for model in (m for m in models if m.caller == qn):
+                outputs = self._results_of(qn, model.site.lineno)
+                for raw in scope.calls:
+                    func = raw.func
+                    if raw.lineno <= model.site.lineno or not func or func[0] not in ("a", "n"):
+                        continue
+                    funcs = self._funcs(func, qn)
+                    if not funcs or _subject(raw, cb.owner_class(funcs[0]) is not None) not in receivers:
+                        continue
+                    reads = _names((*raw.args, *(v for _, v in raw.kwargs))) & outputs
+                    if reads:
+                        found.append(Call("sample", qn, funcs[0], cb.site(qn, raw.lineno, raw.cond),
+                                          {"reads": sorted(reads)}))
+        return found
+
+    def _results_of(self, qn: str, line: int) -> set[str]:
+        """The names that hold the result of the call at `line` (the assignment whose value it
+        is), and those assigned from them later (`logits_output = batch_result.logits_output`)."""
+        assigns = sorted(self.cb.scopes[qn].assigns, key=lambda a: a.lineno)
+        held: set[str] = set()
+        for assign in assigns:
+            if assign.lineno <= line and any(c.lineno == line for c in self.cb.scopes[qn].calls
+                                            if c.func in _called(assign.value)) and assign.lineno >= line - 3:
+                held |= _names((assign.target,))
+        for assign in assigns:
+            if assign.lineno > line and _names((assign.value,)) & held:
+                held |= _names((assign.target,))
+        return held
 
     def _direct_model_calls(self, qn: str) -> list[Call]:
         """`self.draft_runner.model.forward(…)`: the model's own forward, called on an attribute of
@@ -466,6 +563,49 @@ class StepCalls:
                     seen.add(value[1])
                     found.append(Call("relay", caller, value[1], cb.site(caller, call.lineno, call.cond)))
         return found
+
+
+def _subject(raw: Any, method: bool) -> object:
+    """What a call works on: the receiver of a method call (`x.prepare(…)`: `x`), else the
+    first positional argument of a plain function (`prepare(x, …)`: `x`); None if neither."""
+    if method and raw.func and raw.func[0] == "a":
+        return raw.func[1]
+    return raw.args[0] if raw.args else None
+
+
+def _names(exprs: tuple[object, ...]) -> set[str]:
+    """The local names an IR expression reads (`a`, `a.b`, `a[0]`: "a"), not through calls."""
+    found: set[str] = set()
+    stack = list(exprs)
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple) or not item:
+            continue
+        if item[0] == "n":
+            found.add(item[1])
+        elif item[0] in ("a", "s"):
+            stack.append(item[1])
+        elif item[0] in ("k", "u"):
+            stack.extend(item[1])
+    return found
+
+
+def _called(expr: object) -> list[object]:
+    """The call expressions' functions whose results an IR value is (`f(…)`, `f(…)[0]`,
+    `x if c else f(…)`)."""
+    found: list[object] = []
+    stack = [expr]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple) or not item:
+            continue
+        if item[0] == "c":
+            found.append(item[1])
+        elif item[0] == "s":
+            stack.append(item[1])
+        elif item[0] in ("k", "u"):
+            stack.extend(item[1])
+    return found
 
 
 def one_per_site(calls: list[Call]) -> list[Call]:
