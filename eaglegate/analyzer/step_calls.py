@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import networkx as nx
+
 from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
@@ -272,7 +274,16 @@ class StepCalls:
                 found.append(Call("tree", qn, funcs[0], self.cb.site(qn, raw.lineno, raw.cond)))
                 found += self._producers(qn, _names((*raw.args, *(v for _, v in raw.kwargs))), raw.lineno,
                                          package, levels=2, exclude=raw.func)
-        return found
+        # `a, b, c = f(…)` is one assignment per name: one row, every name it feeds.
+        merged: dict[tuple[str, str], Call] = {}
+        for call in found:
+            key = (call.kind, call.site.where)
+            if key in merged and call.kind == "tree_prep":
+                feeds = merged[key].detail["feeds"]
+                feeds += [n for n in call.detail["feeds"] if n not in feeds]
+            else:
+                merged.setdefault(key, call)
+        return list(merged.values())
 
     def _producers(self, qn: str, names: set[str], before: int, package: str, levels: int,
                    exclude: object = None) -> list[Call]:
@@ -506,6 +517,115 @@ class StepCalls:
             found += early_exits(self.cb, qn)
         return found
 
+    def entry_models(self, entry: str, steps: list[str], package: str) -> list[Call]:
+        """The model calls the worker's entry makes outside its steps (the target's extend
+        forward in the prefill branch): in the entry itself or in the package's helpers it
+        calls, up to two levels down; `via` is the entry's call of the helper, whose condition
+        guards the call (the branch it is in)."""
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        seen = {entry, *steps}
+        queue = deque([(entry, 0, None)])
+        while queue:
+            current, depth, via = queue.popleft()
+            cg.expand(current)
+            if current not in cg.graph:
+                continue
+            for callee in sorted(cg.graph.successors(current), key=lambda c: cg.sites(current, c)[0].lineno):
+                if callee in seen or callee not in cb.scopes or self.runner_method(callee):
+                    continue
+                site = cg.sites(current, callee)[0]
+                if cb.scope_module[callee].name.startswith(package):
+                    if depth < 2:
+                        seen.add(callee)
+                        queue.append((callee, depth + 1, via or site))
+                    continue
+                replay = self.replay_below(callee)
+                if replay is None:
+                    continue
+                runner, at = replay
+                detail: dict[str, Any] = {"graph": {"replay": runner, "at": at.where, "when": list(at.cond)},
+                                          "eager": bool(at.cond), "mode": [], "mode_set_at": None}
+                if via is not None:
+                    detail["via"] = {"site": via.where, "condition": list(via.cond)}
+                found.append(Call("model", current, callee, site, detail))
+        return one_per_site(found)
+
+    def overlap_calls(self, entry: str, loops: list[str], processing: list[str], family: set[str]) -> list[Call]:
+        """The scheduler's side of the overlap path, found by data flow:
+
+        - `sample` (deferred): the scheduler calling a callable that the worker's path stores
+          on an object it hands back (`batch_result.delay_sample_func = sample_batch_func` in
+          the target worker, called as `batch_result.delay_sample_func()` from the loop or a
+          scheduler method it calls);
+        - `relay` (the overlap token resolution): in result processing, a scheduler method whose
+          result replaces the name that holds the result's next tokens (`next_token_ids =
+          result.next_token_ids`, then `next_token_ids = self._resolve_spec_overlap_tokens(…)`).
+        """
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        stored: dict[str, Site] = {}
+        below = nx.descendants(cg.graph, entry) if entry in cg.graph else set()
+        for qn in sorted(below | {entry}):
+            scope = cb.scopes.get(qn)
+            if scope is None or scope.kind != "function":
+                continue
+            selfname = cb.self_param(qn)
+            for assign in scope.assigns:
+                target = assign.target
+                if target and target[0] == "a" and target[1] != ("n", selfname) \
+                        and any(v[0] == "func" for v in cb.values(assign.value, qn)):
+                    stored.setdefault(target[2], cb.site(qn, assign.lineno, assign.cond))
+        callers: list[tuple[str, Site | None]] = [(loop, None) for loop in loops]
+        for loop in loops:
+            cg.expand(loop)
+            if loop in cg.graph:
+                callers += [(callee, cg.sites(loop, callee)[0]) for callee in sorted(cg.graph.successors(loop))
+                            if callee in cb.scopes and (cb.owner_class(callee) or "") in family]
+        seen: set[str] = set()
+        for caller, via in callers:
+            if caller in seen:
+                continue
+            seen.add(caller)
+            for raw in cb.scopes[caller].calls:
+                func = raw.func
+                if func and func[0] == "a" and func[2] in stored and dotted(func) \
+                        and not any(v[0] == "func" for v in cb.values(func, caller)):
+                    detail: dict[str, Any] = {"deferred": True, "stored_at": stored[func[2]].where}
+                    if via is not None:
+                        detail["via"] = {"site": via.where, "condition": list(via.cond)}
+                    found.append(Call("sample", caller, ".".join(dotted(func)),
+                                      cb.site(caller, raw.lineno, raw.cond), detail))
+        work: list[tuple[str, set[str] | None, int]] = [(qn, None, 0) for qn in processing]
+        done: set[str] = set()
+        while work:
+            qn, holders, depth = work.pop(0)
+            scope = cb.scopes.get(qn)
+            if scope is None or qn in done:
+                continue
+            done.add(qn)
+            if holders is None:
+                holders = {a.target[1] for a in scope.assigns if a.target and a.target[0] == "n"
+                           and a.value and a.value[0] == "a" and a.value[2] == self.q.next_tokens}
+            owner = cb.owner_class(qn)
+            methods_of = family | set(cb.mro(owner) if owner else ())
+            for assign in scope.assigns:
+                if not (assign.target and assign.target[0] == "n" and assign.target[1] in holders):
+                    continue
+                for func in _called(assign.value):
+                    methods = [f for f in self._funcs(func, qn) if (cb.owner_class(f) or "") in methods_of]
+                    raw = next((c for c in scope.calls if c.func == func and c.lineno >= assign.lineno), None)
+                    if not methods or raw is None:
+                        continue
+                    passed = _receiving(cb, methods[0], raw, holders)
+                    if passed:  # it is handed the tokens and gives them back: look inside it
+                        if depth < 2:
+                            work.append((methods[0], passed, depth + 1))
+                        continue
+                    found.append(Call("relay", qn, methods[0], cb.site(qn, raw.lineno, raw.cond),
+                                      {"replaces": f"{assign.target[1]} ({self.q.next_tokens})"}))
+        return one_per_site(found)
+
     def chain(self, entry: str, steps: list[str], package: str) -> list[Call]:
         """The worker's call chain from its entry: each call the entry, its own helpers (the
         target extend) and its steps make into the worker's package (`call`: tree building,
@@ -571,6 +691,16 @@ def _subject(raw: Any, method: bool) -> object:
     if method and raw.func and raw.func[0] == "a":
         return raw.func[1]
     return raw.args[0] if raw.args else None
+
+
+def _receiving(cb: Codebase, callee: str, raw: Any, names: set[str]) -> set[str]:
+    """The parameters of `callee` that the call `raw` passes one of `names` to."""
+    params = [name for name, _ in cb.scopes[callee].params]
+    if params and cb.owner_class(callee) is not None and params[0] in ("self", "cls"):
+        params = params[1:]
+    found = {params[i] for i, arg in enumerate(raw.args[: len(params)]) if arg in {("n", n) for n in names}}
+    found |= {key for key, value in raw.kwargs if value in {("n", n) for n in names} and key in params}
+    return found
 
 
 def _names(exprs: tuple[object, ...]) -> set[str]:
