@@ -589,8 +589,7 @@ class StepCalls:
             seen.add(caller)
             for raw in cb.scopes[caller].calls:
                 func = raw.func
-                if func and func[0] == "a" and func[2] in stored and dotted(func) \
-                        and not any(v[0] == "func" for v in cb.values(func, caller)):
+                if func and func[0] == "a" and func[2] in stored and dotted(func):
                     detail: dict[str, Any] = {"deferred": True, "stored_at": stored[func[2]].where}
                     if via is not None:
                         detail["via"] = {"site": via.where, "condition": list(via.cond)}
