@@ -255,7 +255,7 @@ class StepCalls:
         return sorted(one_per_site(calls), key=lambda c: (kinds.index(c.kind), c.site.path, c.site.lineno, c.callee))
 
     # -- tree building, the verify's preparation and sampling -------------------------------------
-    def _funcs(self, func: object, qn: str) -> list[str]:
+    def _funcs(self, func: Any, qn: str) -> list[str]:
         """The tree's functions a call expression may call (sorted)."""
         return sorted(v[1] for v in self.cb.values(func, qn) if v[0] == "func" and v[1] in self.cb.scopes)
 
@@ -525,7 +525,7 @@ class StepCalls:
         cb, cg = self.cb, self.cg
         found: list[Call] = []
         seen = {entry, *steps}
-        queue = deque([(entry, 0, None)])
+        queue: deque[tuple[str, int, Site | None]] = deque([(entry, 0, None)])
         while queue:
             current, depth, via = queue.popleft()
             cg.expand(current)
@@ -613,9 +613,10 @@ class StepCalls:
                     continue
                 for func in _called(assign.value):
                     methods = [f for f in self._funcs(func, qn) if (cb.owner_class(f) or "") in methods_of]
-                    raw = next((c for c in scope.calls if c.func == func and c.lineno >= assign.lineno), None)
-                    if not methods or raw is None:
+                    made = next((c for c in scope.calls if c.func == func and c.lineno >= assign.lineno), None)
+                    if not methods or made is None:
                         continue
+                    raw = made
                     passed = _receiving(cb, methods[0], raw, holders)
                     if passed:  # it is handed the tokens and gives them back: look inside it
                         if depth < 2:
@@ -719,10 +720,10 @@ def _names(exprs: tuple[object, ...]) -> set[str]:
     return found
 
 
-def _called(expr: object) -> list[object]:
+def _called(expr: object) -> list[Any]:
     """The call expressions' functions whose results an IR value is (`f(…)`, `f(…)[0]`,
     `x if c else f(…)`)."""
-    found: list[object] = []
+    found: list[Any] = []
     stack = [expr]
     while stack:
         item = stack.pop()
