@@ -134,7 +134,7 @@ def test_the_map_tree_and_json_show_the_chain():
     for row in ("tree build_tree_kernel_efficient", "tree_prep EAGLEWorker.draft_forward",
                 "verify_prep EagleVerifyInputV2Mixin.prepare_for_v2_verify", "sample EagleVerifyInputV2Mixin.sample",
                 "model ModelRunner.forward", "sample batch_result.delay_sample_func",
-                "overlap: deferred sampling and token resolution"):
+                "deferred sampling and overlap token resolution"):
         assert row in text, row
     data = m.to_json()
     v2 = next(w for w in data["workers"] if w["label"] == "v2")

@@ -93,7 +93,7 @@ def render_map(spec_map: MapAnswer, show_all: bool = False) -> Group:
                     step_node.add(call_line(spec_map, call))
         for title, calls in (("decode preparation", worker.decode), ("result processing", worker.results),
                              ("beside the worker call", worker.relay),
-                             ("overlap: deferred sampling and token resolution", worker.overlap)):
+                             ("deferred sampling and overlap token resolution", worker.overlap)):
             if calls:
                 side = node.add(f"[bold]{title}[/bold]")
                 for call in calls:
