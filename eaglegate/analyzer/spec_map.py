@@ -49,6 +49,12 @@ class Question:
     decode_preparation: str = r"^prepare_for_decode$"
     result_processing: str = r"^process_batch_result"
     output_tokens: str = "output_ids"
+    # The call chain inside the steps: tree building (its inputs are found by data flow), the
+    # verify input's preparation (its sampling is found by data flow from the target
+    # forward), and the result's next tokens (what replaces them on the overlap path).
+    tree_building: str = r"^build_tree"
+    verify_preparation: str = r"prepare_for\w*_verify$"
+    next_tokens: str = "next_token_ids"
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -123,6 +129,10 @@ class WorkerMap:
     # helpers and steps; and the scheduler's own calls from the loop and result processing.
     chain: list[Call] = field(default_factory=list)
     scheduler_calls: list[Call] = field(default_factory=list)
+    # The model calls the entry makes outside its steps (the target's extend forward), and
+    # the scheduler's side of the overlap path: deferred sampling, the overlap token resolution.
+    entry_calls: list[Call] = field(default_factory=list)
+    overlap: list[Call] = field(default_factory=list)
 
     @property
     def present(self) -> bool:
@@ -143,6 +153,8 @@ class WorkerMap:
             "decode_preparation": [c.to_json() for c in self.decode],
             "result_processing": [c.to_json() for c in self.results],
             "around_entry": [c.to_json() for c in self.relay],
+            "entry_calls": [c.to_json() for c in self.entry_calls],
+            "overlap_calls": [c.to_json() for c in self.overlap],
             "call_chain": [c.to_json() for c in self.chain],
             "scheduler_calls": [c.to_json() for c in self.scheduler_calls],
             "note": self.note,
@@ -511,11 +523,14 @@ def _deeper(details: StepCalls, worker: WorkerMap, scheduler: str, reached: set[
     worker.relay = details.relay(last.caller, last.callee, last.site)
     if worker.entry:
         worker.chain = details.chain(worker.entry, [s.function for s in worker.steps], package)
+        worker.entry_calls = details.entry_models(worker.entry, [s.function for s in worker.steps], package)
     processing = [c.callee for c in worker.results if c.kind == "result"]
     # Every loop of the scheduler's own that reaches the worker (0.5.12's v2 runs from both).
     loops = sorted({p.event_loop for p in worker.paths if p.event_loop.startswith(scheduler + ".")}) \
         or [main.event_loop]
     worker.scheduler_calls = details.scheduler_calls([*loops, *processing], scheduler_family)
+    if worker.entry:
+        worker.overlap = details.overlap_calls(worker.entry, loops, processing, scheduler_family)
 
 
 def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: set[str]) -> list[WorkerPath]:

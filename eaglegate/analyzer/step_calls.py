@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import networkx as nx
+
 from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
@@ -89,22 +91,28 @@ def graph_runner_classes(cb: Codebase, capturing: set[str]) -> set[str]:
 
 
 def _replays(cb: Codebase, qn: str) -> bool:
-    """Whether a runner method replays a graph: `.replay()` on something that is not a method
-    of the tree (the captured graph), directly or through the runner's own methods."""
+    """Whether a runner method replays a graph: `.replay()` on something that is not (only) a
+    method of the tree (the captured graph), directly, through the runner's own methods, or
+    through the `replay` of a container of captured graphs that the tree defines (0.5.12's
+    `self.graphs[key].replay()` may be a `BreakableCUDAGraph`, whose segments are replayed)."""
     seen: set[str] = set()
     stack = [qn]
-    owner = cb.owner_class(qn)
     while stack:
         current = stack.pop()
         if current in seen or current not in cb.scopes:
             continue
         seen.add(current)
+        owner = cb.owner_class(current)
         for call in cb.scopes[current].calls:
             func = call.func
             if not func or func[0] != "a":
                 continue
-            if func[2] == "replay" and not any(v[0] == "func" for v in cb.values(func, current)):
-                return True
+            if func[2] == "replay":
+                values = cb.values(func, current)
+                if not values or any(v[0] != "func" for v in values):
+                    return True
+                stack.extend(v[1] for v in values if v[0] == "func")
+                continue
             selfname = cb.self_param(current)
             if owner and selfname and func[1] == ("n", selfname):
                 stack.extend(f"{c}.{func[2]}" for c in cb.mro(owner) if f"{c}.{func[2]}" in cb.scopes)
@@ -159,6 +167,14 @@ class StepCalls:
         """The first graph replay a model call leads to (breadth first), with its call site."""
         if qn in self._model:
             return self._model[qn]
+        # A replay the index resolves comes first; a call only named like one (a runner the
+        # index does not follow) is the fallback: `self.dllm_algorithm.run(…)` is named like a
+        # runner's `run`, and sits before the model runner's real replay.
+        found = self._search_replay(qn, resolved=True) or self._search_replay(qn, resolved=False)
+        self._model[qn] = found
+        return found
+
+    def _search_replay(self, qn: str, resolved: bool) -> tuple[str, Site] | None:
         found: tuple[str, Site] | None = None
         seen = {qn}
         queue = deque([(qn, 0)])
@@ -166,9 +182,10 @@ class StepCalls:
             current, depth = queue.popleft()
             if depth >= _MODEL_DEPTH:
                 continue
-            found = self._unresolved_replay(current)
-            if found is not None:
-                break
+            if not resolved:
+                found = self._unresolved_replay(current)
+                if found is not None:
+                    break
             self.cg.expand(current)
             if current not in self.cg.graph:
                 continue
@@ -179,7 +196,6 @@ class StepCalls:
                 if callee not in seen and callee in self.cb.scopes and not self.runner_method(callee):
                     seen.add(callee)
                     queue.append((callee, depth + 1))
-        self._model[qn] = found
         return found
 
     # -- steps ---------------------------------------------------------------------------------
@@ -232,8 +248,114 @@ class StepCalls:
                 mode = self._mode_before(call, parents, modes)
                 call.detail["mode"] = mode.detail["modes"] if mode else []
                 call.detail["mode_set_at"] = mode.site.where if mode else None
-        kinds = ("model", "graph_replay", "graph_runtime", "kv_alloc", "kv_free", "mode", "output_append")
+        calls += self._tree(order, package)
+        calls += self._verify_prep_and_sample(order, [c for c in calls if c.kind == "model"])
+        kinds = ("model", "tree", "tree_prep", "verify_prep", "sample", "graph_replay", "graph_runtime",
+                 "kv_alloc", "kv_free", "mode", "output_append")
         return sorted(one_per_site(calls), key=lambda c: (kinds.index(c.kind), c.site.path, c.site.lineno, c.callee))
+
+    # -- tree building, the verify's preparation and sampling -------------------------------------
+    def _funcs(self, func: Any, qn: str) -> list[str]:
+        """The tree's functions a call expression may call (sorted)."""
+        return sorted(v[1] for v in self.cb.values(func, qn) if v[0] == "func" and v[1] in self.cb.scopes)
+
+    def _tree(self, order: list[str], package: str) -> list[Call]:
+        """`tree`: a call that builds the draft tree (`Question.tree_building`) in the step or
+        the helpers it calls; `tree_prep`: the calls whose results are its arguments (data
+        flow: a name the tree call reads, assigned from a call before it), and, for such a
+        producer in the worker's package, the calls that produce what it returns."""
+        rx = re.compile(self.q.tree_building)
+        found: list[Call] = []
+        for qn in order:
+            for raw in self.cb.scopes[qn].calls:
+                funcs = [f for f in self._funcs(raw.func, qn) if rx.search(f.rsplit(".", 1)[-1])]
+                if not funcs:
+                    continue
+                found.append(Call("tree", qn, funcs[0], self.cb.site(qn, raw.lineno, raw.cond)))
+                found += self._producers(qn, _names((*raw.args, *(v for _, v in raw.kwargs))), raw.lineno,
+                                         package, levels=2, exclude=raw.func)
+        # `a, b, c = f(…)` is one assignment per name: one row, every name it feeds.
+        merged: dict[tuple[str, str], Call] = {}
+        for call in found:
+            key = (call.kind, call.site.where)
+            if key in merged and call.kind == "tree_prep":
+                feeds = merged[key].detail["feeds"]
+                feeds += [n for n in call.detail["feeds"] if n not in feeds]
+            else:
+                merged.setdefault(key, call)
+        return list(merged.values())
+
+    def _producers(self, qn: str, names: set[str], before: int, package: str, levels: int,
+                   exclude: object = None) -> list[Call]:
+        """The calls of the tree's functions in `qn` (before line `before`, not `exclude`, the
+        consumer itself) whose results are assigned to `names`; for one that is a function of
+        the worker's package, what produces its return values."""
+        cb = self.cb
+        found: list[Call] = []
+        for assign in cb.scopes[qn].assigns:
+            target = _names((assign.target,))
+            if assign.lineno > before or not target or not target <= names:
+                continue
+            for func in _called(assign.value):
+                callees = self._funcs(func, qn)
+                if func == exclude or not callees:
+                    continue
+                line = next((c.lineno for c in cb.scopes[qn].calls if c.func == func
+                             and assign.lineno <= c.lineno <= before), assign.lineno)
+                found.append(Call("tree_prep", qn, callees[0], cb.site(qn, line, assign.cond),
+                                  {"feeds": sorted(target)}))
+                for callee in callees[:1]:
+                    if levels > 1 and cb.scope_module[callee].name.startswith(package) \
+                            and not self.runner_method(callee):
+                        returned = _names(tuple(r.value for r in cb.scopes[callee].return_values))
+                        end = cb.scopes[callee].end_lineno
+                        found += self._producers(callee, returned, end, package, levels - 1)
+        return found
+
+    def _verify_prep_and_sample(self, order: list[str], models: list[Call]) -> list[Call]:
+        """`verify_prep`: the preparation of the verify input (`Question.verify_preparation`);
+        `sample`: after the target forward, a call on that same verify input that reads the
+        forward's output (a name assigned from its result, directly or through an attribute)."""
+        cb = self.cb
+        rx = re.compile(self.q.verify_preparation)
+        found: list[Call] = []
+        for qn in order:
+            scope = cb.scopes[qn]
+            receivers: list[object] = []
+            for raw in scope.calls:
+                funcs = [f for f in self._funcs(raw.func, qn) if rx.search(f.rsplit(".", 1)[-1])]
+                subject = _subject(raw, cb.owner_class(funcs[0]) is not None) if funcs else None
+                if subject is not None:
+                    found.append(Call("verify_prep", qn, funcs[0], cb.site(qn, raw.lineno, raw.cond)))
+                    receivers.append(subject)
+            for model in (m for m in models if m.caller == qn):
+                outputs = self._results_of(qn, model.site.lineno)
+                for raw in scope.calls:
+                    func = raw.func
+                    if raw.lineno <= model.site.lineno or not func or func[0] not in ("a", "n"):
+                        continue
+                    funcs = self._funcs(func, qn)
+                    if not funcs or _subject(raw, cb.owner_class(funcs[0]) is not None) not in receivers:
+                        continue
+                    reads = _names((*raw.args, *(v for _, v in raw.kwargs))) & outputs
+                    if reads:
+                        found.append(Call("sample", qn, funcs[0], cb.site(qn, raw.lineno, raw.cond),
+                                          {"reads": sorted(reads)}))
+        return found
+
+    def _results_of(self, qn: str, line: int) -> set[str]:
+        """The names that hold the result of the call at `line` (the assignment whose value it
+        is), and those assigned from them later (`logits_output = batch_result.logits_output`)."""
+        assigns = sorted(self.cb.scopes[qn].assigns, key=lambda a: a.lineno)
+        held: set[str] = set()
+        for assign in assigns:
+            if assign.lineno <= line and any(c.lineno == line for c in self.cb.scopes[qn].calls
+                                            if c.func in _called(assign.value)) and assign.lineno >= line - 3:
+                held |= _names((assign.target,))
+        for assign in assigns:
+            if assign.lineno > line and _names((assign.value,)) & held:
+                held |= _names((assign.target,))
+        return held
 
     def _direct_model_calls(self, qn: str) -> list[Call]:
         """`self.draft_runner.model.forward(…)`: the model's own forward, called on an attribute of
@@ -395,6 +517,115 @@ class StepCalls:
             found += early_exits(self.cb, qn)
         return found
 
+    def entry_models(self, entry: str, steps: list[str], package: str) -> list[Call]:
+        """The model calls the worker's entry makes outside its steps (the target's extend
+        forward in the prefill branch): in the entry itself or in the package's helpers it
+        calls, up to two levels down; `via` is the entry's call of the helper, whose condition
+        guards the call (the branch it is in)."""
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        seen = {entry, *steps}
+        queue: deque[tuple[str, int, Site | None]] = deque([(entry, 0, None)])
+        while queue:
+            current, depth, via = queue.popleft()
+            cg.expand(current)
+            if current not in cg.graph:
+                continue
+            for callee in sorted(cg.graph.successors(current), key=lambda c: cg.sites(current, c)[0].lineno):
+                if callee in seen or callee not in cb.scopes or self.runner_method(callee):
+                    continue
+                site = cg.sites(current, callee)[0]
+                if cb.scope_module[callee].name.startswith(package):
+                    if depth < 2:
+                        seen.add(callee)
+                        queue.append((callee, depth + 1, via or site))
+                    continue
+                replay = self.replay_below(callee)
+                if replay is None:
+                    continue
+                runner, at = replay
+                detail: dict[str, Any] = {"graph": {"replay": runner, "at": at.where, "when": list(at.cond)},
+                                          "eager": bool(at.cond), "mode": [], "mode_set_at": None}
+                if via is not None:
+                    detail["via"] = {"site": via.where, "condition": list(via.cond)}
+                found.append(Call("model", current, callee, site, detail))
+        return one_per_site(found)
+
+    def overlap_calls(self, entry: str, loops: list[str], processing: list[str], family: set[str]) -> list[Call]:
+        """The scheduler's side of the overlap path, found by data flow:
+
+        - `sample` (deferred): the scheduler calling a callable that the worker's path stores
+          on an object it hands back (`batch_result.delay_sample_func = sample_batch_func` in
+          the target worker, called as `batch_result.delay_sample_func()` from the loop or a
+          scheduler method it calls);
+        - `relay` (the overlap token resolution): in result processing, a scheduler method whose
+          result replaces the name that holds the result's next tokens (`next_token_ids =
+          result.next_token_ids`, then `next_token_ids = self._resolve_spec_overlap_tokens(…)`).
+        """
+        cb, cg = self.cb, self.cg
+        found: list[Call] = []
+        stored: dict[str, Site] = {}
+        below = nx.descendants(cg.graph, entry) if entry in cg.graph else set()
+        for qn in sorted(below | {entry}):
+            scope = cb.scopes.get(qn)
+            if scope is None or scope.kind != "function":
+                continue
+            selfname = cb.self_param(qn)
+            for assign in scope.assigns:
+                target = assign.target
+                if target and target[0] == "a" and target[1] != ("n", selfname) \
+                        and any(v[0] == "func" for v in cb.values(assign.value, qn)):
+                    stored.setdefault(target[2], cb.site(qn, assign.lineno, assign.cond))
+        callers: list[tuple[str, Site | None]] = [(loop, None) for loop in loops]
+        for loop in loops:
+            cg.expand(loop)
+            if loop in cg.graph:
+                callers += [(callee, cg.sites(loop, callee)[0]) for callee in sorted(cg.graph.successors(loop))
+                            if callee in cb.scopes and (cb.owner_class(callee) or "") in family]
+        seen: set[str] = set()
+        for caller, via in callers:
+            if caller in seen:
+                continue
+            seen.add(caller)
+            for raw in cb.scopes[caller].calls:
+                func = raw.func
+                if func and func[0] == "a" and func[2] in stored and dotted(func):
+                    detail: dict[str, Any] = {"deferred": True, "stored_at": stored[func[2]].where}
+                    if via is not None:
+                        detail["via"] = {"site": via.where, "condition": list(via.cond)}
+                    found.append(Call("sample", caller, ".".join(dotted(func)),
+                                      cb.site(caller, raw.lineno, raw.cond), detail))
+        work: list[tuple[str, set[str] | None, int]] = [(qn, None, 0) for qn in processing]
+        done: set[str] = set()
+        while work:
+            qn, holders, depth = work.pop(0)
+            scope = cb.scopes.get(qn)
+            if scope is None or qn in done:
+                continue
+            done.add(qn)
+            if holders is None:
+                holders = {a.target[1] for a in scope.assigns if a.target and a.target[0] == "n"
+                           and a.value and a.value[0] == "a" and a.value[2] == self.q.next_tokens}
+            owner = cb.owner_class(qn)
+            methods_of = family | set(cb.mro(owner) if owner else ())
+            for assign in scope.assigns:
+                if not (assign.target and assign.target[0] == "n" and assign.target[1] in holders):
+                    continue
+                for func in _called(assign.value):
+                    methods = [f for f in self._funcs(func, qn) if (cb.owner_class(f) or "") in methods_of]
+                    made = next((c for c in scope.calls if c.func == func and c.lineno >= assign.lineno), None)
+                    if not methods or made is None:
+                        continue
+                    raw = made
+                    passed = _receiving(cb, methods[0], raw, holders)
+                    if passed:  # it is handed the tokens and gives them back: look inside it
+                        if depth < 2:
+                            work.append((methods[0], passed, depth + 1))
+                        continue
+                    found.append(Call("relay", qn, methods[0], cb.site(qn, raw.lineno, raw.cond),
+                                      {"replaces": f"{assign.target[1]} ({self.q.next_tokens})"}))
+        return one_per_site(found)
+
     def chain(self, entry: str, steps: list[str], package: str) -> list[Call]:
         """The worker's call chain from its entry: each call the entry, its own helpers (the
         target extend) and its steps make into the worker's package (`call`: tree building,
@@ -452,6 +683,59 @@ class StepCalls:
                     seen.add(value[1])
                     found.append(Call("relay", caller, value[1], cb.site(caller, call.lineno, call.cond)))
         return found
+
+
+def _subject(raw: Any, method: bool) -> object:
+    """What a call works on: the receiver of a method call (`x.prepare(…)`: `x`), else the
+    first positional argument of a plain function (`prepare(x, …)`: `x`); None if neither."""
+    if method and raw.func and raw.func[0] == "a":
+        return raw.func[1]
+    return raw.args[0] if raw.args else None
+
+
+def _receiving(cb: Codebase, callee: str, raw: Any, names: set[str]) -> set[str]:
+    """The parameters of `callee` that the call `raw` passes one of `names` to."""
+    params = [name for name, _ in cb.scopes[callee].params]
+    if params and cb.owner_class(callee) is not None and params[0] in ("self", "cls"):
+        params = params[1:]
+    found = {params[i] for i, arg in enumerate(raw.args[: len(params)]) if arg in {("n", n) for n in names}}
+    found |= {key for key, value in raw.kwargs if value in {("n", n) for n in names} and key in params}
+    return found
+
+
+def _names(exprs: tuple[object, ...]) -> set[str]:
+    """The local names an IR expression reads (`a`, `a.b`, `a[0]`: "a"), not through calls."""
+    found: set[str] = set()
+    stack = list(exprs)
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple) or not item:
+            continue
+        if item[0] == "n":
+            found.add(item[1])
+        elif item[0] in ("a", "s"):
+            stack.append(item[1])
+        elif item[0] in ("k", "u"):
+            stack.extend(item[1])
+    return found
+
+
+def _called(expr: object) -> list[Any]:
+    """The call expressions' functions whose results an IR value is (`f(…)`, `f(…)[0]`,
+    `x if c else f(…)`)."""
+    found: list[Any] = []
+    stack = [expr]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple) or not item:
+            continue
+        if item[0] == "c":
+            found.append(item[1])
+        elif item[0] == "s":
+            stack.append(item[1])
+        elif item[0] in ("k", "u"):
+            stack.extend(item[1])
+    return found
 
 
 def one_per_site(calls: list[Call]) -> list[Call]:

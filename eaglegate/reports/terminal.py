@@ -75,17 +75,25 @@ def render_map(spec_map: MapAnswer, show_all: bool = False) -> Group:
             branch = node.add(Text.from_markup(label))
             for hop in path.hops:
                 branch = branch.add(_hop(spec_map, hop))
-            for step in _direct_steps(worker):
+            # The steps and the model calls the entry makes beside them (the target's extend
+            # forward), in the order the entry makes them.
+            rows: list = [(step.hops[-1].site.lineno, 0, step) for step in _direct_steps(worker)]
+            rows += [(_entry_line(call), 1, call) for call in worker.entry_calls]
+            for _, _, item in sorted(rows, key=lambda r: (r[0], r[1])):
+                if isinstance(item, Call):
+                    branch.add(call_line(spec_map, item))
+                    continue
                 step_node = branch.add(
                     Text.from_markup(
-                        f"[magenta]{step.kind}[/magenta] {short_name(spec_map, step.function)}  "
-                        f"[cyan]{step.hops[-1].site.where}[/cyan]"
+                        f"[magenta]{item.kind}[/magenta] {short_name(spec_map, item.function)}  "
+                        f"[cyan]{item.hops[-1].site.where}[/cyan]"
                     )
                 )
-                for call in step.calls:
+                for call in item.calls:
                     step_node.add(call_line(spec_map, call))
         for title, calls in (("decode preparation", worker.decode), ("result processing", worker.results),
-                             ("beside the worker call", worker.relay)):
+                             ("beside the worker call", worker.relay),
+                             ("deferred sampling and overlap token resolution", worker.overlap)):
             if calls:
                 side = node.add(f"[bold]{title}[/bold]")
                 for call in calls:
@@ -112,13 +120,28 @@ def call_line(spec_map: MapAnswer, call: Call) -> Text:
         text += f"  mode {escape(modes)}"
     if call.kind == "mode":
         text += "  = " + escape(" | ".join(m.rsplit(".", 1)[-1] for m in detail.get("modes", [])))
+    if call.kind == "sample" and detail.get("reads"):
+        text += "  reads " + escape(", ".join(detail["reads"]))
+    if call.kind == "tree_prep" and detail.get("feeds"):
+        text += "  → " + escape(", ".join(detail["feeds"]))
+    if detail.get("deferred"):
+        text += f"  deferred, stored at [cyan]{detail['stored_at']}[/cyan]"
+    if detail.get("via"):
+        text += f"  via [cyan]{detail['via']['site']}[/cyan]"
     graph = detail.get("graph")
     if graph:
         when = " and ".join(graph["when"])
         text += (f"  graph replay if {escape(when)}, else eager" if when else "  graph replay")
     elif detail.get("eager"):
         text += "  eager (no graph)"
-    return Text.from_markup(text + _cond(call.site.cond))
+    cond = call.site.cond or (detail.get("via") or {}).get("condition") or ()
+    return Text.from_markup(text + _cond(cond))
+
+
+def _entry_line(call: Call) -> int:
+    """Where the entry makes a model call: its own line, or the line of the helper's call."""
+    via = call.detail.get("via")
+    return int(via["site"].rsplit(":", 1)[1]) if via else call.site.lineno
 
 
 def _main_paths(spec_map: MapAnswer, paths: list) -> list:
