@@ -410,7 +410,7 @@ def bench_map(version: str, repeats: int, log, command: list[str] | None = None,
 
 COUPLING_PHASES = {
     "cold": "empty cache",
-    "report-cold": "summaries cached (a `map` ran before), report not",
+    "report-cold": "summaries cached (a `couplings` ran before), report not",
     "warm": "report cached",
 }
 
@@ -418,32 +418,59 @@ COUPLING_PHASES = {
 def bench_couplings(version: str, repeats: int, log, command: list[str] | None = None,
                     label: str = "couplings") -> dict:
     """`couplings --json` in three phases per fresh cache (see COUPLING_PHASES); `command` is
-    another eaglegate to measure the same way (`--baseline`), its files named after `label`."""
-    out: dict = {phase: [] for phase in COUPLING_PHASES}
-    for i in range(repeats):
-        cache = fresh_cache(f"{label}-{version}-{i}", [version])
-        for phase in COUPLING_PHASES:
-            if phase == "report-cold":
-                shutil.rmtree(cache / "couplings", ignore_errors=True)
-            stdout = WORK / f"{label}-{version}-{phase}-{i}.json"
-            run = measure((command or eaglegate_cmd()) + ["couplings", "--version", version, "--json"],
-                          env=env_with(cache), stdout=stdout,
-                          stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
-            if command:
-                run["cmd"] = [label, *run["cmd"][len(command):]]
-            if run["status"] == "ok":
-                data = json.loads(stdout.read_text())
-                run["internal_timing_s"] = data.get("timing_s")
+    another eaglegate to measure the same way (`--baseline`), its files named after `label`.
+
+    Each warm `couplings` is measured beside a warm `map` of the same cache, the two back to
+    back (their order alternating): `warm-map`. Warm runs take well under a second, so the
+    load of a shared machine moves them more than anything they do; the `map` section's warm
+    runs, minutes earlier, are no fair yardstick for the ratio of the two."""
+    cmd = command or eaglegate_cmd()
+    out: dict = {phase: [] for phase in (*COUPLING_PHASES, "warm-map")}
+
+    def timed(phase: str, cache: Path, i: int, what: str = "couplings") -> None:
+        stdout = WORK / f"{label}-{version}-{phase}-{i}.json"
+        run = measure(cmd + [what, "--version", version, "--json"], env=env_with(cache), stdout=stdout,
+                      stderr=WORK / f"{label}-{version}-{phase}-{i}.err")
+        if command:
+            run["cmd"] = [label, *run["cmd"][len(command):]]
+        if run["status"] == "ok":
+            data = json.loads(stdout.read_text())
+            run["internal_timing_s"] = data.get("timing_s")
+            if what == "couplings":
                 run["findings"] = len(data["findings"])
                 run["verdicts"] = {v["worker_path"]: v["status"] for v in data["verdicts"]}
-            else:
-                run["stderr_tail"] = tail(WORK / f"{label}-{version}-{phase}-{i}.err")
-            out[phase].append(run)
-            log(f"{label} {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
-                f"rss {run['max_rss_mb']} MB, load {run['loadavg_before'][0]}")
+        else:
+            run["stderr_tail"] = tail(WORK / f"{label}-{version}-{phase}-{i}.err")
+        out[phase].append(run)
+        log(f"{label} {version} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, "
+            f"cpu {run['cpu_s']} s, rss {run['max_rss_mb']} MB, load {run['loadavg_before'][0]}")
+
+    for i in range(repeats):
+        cache = fresh_cache(f"{label}-{version}-{i}", [version])
+        timed("cold", cache, i)
+        shutil.rmtree(cache / "couplings", ignore_errors=True)
+        timed("report-cold", cache, i)
+        # Untimed: the map's answer, so that the warm `map` below is warm too.
+        subprocess.run(cmd + ["map", "--version", version, "--json"], env=env_with(cache),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        pair = [("warm", "couplings"), ("warm-map", "map")]
+        for phase, what in (pair if i % 2 == 0 else pair[::-1]):
+            timed(phase, cache, i, what)
         shutil.rmtree(cache, ignore_errors=True)
-    out["summary"] = {p: summarize(out[p]) for p in COUPLING_PHASES}
+    out["summary"] = {p: summarize(out[p]) for p in (*COUPLING_PHASES, "warm-map")}
     return out
+
+
+def paired_ratios(data: dict) -> dict:
+    """The median over the repeats of warm `couplings` / the warm `map` beside it, in %: each
+    pair ran under the same load, so this ratio moves less with it than that of the medians."""
+    pairs = [(c, m) for c, m in zip(data["warm"], data["warm-map"], strict=True)
+             if c["status"] == "ok" and m["status"] == "ok"]
+    if not pairs:
+        return {"n": 0, "wall_pct": float("nan"), "cpu_pct": float("nan")}
+    return {"n": len(pairs),
+            **{f"{key}_pct": round((statistics.median(c[f"{key}_s"] / m[f"{key}_s"] for c, m in pairs) - 1)
+                                   * 100, 1) for key in ("wall", "cpu")}}
 
 
 def bench_graph(label: str, tree: Path, repeats: int, log) -> dict:
@@ -645,13 +672,26 @@ def _render_couplings(results: dict) -> list[str]:
             if not s.get("n"):
                 lines.append(f"| {phase} | {cached} | failed | | | | | |")
                 continue
-            # The map's own phase with the same parse work: cold for cold, warm otherwise.
-            base = map_summary.get("cold" if phase == "cold" else "warm", {}).get("wall_s")
+            # The map's phase with the same parse work: cold for cold, warm otherwise; for warm
+            # the warm `map` measured beside it in the same cache (`warm-map`).
+            paired = data["summary"].get("warm-map", {}) if phase == "warm" else {}
+            base = (paired if paired.get("n") else
+                    map_summary.get("cold" if phase == "cold" else "warm", {})).get("wall_s")
             added = f"{(s['wall_s'] / base - 1) * 100:+.0f} %" if base else "–"
             last = next(r for r in reversed(data[phase]) if r["status"] == "ok")
             verdicts = ", ".join(f"{k}: {v}" for k, v in last["verdicts"].items())
             lines.append(f"| {phase} | {cached} | {s['wall_s']} ({s['wall_min_s']}–{s['wall_max_s']}) | "
                          f"{_fmt(base)} | {added} | {s['max_rss_mb']} | {last['findings']} | {verdicts} |")
+        warm, beside = data["summary"]["warm"], data["summary"].get("warm-map", {})
+        if warm.get("n") and beside.get("n"):
+            pairs = paired_ratios(data)
+            lines += ["", f"Warm, back to back in the same cache: `couplings` {warm['wall_s']} s wall / "
+                      f"{warm['cpu_s']} s CPU, `map` {beside['wall_s']} s wall / {beside['cpu_s']} s CPU "
+                      f"(ratio of the medians: couplings {(warm['wall_s'] / beside['wall_s'] - 1) * 100:+.0f} % "
+                      f"wall, {(warm['cpu_s'] / beside['cpu_s'] - 1) * 100:+.0f} % CPU; median of the "
+                      f"{pairs['n']} pairs' own ratios: {pairs['wall_pct']:+.0f} % wall, "
+                      f"{pairs['cpu_pct']:+.0f} % CPU); the `map` section's warm runs, minutes earlier: "
+                      f"{_fmt(map_summary.get('warm', {}).get('wall_s'))} s."]
         timings = {p: next((r.get("internal_timing_s") for r in data[p] if r["status"] == "ok"), None)
                    for p in COUPLING_PHASES}
         lines += ["", "In-process split (`timing_s`): "

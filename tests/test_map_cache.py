@@ -301,6 +301,34 @@ def test_a_warm_couplings_json_is_the_computed_text(fresh_answers, monkeypatch):
         assert warm == json.dumps(expected, indent=2, default=str) + "\n"  # byte for byte
 
 
+def test_a_warm_couplings_after_the_bench_phases_only_reads_its_answer(fresh_answers, monkeypatch):
+    """bench/run.py's sequence in one cache: `couplings` cold, its answers removed, `couplings`
+    again (report-cold), then `map`, then warm `couplings`. The warm run reads one entry (its
+    own answer), loads no summary and no report, analyses nothing and unpickles nothing: the
+    same work as a warm couplings in a cache that saw only its own cold run."""
+    import shutil
+
+    def without_timing(text: str) -> dict:
+        data = json.loads(text)
+        data.pop("timing_s")
+        return data
+
+    tree, home = fresh_answers
+    cold = without_timing(app.couplings_json(tree))
+    shutil.rmtree(home / "couplings")
+    assert without_timing(app.couplings_json(tree)) == cold  # report-cold
+    app.map_answer(tree)
+    loads = _count(monkeypatch, cache, "load")
+    checked = _count(monkeypatch, cache, "load_checked")
+    stores = _count(monkeypatch, cache, "store_checked")
+    _refuse(monkeypatch, (app, "analyse"), (app, "_unpickled"), (app, "couplings_answer"),
+            (analysis, "analyze"), (spec_map_module, "build_map"), (parse, "parse_tree"))
+    warm = app.couplings_json(tree)
+    assert (loads, checked, stores) == ([], [1], [])
+    assert list(json.loads(warm)["timing_s"]) == ["cached"]
+    assert without_timing(warm) == cold
+
+
 def test_the_json_text_slots_refuse_what_they_cannot_fill():
     data = {"schema": "s", "sglang": {"version": "1", "root": "/r"}, "counts": {"a": 1},
             "timing_s": {"cached": 0.1}, "findings": ["x"]}
