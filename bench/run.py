@@ -361,6 +361,9 @@ def env_with(cache: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["EAGLEGATE_CACHE"] = str(cache)
     env.pop("PYTHONPROFILEIMPORTTIME", None)
+    # As installed: a pip install keeps its bytecode (the baseline's did); a shell that sets
+    # this would make every run of this checkout's editable install recompile eaglegate.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
