@@ -26,8 +26,11 @@ detector (`couplings/tiers.py`), which cites the same sites.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.step_calls import Call, capturing_functions, function_node
@@ -121,7 +124,8 @@ class Tiers:
                 continue  # the counts it sets show in the allocations they size
             detail = {"field": s.field, "state": self.state, "switched_by": list(self.switched_by)}
             if s.replayed:
-                detail["replayed_by"] = [f"{f} ({cb.scope_module[f].path}:{line})" for f, line, _ in s.replayed]
+                detail["replayed_by"] = [f"{'.'.join(f.rsplit('.', 2)[-2:])} ({cb.scope_module[f].path}:{line})"
+                                         for f, line, _ in s.replayed]
             found.append(Call("tier_switch", s.switcher, s.text, site(s.switcher, s.line), detail))
         for setting, line, text in self.settings:
             found.append(Call("tier_switch", self.switcher or self.builder, text, site(self.switcher or self.builder, line),
@@ -222,17 +226,46 @@ def _constructed(cb: Codebase, cg: CallGraph, caller: str, runners: _Runners) ->
     """(line, classes built) for each call in `caller` that constructs a graph runner (all the
     classes that call may build: a device's alternatives are listed with it)."""
     found = []
+    node = None
     for call, targets in cg.call_targets(caller):
         built = sorted({owner for t in targets if t.endswith(".__init__") and (owner := cb.owner_class(t))}
                        | {t for t in targets if cb.is_class(t)})
         if any(cls in runners for cls in built):
+            if len(built) > 1 and call.func and call.func[0] == "n":
+                node = node or function_node(cb, caller)
+                built = _chosen_locally(cb, caller, node, call.func[1], built) if node is not None else built
             found.append((call.lineno, built))
     return found
 
 
+def _chosen_locally(cb: Codebase, caller: str, node: ast.AST, name: str, built: list[str]) -> list[str]:
+    """Of the classes a local may hold (`cls = pick(builtin=lambda: A if npu else B)`; `cls(self)`),
+    those its own assignment names inside a lambda: the index, which reads `pick`'s result
+    from every caller's lambdas, would list them all."""
+    module = cb.scope_module[caller].name
+    local: dict[str, set[str]] = {}  # a local → the names its assignments read
+    for stmt in ast.walk(node):
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    local.setdefault(target.id, set()).update(_names(stmt.value))
+    words: set[str] = set()
+    for stmt in ast.walk(node):
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+            for lam in ast.walk(stmt.value):
+                if isinstance(lam, ast.Lambda):
+                    body = _names(lam.body)  # and one level through the locals it reads (a registry dict)
+                    words |= body | {w for n in body if n != name for w in local.get(n, ())}
+    named = {cls for n in words for cls in _named(cb, n, module)}
+    chosen = [c for c in built if c in named]
+    return chosen or built
+
+
 def _base(cb: Codebase, built: list[str]) -> str:
-    """The family's base among the classes one call may build (`{"npu": A, "cuda": B}[d](…)`)."""
-    return next((r for r in built if not any(b != r and b in cb.mro(r) for b in built)), built[0])
+    """The family's base among the classes one call may build (`{"npu": A, "cuda": B}[d](…)`):
+    of the classes no other one derives from, the one most of the others derive from."""
+    bases = [r for r in built if not any(b != r and b in cb.mro(r) for b in built)] or built
+    return max(bases, key=lambda r: (sum(1 for b in built if r in cb.mro(b)), -bases.index(r)))
 
 
 def _capture(cb: Codebase, cg: CallGraph, runner: str, capturing: set[str]) -> str | None:
@@ -281,9 +314,6 @@ def _field_annotations(cb: Codebase, cls: str) -> dict[str, str]:
     module = cb.scope_module.get(cls)
     if module is None:
         return {}
-    from eaglegate.analyzer import files
-    from pathlib import Path
-
     tree = files.tree(Path(cb.root) / module.path)
     if tree is None:
         return {}
@@ -373,16 +403,20 @@ def find_tiers(cb: Codebase, cg: CallGraph, worker_cls: str, runners: set[str] |
             return next(((w_line, text) for start, end, w_line, text in contexts if start < line <= end), None)
 
         for line, built in _constructed(cb, cg, builder, known):
-            tiers.runners.append(TierRunner(builder, line, _line_text(node, line), _base(cb, built), tuple(built),
-                                            None, line, path, context_of(line), _first_capture(known, built)))
+            runner = _base(cb, [c for c in built if c in known] or built)
+            tiers.runners.append(TierRunner(builder, line, _line_text(node, line), runner, tuple(built),
+                                            None, line, path, context_of(line), _first_capture(known, [runner, *built])))
         for call, targets in cg.call_targets(builder):
             for target in sorted(targets):
                 if target.endswith(".__init__") or target not in cb.scopes:
                     continue
-                for line, built in _constructed(cb, cg, target, known):
+                sites = _constructed(cb, cg, target, known)
+                for line, built in sites:
+                    runner = _base(cb, [c for c in built if c in known] or built)
                     tiers.runners.append(TierRunner(
-                        builder, call.lineno, _line_text(node, call.lineno), _base(cb, built), tuple(built), target,
-                        line, cb.scope_module[target].path, context_of(call.lineno), _first_capture(known, built)))
+                        builder, call.lineno, _line_text(node, call.lineno), runner, tuple(built), target,
+                        line, cb.scope_module[target].path, context_of(call.lineno),
+                        _first_capture(known, [runner, *built])))
         _switches(cb, cg, tiers, known)
     return found
 
@@ -470,8 +504,6 @@ def _named(cb: Codebase, name: str, module: str) -> set[str]:
 
 
 def _words(text: str) -> set[str]:
-    import re
-
     return set(re.findall(r"[A-Za-z_]\w*", text))
 
 

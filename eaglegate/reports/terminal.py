@@ -85,7 +85,8 @@ def render_map(spec_map: MapAnswer, show_all: bool = False) -> Group:
                 for call in step.calls:
                     step_node.add(call_line(spec_map, call))
         for title, calls in (("decode preparation", worker.decode), ("result processing", worker.results),
-                             ("beside the worker call", worker.relay)):
+                             ("beside the worker call", worker.relay),
+                             ("adaptive tiers", getattr(worker, "tiers", []))):
             if calls:
                 side = node.add(f"[bold]{title}[/bold]")
                 for call in calls:
@@ -118,7 +119,34 @@ def call_line(spec_map: MapAnswer, call: Call) -> Text:
         text += (f"  graph replay if {escape(when)}, else eager" if when else "  graph replay")
     elif detail.get("eager"):
         text += "  eager (no graph)"
+    text += _tier_detail(call)
     return Text.from_markup(text + _cond(call.site.cond))
+
+
+def _tier_detail(call: Call) -> str:
+    """What an adaptive tier's row adds: the loop, where a runner is built and captured, who
+    switches and replays it, what sizes an allocation."""
+    detail = call.detail
+    parts: list[str] = []
+    if call.kind == "tier_loop":
+        parts.append(f"{detail.get('loop')} ({detail.get('loop_site')}) → {detail.get('per')}")
+    elif call.kind == "tier_runner":
+        parts.append(f"per {', '.join(detail.get('per', []))}")
+        if detail.get("via"):
+            parts.append(f"through {detail['via'].rsplit('.', 1)[-1]} at {detail.get('built_at')}")
+        if detail.get("context"):
+            parts.append(detail["context"])
+        if detail.get("capture"):
+            parts.append("captured by " + ".".join(detail["capture"].rsplit(".", 2)[-2:]))
+    elif call.kind == "tier_switch":
+        parts.append(f"field {detail.get('field')}")
+        if detail.get("switched_by"):
+            parts.append("called by " + ", ".join(".".join(c.rsplit(".", 2)[-2:]) for c in detail["switched_by"]))
+        if detail.get("replayed_by"):
+            parts.append("replayed by " + detail["replayed_by"][0])
+    elif call.kind == "tier_alloc":
+        parts.append(f"sized by {detail.get('sized_by')}")
+    return ("  [dim]" + escape("; ".join(parts)) + "[/dim]") if parts else ""
 
 
 def _main_paths(spec_map: MapAnswer, paths: list) -> list:
