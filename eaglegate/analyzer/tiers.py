@@ -29,6 +29,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
@@ -111,7 +112,8 @@ class Tiers:
             found.append(Call("tier_loop", loop.caller, self.builder, site(loop.caller, loop.call_line),
                               {"loop": loop.text, "loop_site": f"{loop.path}:{loop.line}", "per": loop.param}))
         for r in self.runners:
-            detail = {"runner": r.runner, "per": list(self.params), "built_at": f"{r.built_path}:{r.built_line}"}
+            detail: dict[str, Any] = {"runner": r.runner, "per": list(self.params),
+                                      "built_at": f"{r.built_path}:{r.built_line}"}
             if r.via:
                 detail["via"] = r.via
             if r.context:
@@ -399,7 +401,7 @@ def find_tiers(cb: Codebase, cg: CallGraph, worker_cls: str, runners: set[str] |
         contexts = _with_contexts(node, set(counts))
         path = cb.scope_module[builder].path
 
-        def context_of(line: int) -> tuple[int, str] | None:
+        def context_of(line: int, contexts=contexts) -> tuple[int, str] | None:
             return next(((w_line, text) for start, end, w_line, text in contexts if start < line <= end), None)
 
         for line, built in _constructed(cb, cg, builder, known):
