@@ -229,6 +229,12 @@ def _source(version: str, path: str, line: int) -> str:
     return (release(version).root / path).read_text(encoding="utf-8").splitlines()[line - 1]
 
 
+def _statement(version: str, path: str, line: int, lines: int = 4) -> str:
+    """The source from `line` on, a few lines joined (a statement may wrap)."""
+    text = (release(version).root / path).read_text(encoding="utf-8").splitlines()
+    return " ".join(text[line - 1:line - 1 + lines])
+
+
 def _where(step) -> tuple[str, int]:
     return step.path, step.line
 
@@ -243,13 +249,14 @@ def test_releases_tier_runners(version):
     assert {"DecodeCudaGraphRunner", "EAGLEDraftCudaGraphRunner", "EAGLEDraftExtendCudaGraphRunner"} <= runners
     for f in found:
         assert f.worker_path == "v2"
-        # The finding's line builds the runner (its class or the local/registry holding it).
-        assert "(" in _source(version, f.path, f.line) and "=" in _source(version, f.path, f.line)
+        # The finding's statement builds the runner (its class, or the local or registry holding it).
+        statement = _statement(version, f.path, f.line, 3)
+        assert "(" in statement and "runner" in statement.lower(), statement
         loop, call, builder = f.evidence[:3]
         assert _source(version, *_where(loop)).strip().startswith("for ")
         name = f.detail.get("via") and builder.text.split("(")[0].removeprefix("def ")
         assert (name or builder.text.split("(")[0].removeprefix("def ")) in _source(version, *_where(call))
-        assert "speculative_num_steps" in _source(version, *_where(builder))
+        assert "speculative_num_steps" in _statement(version, *_where(builder))
         assert f.detail["capture"] and "capture" in f.detail["capture"].rsplit(".", 1)[-1]
 
 
@@ -261,8 +268,8 @@ def test_releases_tier_switch_and_allocations(version):
     fields = {f.detail["field"] for f in switches}
     assert {"cuda_graph_runner", "cuda_graph_runner_for_draft_extend", "target_graph_runner"} <= fields
     for f in switches:
-        line = _source(version, f.path, f.line)
-        assert f.detail["field"] in line and " = " in line
+        line = _statement(version, f.path, f.line, 3)
+        assert f"state.{f.detail['field']}" in line and " = " in line
         assert f.detail["switched_by"]
     allocs = r.kinds("tier_alloc")
     assert allocs
