@@ -71,7 +71,7 @@ class TierDetector:
             symbol, path, line = (r.via, r.built_path, r.built_line) if r.via else (builder, tiers.path, r.line)
             findings.append(Finding(
                 "cuda_graph", "tier_runner", symbol, path, line, tuple(chain),
-                f"{name} builds a {r.runner.rsplit('.', 1)[-1]} for each adaptive tier ({', '.join(tiers.params)} "
+                f"{name} builds {r.runner.rsplit('.', 1)[-1]} once per adaptive tier ({', '.join(tiers.params)} "
                 f"from `{loop.text}`): its graphs are captured at that tier's width, so a step count without a "
                 "tier in the configuration has no graphs",
                 ctx.worker_path(builder), "needs-config-change",
