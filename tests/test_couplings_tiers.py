@@ -174,7 +174,7 @@ def test_tier_runners_built_per_tier(tiers):
     target = runners["GraphRunner"]
     assert _line(tiers.root, target) == "runner = GraphRunner(self.model_runner)"
     assert target.symbol.endswith("EAGLEWorker.build_tier")
-    assert target.evidence[0].text == "for steps in self.candidates"
+    assert target.evidence[0].text == "speculative_num_steps ← for steps in self.candidates"
     assert any(s.text.startswith("with self.override_steps(speculative_num_steps)") for s in target.evidence)
     # The draft runner is built by the helper the builder calls: the finding is at its construction.
     draft = runners["DraftRunner"]

@@ -51,7 +51,9 @@ class TierDetector:
         builder = tiers.builder
         name = builder.rsplit(".", 1)[-1]
         loop = tiers.loops[0]
-        head = (Step(loop.text, loop.path, loop.line),
+        # From the setting each tier gives its own value (the builder's parameter, bound from
+        # the loop's variable), as every chain starts from a speculative setting.
+        head = (Step(f"{loop.param} ← {loop.text}", loop.path, loop.line),
                 Step(f"{name}({loop.param}=…) per tier", loop.path, loop.call_line),
                 Step(f"def {name}({', '.join(tiers.params)})", tiers.path, tiers.builder_line))
         findings: list[Finding] = []
