@@ -22,6 +22,7 @@ from eaglegate.analyzer.conditions import Formula, Literal, conflicts, formula, 
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.analyzer.step_calls import Call, StepCalls, capturing_functions, graph_runner_classes
+from eaglegate.analyzer.tiers import find_tiers
 from eaglegate.errors import UserError
 
 MAP_SCHEMA_VERSION = 1
@@ -133,6 +134,10 @@ class WorkerMap:
     # the scheduler's side of the overlap path: deferred sampling, the overlap token resolution.
     entry_calls: list[Call] = field(default_factory=list)
     overlap: list[Call] = field(default_factory=list)
+    # Adaptive speculation's step tiers (eaglegate/analyzer/tiers.py): the loop that builds one
+    # per step count, each tier's graph runners, the switch that puts a tier's runners in place
+    # and the allocations sized from the count it sets. Empty for a worker without tiers.
+    tiers: list[Call] = field(default_factory=list)
 
     @property
     def present(self) -> bool:
@@ -157,6 +162,7 @@ class WorkerMap:
             "overlap_calls": [c.to_json() for c in self.overlap],
             "call_chain": [c.to_json() for c in self.chain],
             "scheduler_calls": [c.to_json() for c in self.scheduler_calls],
+            "adaptive_tiers": [c.to_json() for c in self.tiers],
             "note": self.note,
         }
 
@@ -495,6 +501,9 @@ def build_map(
     details = StepCalls(cg, question, runners)
     for worker in workers:
         _deeper(details, worker, scheduler, reached)
+        if worker.cls is not None:
+            # Reads the index and the calls' targets only: the shared graph is not expanded.
+            worker.tiers = [c for tiers in find_tiers(cb, cg, worker.cls, set(runners)) for c in tiers.calls(cb)]
     timing["map"] = time.perf_counter() - start
     failures = [{"path": f.path, "line": f.lineno, "message": f.message} for f in cb.parsed.failures]
     return SpecMap(tree, scheduler, loops, workers, failures, timing, cg, mapped, frozenset(runners))

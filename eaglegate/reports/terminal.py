@@ -93,7 +93,8 @@ def render_map(spec_map: MapAnswer, show_all: bool = False) -> Group:
                     step_node.add(call_line(spec_map, call))
         for title, calls in (("decode preparation", worker.decode), ("result processing", worker.results),
                              ("beside the worker call", worker.relay),
-                             ("deferred sampling and overlap token resolution", worker.overlap)):
+                             ("deferred sampling and overlap token resolution", worker.overlap),
+                             ("adaptive tiers", worker.tiers)):
             if calls:
                 side = node.add(f"[bold]{title}[/bold]")
                 for call in calls:
@@ -134,6 +135,7 @@ def call_line(spec_map: MapAnswer, call: Call) -> Text:
         text += (f"  graph replay if {escape(when)}, else eager" if when else "  graph replay")
     elif detail.get("eager"):
         text += "  eager (no graph)"
+    text += _tier_detail(call)
     cond = call.site.cond or (detail.get("via") or {}).get("condition") or ()
     return Text.from_markup(text + _cond(cond))
 
@@ -142,6 +144,32 @@ def _entry_line(call: Call) -> int:
     """Where the entry makes a model call: its own line, or the line of the helper's call."""
     via = call.detail.get("via")
     return int(via["site"].rsplit(":", 1)[1]) if via else call.site.lineno
+
+
+def _tier_detail(call: Call) -> str:
+    """What an adaptive tier's row adds: the loop, where a runner is built and captured, who
+    switches and replays it, what sizes an allocation."""
+    detail = call.detail
+    parts: list[str] = []
+    if call.kind == "tier_loop":
+        parts.append(f"{detail.get('loop')} ({detail.get('loop_site')}) → {detail.get('per')}")
+    elif call.kind == "tier_runner":
+        parts.append(f"per {', '.join(detail.get('per', []))}")
+        if detail.get("via"):
+            parts.append(f"through {detail['via'].rsplit('.', 1)[-1]} at {detail.get('built_at')}")
+        if detail.get("context"):
+            parts.append(detail["context"])
+        if detail.get("capture"):
+            parts.append("captured by " + ".".join(detail["capture"].rsplit(".", 2)[-2:]))
+    elif call.kind == "tier_switch":
+        parts.append(f"field {detail.get('field')}")
+        if detail.get("switched_by"):
+            parts.append("called by " + ", ".join(".".join(c.rsplit(".", 2)[-2:]) for c in detail["switched_by"]))
+        if detail.get("replayed_by"):
+            parts.append("replayed by " + detail["replayed_by"][0])
+    elif call.kind == "tier_alloc":
+        parts.append(f"sized by {detail.get('sized_by')}")
+    return ("  [dim]" + escape("; ".join(parts)) + "[/dim]") if parts else ""
 
 
 def _main_paths(spec_map: MapAnswer, paths: list) -> list:

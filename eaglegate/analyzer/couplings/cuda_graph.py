@@ -178,7 +178,21 @@ class CudaGraphDetector:
         for node in ast.walk(body):
             if isinstance(node, ast.Assign) and asks(node.value, set()):
                 names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-        into_runner = lambda v: v[0] == "func" and cb.owner_class(v[1]) in runners  # noqa: E731
+        # A runner's method, or a base's that a runner derives (a model runner that types its
+        # graph runner as the base class: `self.decode_cuda_graph_runner.execute(…)` on a
+        # `BaseRunner`, which dispatches to the capturing subclass).
+        dispatches: dict[str, bool] = {}
+
+        def into_runner(v) -> bool:
+            if v[0] != "func":
+                return False
+            owner = cb.owner_class(v[1])
+            if owner is None:
+                return False
+            if owner not in dispatches:
+                dispatches[owner] = owner in runners or any(sub in runners for sub in cb.subclasses(owner))
+            return dispatches[owner]
+
         for node in ast.walk(body):
             if isinstance(node, ast.If) and asks(node.test, names):
                 for inner in (n for stmt in node.body for n in ast.walk(stmt)):

@@ -15,12 +15,13 @@ from eaglegate.analyzer.couplings.runtime_check import RuntimeCheckDetector
 from eaglegate.analyzer.couplings.spec_path import SpecPathDetector
 from eaglegate.analyzer.couplings.state_rows import StateRowsDetector
 from eaglegate.analyzer.couplings.step_work import StepWorkDetector
+from eaglegate.analyzer.couplings.tiers import TierDetector
 
 # The order matters: a finding two detectors report is kept as the first reports it, and
 # cuda_graph names the graph runners, which buffer reads from the shared scratch space.
 DETECTORS: tuple[type[Detector], ...] = (
     CudaGraphDetector, RuntimeCheckDetector, BufferDetector, DraftStateDetector, StateRowsDetector,
-    ModeCheckDetector, SpecPathDetector, StepWorkDetector, ConfigCapDetector,
+    ModeCheckDetector, SpecPathDetector, StepWorkDetector, TierDetector, ConfigCapDetector,
 )
 
 
