@@ -127,8 +127,11 @@ def call_line(spec_map: MapAnswer, call: Call) -> Text:
         text += "  → " + escape(", ".join(detail["feeds"]))
     if detail.get("deferred"):
         text += f"  deferred, stored at [cyan]{detail['stored_at']}[/cyan]"
-    if detail.get("via"):
-        text += f"  via [cyan]{detail['via']['site']}[/cyan]"
+    # An entry call's `via` is the helper call it goes through (site and condition); a tier
+    # row's is text that `_tier_detail` shows.
+    via = detail.get("via") if isinstance(detail.get("via"), dict) else None
+    if via:
+        text += f"  via [cyan]{via['site']}[/cyan]"
     graph = detail.get("graph")
     if graph:
         when = " and ".join(graph["when"])
@@ -136,7 +139,7 @@ def call_line(spec_map: MapAnswer, call: Call) -> Text:
     elif detail.get("eager"):
         text += "  eager (no graph)"
     text += _tier_detail(call)
-    cond = call.site.cond or (detail.get("via") or {}).get("condition") or ()
+    cond = call.site.cond or (via or {}).get("condition") or ()
     return Text.from_markup(text + _cond(cond))
 
 
