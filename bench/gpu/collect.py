@@ -7,6 +7,7 @@ GPU machine beside a 52 MB SGLang pack, under a 64 MiB limit).
 """
 
 import gzip
+import itertools
 import json
 import re
 import statistics
@@ -84,7 +85,7 @@ def collect() -> dict:
 # The overlap worker's gate (0.5.12.post1, default launch): runs of the same servers
 # (plain-default / eagle-v2 / gated-v2, threshold from calibrate on each run's own rows), and
 # the equivalence run on the context pair. Each run's gated-v2 is the patch of its day.
-OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10")
+OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10", "G11", "G12", "G13")
 OVERLAP_TABLE_RUN = "G4"  # the accept pair; G6 is the real pair
 # The greedy-output sets: with SGLang's default kernels, and with batch-invariant ones.
 OVERLAP_EQUIVALENCE_RUNS = {"G1": "default kernels", "D1": "--enable-deterministic-inference"}
@@ -108,10 +109,15 @@ OVERLAP_NOTES = {
           "calibrate; gated-v2 cut short by the call's deadline after its second repeat at C=128",
     "G10": "G9's pinning, the untimed pass per level as long as a timed repeat (it was 8 tokens), "
            "8 requests per repeat at C=1 again; threshold 5 from calibrate",
+    "G11": "real pair, G10's harness without the pinning (run.py's defaults); threshold 24",
+    "G12": "G11's command again, the next call on the same machine; threshold 18",
+    "G13": "G11's command a third time, the call after G12; threshold 14",
 }
-# Repeatability: the same command in two calls (each server's medians, calibrate's threshold),
-# and one call that starts each server twice (`NAME@2`), at the levels where speculation runs.
-REPEATED = {"real pair": ("G6", "G7"), "real pair, scheduler pinned": ("G9", "G10")}
+# Repeatability: the same command in two or more calls (each server's medians, calibrate's
+# threshold), and one call that starts each server twice (`NAME@2`), at the levels where
+# speculation runs.
+REPEATED = {"real pair": ("G6", "G7"), "real pair, scheduler pinned": ("G9", "G10"),
+            "real pair, run.py's defaults": ("G11", "G12", "G13")}
 TWO_STARTS = ("G8",)
 
 
@@ -187,7 +193,8 @@ def runs_table(section: dict, servers) -> str:
 
 def repeatability(section: dict) -> dict:
     """Each repeated command's medians side by side, the spread between them (max / min - 1,
-    per server and level), calibrate's threshold in each, and each two-start call's medians."""
+    per server and level), calibrate's threshold in each and its move from one call to the
+    next, and each two-start call's medians."""
     rows = section["rows"]
     repeated = {}
     for label, runs in REPEATED.items():
@@ -197,7 +204,7 @@ def repeatability(section: dict) -> dict:
                       for i in range(len(LEVELS))] for s in OVERLAP_SERVERS}
         thresholds = [section["thresholds"][r] for r in runs]
         repeated[label] = {"runs": list(runs), "spread": spread, "thresholds": thresholds,
-                           "threshold_move": round(thresholds[1] / thresholds[0] - 1, 3)}
+                           "threshold_moves": [round(b / a - 1, 3) for a, b in itertools.pairwise(thresholds)]}
     starts = {}
     for run in TWO_STARTS:
         servers = sorted({r["server"] for r in rows if r["run"] == run})
@@ -221,13 +228,13 @@ def repeatability(section: dict) -> dict:
 def repeatability_table(section: dict) -> str:
     lines = []
     for label, rep in section["repeatability"]["repeated"].items():
-        a, b = rep["runs"]
-        lines += [f"| {label}: spread of the medians, {a} against {b} | "
+        lines += [f"| {label}: spread of the medians, {' against '.join(rep['runs'])} | "
                   + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 1) + "|"]
         lines += [f"| {s} | " + " | ".join("-" if v is None else f"{v:.0%}" for v in vals) + " |"
                   for s, vals in rep["spread"].items()]
-        lines.append(f"| calibrate's threshold | {rep['thresholds'][0]} → {rep['thresholds'][1]} "
-                     f"({rep['threshold_move']:+.0%}) |" + " |" * (len(LEVELS) - 1))
+        moves = ", ".join(f"{m:+.0%}" for m in rep["threshold_moves"])
+        lines.append(f"| calibrate's threshold | {' → '.join(map(str, rep['thresholds']))} "
+                     f"({moves}) |" + " |" * (len(LEVELS) - 1))
     for run, start in section["repeatability"]["two_starts"].items():
         lines += ["", f"| {run} ({pair_of(section, run)}): each server started twice, median of 3 | "
                   + " | ".join(f"C={c}" for c in start["levels"]) + " |",
