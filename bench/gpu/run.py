@@ -496,9 +496,10 @@ def throughput(a, rows):
 
 
 def sweep_file(rows, server, pair, path):
-    """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads."""
+    """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads:
+    every level the run measured (--levels), so a finer grid reaches calibrate."""
     with open(path, "w") as f:
-        for c in LEVELS:
+        for c in sorted({r["C"] for r in rows}):
             vals = [r["tok_s"] for r in rows if r["server"] == server and r["pair"] == pair
                     and r["C"] == c and not r["errors"]]
             if vals:
