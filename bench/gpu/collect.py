@@ -85,7 +85,8 @@ def collect() -> dict:
 # The overlap worker's gate (0.5.12.post1, default launch): runs of the same servers
 # (plain-default / eagle-v2 / gated-v2, threshold from calibrate on each run's own rows), and
 # the equivalence run on the context pair. Each run's gated-v2 is the patch of its day.
-OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10", "G11", "G12", "G13")
+OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10", "G11", "G12", "G13",
+                "G14", "G15")
 OVERLAP_TABLE_RUN = "G4"  # the accept pair; G6 is the real pair
 # The greedy-output sets: with SGLang's default kernels, and with batch-invariant ones.
 OVERLAP_EQUIVALENCE_RUNS = {"G1": "default kernels", "D1": "--enable-deterministic-inference"}
@@ -112,12 +113,16 @@ OVERLAP_NOTES = {
     "G11": "real pair, G10's harness without the pinning (run.py's defaults); threshold 24",
     "G12": "G11's command again, the next call on the same machine; threshold 18",
     "G13": "G11's command a third time, the call after G12; threshold 14",
+    "G14": "G11's servers with two more levels, C=16 and 24, so calibrate reads the crossing "
+           "where it lies (--levels 1,8,16,24,32,64,128,256); threshold 10",
+    "G15": "G14's command again, the next call but one on a fresh machine; threshold 11",
 }
 # Repeatability: the same command in two or more calls (each server's medians, calibrate's
 # threshold), and one call that starts each server twice (`NAME@2`), at the levels where
 # speculation runs.
 REPEATED = {"real pair": ("G6", "G7"), "real pair, scheduler pinned": ("G9", "G10"),
-            "real pair, run.py's defaults": ("G11", "G12", "G13")}
+            "real pair, run.py's defaults": ("G11", "G12", "G13"),
+            "real pair, levels 16 and 24 added": ("G14", "G15")}
 TWO_STARTS = ("G8",)
 
 
@@ -151,12 +156,14 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
     rows = [{**row, "run": run, "sglang": data["sglang"], "pair": row.get("pair", "accept"),
              "threshold": data.get("threshold") if row["server"] in ("gated-v2", "adaptive") else None}
             for run in sorted(names) for data in [runs[run]] for row in data["rows"]]
-    medians = {run: {s: [median(rows, s, c, borrowed.get(run, {}).get(s, run)) for c in LEVELS]
+    # Every level a table run measured (a run with a finer grid adds columns; "-" elsewhere).
+    levels = sorted({row["C"] for row in rows if row["run"] in table_runs})
+    medians = {run: {s: [median(rows, s, c, borrowed.get(run, {}).get(s, run)) for c in levels]
                      for s in servers} for run in table_runs}
     versions = {runs[run]["sglang"] for run in table_runs}
     assert len(versions) == 1, f"one version per table, not {versions}"
     return {
-        "sglang": versions.pop(), "table_runs": list(table_runs), "borrowed": borrowed,
+        "sglang": versions.pop(), "table_runs": list(table_runs), "levels": levels, "borrowed": borrowed,
         "notes": notes,
         "thresholds": {run: runs[run].get("threshold") for run in table_runs},
         "calibrate": {run: runs[run].get("calibrate") for run in table_runs},
@@ -170,8 +177,9 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
 
 def runs_table(section: dict, servers) -> str:
     """Each server's medians per run, then gated-v2 against the best of the others."""
+    levels = section["levels"]
     lines = ["| output tok/s, median of 3, SGLang " + section["sglang"] + " | run (pair) | "
-             + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 2) + "|"]
+             + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 2) + "|"]
     others = [s for s in servers if s != "gated-v2"]
     for server in servers:
         for run in section["table_runs"]:
@@ -198,12 +206,14 @@ def repeatability(section: dict) -> dict:
     rows = section["rows"]
     repeated = {}
     for label, runs in REPEATED.items():
+        levels = sorted({r["C"] for r in rows if r["run"] in runs})
+        columns = [section["levels"].index(c) for c in levels]
         medians = {run: section["medians"][run] for run in runs}
         spread = {s: [None if not all(medians[r][s][i] for r in runs) else
                       round(max(medians[r][s][i] for r in runs) / min(medians[r][s][i] for r in runs) - 1, 3)
-                      for i in range(len(LEVELS))] for s in OVERLAP_SERVERS}
+                      for i in columns] for s in OVERLAP_SERVERS}
         thresholds = [section["thresholds"][r] for r in runs]
-        repeated[label] = {"runs": list(runs), "spread": spread, "thresholds": thresholds,
+        repeated[label] = {"runs": list(runs), "levels": levels, "spread": spread, "thresholds": thresholds,
                            "threshold_moves": [round(b / a - 1, 3) for a, b in itertools.pairwise(thresholds)]}
     starts = {}
     for run in TWO_STARTS:
@@ -228,13 +238,14 @@ def repeatability(section: dict) -> dict:
 def repeatability_table(section: dict) -> str:
     lines = []
     for label, rep in section["repeatability"]["repeated"].items():
+        levels = rep["levels"]
         lines += [f"| {label}: spread of the medians, {' against '.join(rep['runs'])} | "
-                  + " | ".join(f"C={c}" for c in LEVELS) + " |", "|---" * (len(LEVELS) + 1) + "|"]
+                  + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
         lines += [f"| {s} | " + " | ".join("-" if v is None else f"{v:.0%}" for v in vals) + " |"
                   for s, vals in rep["spread"].items()]
         moves = ", ".join(f"{m:+.0%}" for m in rep["threshold_moves"])
         lines.append(f"| calibrate's threshold | {' → '.join(map(str, rep['thresholds']))} "
-                     f"({moves}) |" + " |" * (len(LEVELS) - 1))
+                     f"({moves}) |" + " |" * (len(levels) - 1))
     for run, start in section["repeatability"]["two_starts"].items():
         lines += ["", f"| {run} ({pair_of(section, run)}): each server started twice, median of 3 | "
                   + " | ".join(f"C={c}" for c in start["levels"]) + " |",
@@ -299,7 +310,9 @@ def table(result: dict) -> str:
 # kept runs with catchup.py (the summary written on the GPU machine counted no gated step
 # before the resume: it expected gated lines to log `accept len: 0.00`, and they log none).
 CATCHUP_RUNS = {"K1": "trained pair (copy offset 16), threshold 16: eagle-v2 and gated-v2, "
-                      "8 long requests beside 120 short ones (mixed), then alone"}
+                      "8 long requests beside 120 short ones (mixed), then alone",
+                "K2": "the control: K1's command with trained-0 (copy offset 0, the draft needs no "
+                      "old KV entry), so what a resume loses here is the stale KV's other effects"}
 
 
 def catchup_section() -> dict:
@@ -320,6 +333,7 @@ def catchup_table(section: dict) -> str:
             "after_k0_32", "after_k0_128", "after_k0_all", "same_ids")
     lines = []
     for run, rec in section.items():
+        lines += [""] if lines else []
         lines += [f"| {run}: accept length (tokens per step) | " + " | ".join(cols) + " |",
                   "|---" * (len(cols) + 1) + "|"]
         lines += [f"| {key.replace('|', ', ')} | " + " | ".join("-" if row.get(c) is None else f"{row[c]:g}" for c in cols) + " |"
