@@ -248,6 +248,12 @@ def test_calibrate_rule_on_exact_curves() -> None:
     assert result.threshold == 5  # 5.66: batch 5 still gains, batch 6 loses
     # Gain 10% at 4, -10% at 8: falls to 5% a quarter of the way in log2: 4 * 2**0.25 = 4.76.
     assert (result.resume_at, result.hysteresis) == (4, 1)
+    assert not any("interpolated" in note for note in result.notes)  # levels a doubling apart
+    # The same curves measured only at 1, 4 and 16: the crossing lies between 4 and 16.
+    coarse = cal.calibrate(cal.Curve.of("b", [(1, 100), (4, 400), (16, 1600)]),
+                           cal.Curve.of("s", [(1, 140), (4, 440), (16, 800)]))
+    assert coarse.status == "crosses" and 4 < coarse.crossover < 16
+    assert any("interpolated between concurrency 4 and 16" in note for note in coarse.notes)
     never = cal.calibrate(base, cal.Curve.of("s", [(1, 90), (16, 1000)]))
     assert (never.status, never.threshold) == ("spec-never-wins", 1)
     always = cal.calibrate(base, cal.Curve.of("s", [(1, 200), (16, 3200)]))

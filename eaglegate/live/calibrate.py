@@ -169,6 +169,14 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
     resume_at = min(max(1, math.floor(resume_c + 1e-9)), threshold - 1) if threshold > 1 else 0
     hysteresis = threshold - resume_at if threshold > 1 else 0
 
+    if grid[i] > 2 * grid[i - 1]:
+        # A straight line in log2 over more than a doubling guesses the crossing: on the
+        # H200 (bench/gpu) it put the threshold at 14-24 between levels 8 and 32, and the
+        # levels 16 and 24 then measured it at 10-11.
+        notes.append(
+            f"the crossover is interpolated between concurrency {grid[i - 1]:g} and {grid[i]:g}, "
+            "more than a doubling apart: measure levels between them for a threshold that holds"
+        )
     regains = sum(1 for a, b in zip(gains[i:], gains[i + 1:], strict=False) if a <= 0 < b)
     if regains:
         notes.append(
