@@ -115,7 +115,7 @@ OVERLAP_NOTES = {
     "G13": "G11's command a third time, the call after G12; threshold 14",
     "G14": "G11's servers with two more levels, C=16 and 24, so calibrate reads the crossing "
            "where it lies (--levels 1,8,16,24,32,64,128,256); threshold 10",
-    "G15": "G14's command again, the next call but one on a fresh machine; threshold 11",
+    "G15": "G14's command again, the next call, on another machine; threshold 11",
 }
 # Repeatability: the same command in two or more calls (each server's medians, calibrate's
 # threshold), and one call that starts each server twice (`NAME@2`), at the levels where

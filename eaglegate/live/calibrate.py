@@ -170,9 +170,8 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
     hysteresis = threshold - resume_at if threshold > 1 else 0
 
     if grid[i] > 2 * grid[i - 1]:
-        # A straight line in log2 over more than a doubling guesses the crossing: on the
-        # H200 (bench/gpu) it put the threshold at 14-24 between levels 8 and 32, and the
-        # levels 16 and 24 then measured it at 10-11.
+        # Over more than a doubling the straight line in log2 is a guess, and a threshold
+        # from a guess moves from run to run (docs/calibrate.md, rule 7, has the runs).
         notes.append(
             f"the crossover is interpolated between concurrency {grid[i - 1]:g} and {grid[i]:g}, "
             "more than a doubling apart: measure levels between them for a threshold that holds"
