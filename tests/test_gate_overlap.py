@@ -168,10 +168,13 @@ class GraphRunner:
 
 
 class TargetWorker:
-    """Records what the target forward saw, and samples 100 + its sequence length."""
+    """Records what the target forward saw, and samples 100 + its sequence length. Its result
+    has the row-width field of 0.5.12 on (`speculative_num_draft_tokens`, None after a plain
+    forward) unless `width_field` is False (the releases before)."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, width_field=True):
         self.model_runner = runner
+        self.width_field = width_field
         self.seen: list[dict] = []
 
     def forward_batch_generation(self, batch):
@@ -187,7 +190,10 @@ class TargetWorker:
             "backend": runner.attn_backend,
         })
         sampled = T([100 + n for n in batch.seq_lens.tolist()], np.int64)
-        return types.SimpleNamespace(next_token_ids=sampled, speculative_num_draft_tokens=None)
+        result = types.SimpleNamespace(next_token_ids=sampled)
+        if self.width_field:
+            result.speculative_num_draft_tokens = None
+        return result
 
 
 def make_worker(threshold=4, **server_args):
@@ -267,10 +273,11 @@ def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain
     assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
     assert batch.seq_lens_cpu.tolist() == [11, 12, 13] and batch.seq_lens_sum == 36
 
-    # The speculative layout: rows of num_draft_tokens, one accepted token at the start of each.
-    assert result.next_token_ids.tolist() == [111, 0, 0, 0, 112, 0, 0, 0, 113, 0, 0, 0]
+    # The speculative layout with every draft rejected: one token per request, in rows one
+    # wide, a width the result records (0.5.12 on).
+    assert result.next_token_ids.tolist() == [111, 112, 113]
     assert result.accept_lens.tolist() == [1, 1, 1] and result.accept_lens.dtype is np.int32
-    assert result.speculative_num_draft_tokens == 4
+    assert result.speculative_num_draft_tokens == 1
     assert result.eaglegate_gated_step is True
     nxt = result.next_draft_input
     assert nxt is not spec and nxt.bonus_tokens.tolist() == [111, 112, 113]
@@ -280,6 +287,21 @@ def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain
     assert nxt.topk_index is spec.topk_index and nxt.hidden_states is spec.hidden_states
     assert gate.GATED_DECODE_ATTR not in vars(nxt)  # the next step is decided afresh
     assert gate.decode_alloc_len(nxt, schedule_batch(3), 4) == 1  # after a gated step: one slot
+
+
+def test_before_the_result_records_its_row_width_the_rows_are_num_draft_tokens_wide(gate):
+    """Up to 0.5.11 the result processing reads each request's row at the worker's
+    `speculative_num_draft_tokens` stride, so the gated step's one token starts a row that
+    wide."""
+    worker = make_worker(threshold=1)
+    worker.target_worker.width_field = False
+    gate.init_overlap_batch_gate(worker)
+    spec = draft_input(3)
+    gate.decode_alloc_len(spec, schedule_batch(3), 4)
+    result = gate.run_gated_decode(worker, worker_batch(spec, 3))
+    assert result.next_token_ids.tolist() == [111, 0, 0, 0, 112, 0, 0, 0, 113, 0, 0, 0]
+    assert result.accept_lens.tolist() == [1, 1, 1]
+    assert not hasattr(result, "speculative_num_draft_tokens")
 
 
 def test_the_published_lengths_are_recorded_before_the_forward(gate):
@@ -601,8 +623,8 @@ def test_with_adaptive_speculation_on_the_gated_step_is_the_same_in_every_tier(g
     assert (runner.attn_backend, runner.graph_runner.mode) == (f"verify backend {tier}", f"TARGET_VERIFY {tier}")
     # The row width travels on the result, so a tier switched before result processing
     # still reads this step's tokens right.
-    stride = result.speculative_num_draft_tokens
-    assert stride == tier + 1 and result.next_token_ids.tolist()[::stride] == [111, 112, 113]
+    assert result.speculative_num_draft_tokens == 1
+    assert result.next_token_ids.tolist() == [111, 112, 113]
     assert result.eaglegate_gated_step is True  # kept out of the accept statistics
     # The next gated step reserves its two slots, whatever the tier's reservation is.
     assert gate.decode_alloc_len(result.next_draft_input, schedule_batch(30), 8, gated_len=2) == 2

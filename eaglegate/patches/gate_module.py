@@ -665,8 +665,9 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # for one token can never run as a speculative one.
 #
 # A gated step returns what a speculative step with every draft rejected returns: one token
-# per request at the start of its `speculative_num_draft_tokens`-wide row, accept length 1,
-# and a draft input whose token is the one just sampled and whose length is one longer. The
+# per request, accept length 1, and a draft input whose token is the one just sampled and
+# whose length is one longer. The token sits in a row of the width the result processing
+# reads: 1 from 0.5.12 (the result carries it), `speculative_num_draft_tokens` before. The
 # FutureMap relay and the result processing run unchanged: one token appended, one KV slot
 # committed. The draft's top-k and hidden-state rows pass through; its KV for the gated
 # positions is not written (docs/gate-patch.md has what that costs in acceptance).
@@ -883,11 +884,16 @@ def run_gated_decode(
         # gate never gates one, `_step_eligible`, so this only keeps the order if it did).
         grammar_barrier()
     sampled = result.next_token_ids
-    # Each request's row is `speculative_num_draft_tokens` wide (the stride result processing
-    # reads); its one accepted token sits at the start.
-    stride = int(worker.speculative_num_draft_tokens)
-    rows = torch.zeros((size, stride), dtype=sampled.dtype, device=sampled.device)
-    rows[:, 0] = sampled
+    if hasattr(result, "speculative_num_draft_tokens"):
+        # From 0.5.12 result processing reads each request's row width from the result: one
+        # token per request, as a plain decode returns them.
+        stride, rows = 1, sampled
+    else:
+        # Before, it reads the worker's `speculative_num_draft_tokens`: rows that wide, the
+        # one accepted token at the start of each.
+        stride = int(worker.speculative_num_draft_tokens)
+        rows = torch.zeros((size, stride), dtype=sampled.dtype, device=sampled.device)
+        rows[:, 0] = sampled
     next_input = copy.copy(draft_input)
     vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
     setattr(next_input, AFTER_GATED_ATTR, True)
