@@ -382,6 +382,102 @@ def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(gate):
     assert gate.decode_alloc_len(rows, schedule_batch(3), 4) == 1  # nothing in flight to cover
 
 
+class KeywordTargetWorker(TargetWorker):
+    """0.5.16 on: the target worker takes the forward's hidden-state capture as an argument,
+    and the scheduler's batch has no field for it."""
+
+    def forward_batch_generation(self, batch, capture_hidden_mode=None):
+        batch.capture_hidden_mode = capture_hidden_mode  # what the forward batch is built with
+        try:
+            return super().forward_batch_generation(batch)
+        finally:
+            del batch.capture_hidden_mode
+
+
+@pytest.mark.parametrize("passed", ["batch field", "argument"])
+def test_gated_prefill_asks_for_the_capture_the_targets_prefill_graphs_were_captured_with(gate, passed):
+    """From 0.5.14 an EAGLE target's prefill graphs hold full hidden states, and a prefill
+    asking for none runs eagerly; a gated prefill asks for theirs. Its decode steps still
+    ask for none (the gate's own DECODE graphs)."""
+    worker = make_worker(threshold=2)
+    runner = worker.target_worker.model_runner
+    if passed == "argument":
+        worker.target_worker = KeywordTargetWorker(runner)
+    runner.prefill_cuda_graph_runner = types.SimpleNamespace(capture_hidden_mode=Capture.FULL)
+    gate.init_overlap_batch_gate(worker)
+    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 > 2: speculation off
+    extend = types.SimpleNamespace(
+        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
+        input_ids=T([5, 6, 7], np.int64), out_cache_loc=T([1, 2, 3], np.int64),
+        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
+    )
+    if passed == "batch field":
+        extend.capture_hidden_mode = Capture.NULL
+    gate.run_gated_prefill(worker, extend)
+    assert worker.target_worker.seen[-1]["capture"] is Capture.FULL
+    spec = draft_input(3)
+    gate.decode_alloc_len(spec, schedule_batch(3), 4)
+    batch = worker_batch(spec, 3)
+    if passed == "argument":
+        del batch.capture_hidden_mode
+    gate.run_gated_decode(worker, batch)
+    assert worker.target_worker.seen[-1]["capture"] in (Capture.NULL, None)  # None: NULL
+
+
+def _class_methods(tree: ast.Module) -> dict[str, list[ast.FunctionDef]]:
+    return {
+        node.name: [f for f in node.body if isinstance(f, ast.FunctionDef)]
+        for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    }
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+def test_releases_capture_the_targets_prefill_graphs_with_the_mode_the_gated_prefill_reads(version):
+    """What `_prefill_capture_mode` and `_target_forward` rely on, in the release's own
+    source: the model runner keeps its prefill graphs as `prefill_cuda_graph_runner`, their
+    runner records `capture_hidden_mode` and refuses a batch whose mode differs, EAGLE's own
+    prefill asks for FULL, and the mode reaches the forward through the scheduler's batch
+    field or the target worker's argument."""
+    from conftest import release
+
+    root = release(version).root
+    def parse(path):
+        return ast.parse((root / path).read_text())
+
+    runner_src = parse("srt/model_executor/model_runner.py")
+    assigned = {t.attr for n in ast.walk(runner_src) if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Attribute)}
+    assert "prefill_cuda_graph_runner" in assigned
+    graphs = parse("srt/model_executor/runner/prefill_cuda_graph_runner.py")
+    methods = {f.name: f for fs in _class_methods(graphs).values() for f in fs}
+    init_assigns = {t.attr for n in ast.walk(methods["__init__"]) if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Attribute)}
+    assert "capture_hidden_mode" in init_assigns
+    # The replay check: up to 0.5.16 `can_run_graph` refuses a batch whose mode differs from
+    # the captured one; from 0.5.17 `can_replay_locally` refuses one whose mode exceeds it.
+    # Asking for the captured mode itself replays under either rule.
+    refusals = {
+        type(compare.ops[0]).__name__
+        for name in ("can_run_graph", "can_replay_locally") if name in methods
+        for node in ast.walk(methods[name])
+        if isinstance(node, ast.If)
+        and any(isinstance(b, ast.Return) and ast.unparse(b.value) == "False" for b in node.body)
+        for compare in ast.walk(node.test)
+        if isinstance(compare, ast.Compare) and ast.unparse(compare.left) == "self.capture_hidden_mode"
+        or isinstance(compare, ast.Compare)
+        and ast.unparse(compare.comparators[0]) == "self.capture_hidden_mode"
+    }
+    assert refusals == ({"NotEq"} if Version(version) <= Version("0.5.16") else {"Lt"})
+    worker = parse("srt/speculative/eagle_worker_v2.py")
+    assert "CaptureHiddenMode.FULL" in {ast.unparse(n) for n in ast.walk(worker) if isinstance(n, ast.Attribute)}
+    batch_fields = {n.target.id for n in ast.walk(parse("srt/managers/schedule_batch.py"))
+                    if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    tp_forward = next(f for f in _class_methods(parse("srt/managers/tp_worker.py"))["TpModelWorker"]
+                      if f.name == "forward_batch_generation")
+    arguments = {a.arg for a in tp_forward.args.args + tp_forward.args.kwonlyargs}
+    assert "capture_hidden_mode" in batch_fields or "capture_hidden_mode" in arguments
+
+
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
 def test_gated_prefill_rows_take_the_draft_runners_hidden_spec_where_the_input_has_none(
     gate, monkeypatch, version

@@ -786,21 +786,40 @@ def is_gated_decode(batch: Any) -> bool:
     return bool(getattr(getattr(batch, "spec_info", None), GATED_DECODE_ATTR, False))
 
 
+def _prefill_capture_mode(runner: Any) -> Any:
+    """The hidden-state capture the target's prefill CUDA graphs were captured with (0.5.14
+    on: FULL for an EAGLE target), or None where the runner has no such graphs. Up to 0.5.16
+    they replay only for that mode (from 0.5.17 for any mode not above it): a prefill asking
+    for none there runs eagerly, its kernels launched one by one from the scheduler's thread."""
+    graphs = getattr(runner, "prefill_cuda_graph_runner", None)
+    return getattr(graphs, "capture_hidden_mode", None)
+
+
 def _target_forward(worker: Any, batch: Any) -> Any:
-    """The target's forward of `batch` as a plain (non-speculative) batch, through the plain
-    path's graphs when it has them. The batch's speculative fields come back afterwards:
-    from 0.5.13 the worker gets the scheduler's own batch, which reads them after the call."""
+    """The target's forward of `batch` as a plain (non-speculative) batch, through the
+    target's graphs: the gate's DECODE graphs for a decode step, for a prefill the prefill
+    graphs the version captured, with the hidden-state capture they were captured with. The
+    batch's speculative fields come back afterwards: from 0.5.13 the worker gets the
+    scheduler's own batch, which reads them after the call."""
+    import inspect
+
+    runner = worker.target_worker.model_runner
+    prefill = batch.forward_mode.is_extend()
+    capture = _prefill_capture_mode(runner) if prefill else None
     algorithm, spec_info = batch.spec_algorithm, batch.spec_info
     batch.spec_info = None
     batch.spec_algorithm = _plain_algorithm(algorithm)
-    if hasattr(batch, "capture_hidden_mode"):  # from 0.5.18 derived from spec_info (None: NULL)
-        batch.capture_hidden_mode = type(batch.capture_hidden_mode).NULL
-    runner = worker.target_worker.model_runner
+    forward = worker.target_worker.forward_batch_generation
+    kwargs = {}
+    if hasattr(batch, "capture_hidden_mode"):  # the batch's field, where it has one
+        batch.capture_hidden_mode = capture or type(batch.capture_hidden_mode).NULL
+    elif capture is not None and "capture_hidden_mode" in inspect.signature(forward).parameters:
+        kwargs["capture_hidden_mode"] = capture  # 0.5.16 on: the target worker's argument
     plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
-    if plain is not None and not batch.forward_mode.is_extend():
+    if plain is not None and not prefill:
         plain.enter(runner)
     try:
-        return worker.target_worker.forward_batch_generation(batch)
+        return forward(batch, **kwargs)
     finally:
         if plain is not None:
             plain.leave()
@@ -998,10 +1017,10 @@ def run_gated_prefill(
     grammar_barrier: Any = None,
     pp_proxy_tensors: Any = None,
 ) -> Any:
-    """The target's plain prefill of an extend batch while the gate has speculation off:
-    no full hidden states (so SGLang's piecewise prefill graphs serve it, as without
-    speculation) and no draft prefill. The draft state of these requests starts empty: they
-    speculate with poor drafts until their first speculative step refreshes it."""
+    """The target's prefill of an extend batch while the gate has speculation off, through
+    the target's prefill graphs where the version has them, and no draft prefill. The draft
+    state of these requests starts empty: they speculate with poor drafts until their first
+    speculative step refreshes it."""
     result = _target_forward(worker, batch)
     tokens = result.next_token_ids
     # After a prefill the length is the prompt's: the first decode step's input is the
