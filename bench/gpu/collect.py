@@ -128,8 +128,9 @@ TWO_STARTS = ("G8",)
 
 # The same servers on 0.5.16, where SGLang has its own adaptive route: the accept pair (H1)
 # and the real pair (H3), one call each; the native route (H2's `adaptive`) and the greedy
-# sets under deterministic inference in the call between them.
-NEWEST_RUNS = ("H1", "H3")
+# sets under deterministic inference in the call between them. H6 and H7: the accept pair
+# again, with the gate changed after the profile P2.
+NEWEST_RUNS = ("H1", "H3", "H6", "H7")
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 NEWEST_NOTES = {
@@ -142,6 +143,12 @@ NEWEST_NOTES = {
     "H4": "adaptive alone on the accept pair, threshold 59 (H1's), with plain-default's caps "
           "(running 4096, decode graphs to 256, as H1's plain-default logged): plan's native config",
     "H5": "adaptive alone on the real pair, threshold 5 (H3's), plain-default's caps as in H4",
+    "H6": "H1's command again, with the gate of 2026-12-03 (a gated step's rows one token wide; "
+          "the gated prefill asks for the capture of the target's prefill graphs, which P2 found "
+          "it missing, so it ran eagerly); threshold 56",
+    "H7": "plain-default, gated-v2, eagle-v2 at C=1 and 128, threshold 56 (H6's), H6's gate, on "
+          "another machine: whether H6's C=1 gap (gated-v2 91 % of eagle-v2) is a start's "
+          "spread; gated-v2@2 did not fit the call",
 }
 # Servers whose rows come from another call of the same version and pair.
 NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}

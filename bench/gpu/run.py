@@ -21,6 +21,10 @@ Servers (each started, loaded and killed in turn, on 127.0.0.1):
                  0.5.14 on (no patch): plan's native adaptive config with plain-default's
                  running cap and graph sizes (not plan's caps), and the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1
+NAME@2 starts a server a second time; NAME+REV runs a gating server with the gate module of
+another revision of eaglegate in place of this checkout's: bench/gpu/variants/REV.py, written
+before the call with `git show REV:eaglegate/patches/gate_module.py` and carried (an A/B of
+the gate's code in one call, on one machine).
 Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
 pair for greedy equivalence, the `trained` pair (a draft trained on its target) for
 `--catchup`: the acceptance of requests whose draft KV lacks the tokens decoded while gated,
@@ -58,6 +62,18 @@ W = os.path.join(S, "w-" + hashlib.sha256(b"".join(open(os.path.join(_HERE, f), 
     "weights.py", "eagle3_train.py"))).hexdigest()[:8])
 T0 = time.time()
 LEVELS = [1, 8, 32, 64, 128, 256]
+VARIANTS = os.path.join(_HERE, "variants")  # NAME+REV: another revision's gate module
+
+
+def server_kind(name):
+    """The server a name starts: `gated-v2@2` and `gated-v2+REV` are `gated-v2`."""
+    return name.split("@")[0].split("+")[0]
+
+
+def variant_module(name):
+    """The gate module file of a `NAME+REV` server, or None."""
+    _, _, rev = name.split("@")[0].partition("+")
+    return os.path.join(VARIANTS, f"{rev}.py") if rev else None
 COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
           "--grammar-backend", "none", "--host", "127.0.0.1", "--mem-fraction-static", "0.8",
           "--random-seed", "0", "--dtype", "bfloat16"]
@@ -330,8 +346,9 @@ def digest(logp, name, outdir):
     decode = [ln for ln in lines if "Decode batch" in ln]
     gate_kept, decode_kept = gate[:400], decode[-800:]
     stamped = [ln for ln in lines if ln.startswith("[20")]
-    # NAME@2 -> NAME-start2: the device tool brings back no file whose name holds '@'
-    with open(os.path.join(outdir, f"log_{name.replace('@', '-start')}.txt"), "w") as f:
+    # NAME@2 -> NAME-start2, NAME+REV -> NAME-revREV: the device tool brings back no file
+    # whose name holds '@' or '+'
+    with open(os.path.join(outdir, f"log_{name.replace('@', '-start').replace('+', '-rev')}.txt"), "w") as f:
         f.write(f"# {len(lines)} lines\n## errors (first 40)\n" + "\n".join(hits[:40]))
         f.write("\n## start-up (first 45 timestamped lines)\n" + "\n".join(stamped[:45]))
         f.write(f"\n## gate lines ({len(gate_kept)} of {len(gate)})\n" + "\n".join(gate_kept))
@@ -354,7 +371,7 @@ def digest(logp, name, outdir):
 
 
 def serve(name, pair, threshold, a, work):
-    kind = name.split("@")[0]  # NAME@2: the same server started again
+    kind = server_kind(name)
     pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(kind, pair, threshold)
     if getattr(a, "catchup", False):
@@ -363,6 +380,8 @@ def serve(name, pair, threshold, a, work):
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
     shutil.copytree(f"{S}/{tree}", f"{S}/run-tree", symlinks=True)
+    if variant_module(name):
+        shutil.copy(variant_module(name), f"{S}/run-tree/sglang/srt/speculative/batch_gate.py")
     path = f"{S}/run-tree:{S}/site"
     env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     port = 30000 + hash(name + pair) % 1000
@@ -605,6 +624,13 @@ def main():
     print(f"== cores: servers {sorted(SERVER_CORES)} (scheduler {sorted(SCHEDULER_CORES)}), "
           f"load {sorted(LOAD_CORES)}; SMT siblings {sorted({tuple(sorted(siblings(c))) for c in _CORES})}",
           flush=True)
+    for item in a.servers.split(","):  # before any server starts: a bad variant wastes the call
+        module = variant_module(item.split(":")[0])
+        if module and not server_kind(item).startswith("gated"):
+            raise SystemExit(f"{item}: only a gating server runs another revision's gate module")
+        if module and not os.path.exists(module):
+            raise SystemExit(f"{item}: no {module}; write it with `git show REV:eaglegate/patches/"
+                             f"gate_module.py` and carry bench/gpu/variants")
     a.levels = [int(c) for c in a.levels.split(",")]
     a.profile = set(filter(None, a.profile.split(",")))
     a.profile_levels = [int(c) for c in a.profile_levels.split(",")]
@@ -638,13 +664,13 @@ def main():
             print(f"== {item}: skipped, too little time left", flush=True)
             continue
         if a.catchup:
-            if name.split("@")[0] not in ("eagle-v2", "gated-v2", "eagle", "gated"):
+            if server_kind(name) not in ("eagle-v2", "gated-v2", "eagle", "gated"):
                 raise SystemExit(f"--catchup measures speculative servers, not {name}")
             threshold = int(a.threshold)
             out["servers"].append(serve(name, pair, threshold, a, catchup_work(out["catchup"])))
         elif pair in ("accept", "real"):
             threshold = None if a.threshold == "calibrate" else int(a.threshold)
-            if name.split("@")[0] in CALIBRATE_ON and threshold is None:
+            if server_kind(name) in CALIBRATE_ON and threshold is None:
                 if "calibrate" not in out:  # adaptive and adaptive-skip share one
                     out["calibrate"] = calibrate(rows, name, pair, a.out)
                 threshold = out["threshold"] = out["calibrate"]["threshold"]
