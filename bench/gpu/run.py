@@ -63,6 +63,14 @@ W = os.path.join(S, "w-" + hashlib.sha256(b"".join(open(os.path.join(_HERE, f), 
 T0 = time.time()
 LEVELS = [1, 8, 32, 64, 128, 256]
 VARIANTS = os.path.join(_HERE, "variants")  # NAME+REV: another revision's gate module
+COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+          "--grammar-backend", "none", "--host", "127.0.0.1", "--mem-fraction-static", "0.8",
+          "--random-seed", "0", "--dtype", "bfloat16"]
+V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
+RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
+GRAPH_MAX_BS = {}  # server -> the largest CUDA-graph batch size it captured
+DETERMINISTIC = False  # --deterministic
+VERSION = []  # the SGLang version of the first plan answer
 
 
 def server_kind(name):
@@ -74,14 +82,8 @@ def variant_module(name):
     """The gate module file of a `NAME+REV` server, or None."""
     _, _, rev = name.split("@")[0].partition("+")
     return os.path.join(VARIANTS, f"{rev}.py") if rev else None
-COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-          "--grammar-backend", "none", "--host", "127.0.0.1", "--mem-fraction-static", "0.8",
-          "--random-seed", "0", "--dtype", "bfloat16"]
-V1_ENV = {"SGLANG_ENABLE_SPEC_V2": "0"}
-RUNNING_CAP = {}  # server -> the max_running_requests its scheduler logged
-GRAPH_MAX_BS = {}  # server -> the largest CUDA-graph batch size it captured
-DETERMINISTIC = False  # --deterministic
-VERSION = []  # the SGLang version of the first plan answer
+
+
 _CORES = sorted(os.sched_getaffinity(0))
 LOAD_CORES = set(_CORES[-2:]) if len(_CORES) > 4 else set(_CORES)
 SERVER_CORES = set(_CORES) - LOAD_CORES or set(_CORES)
