@@ -9,11 +9,15 @@ SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace
 - CPU: the scheduler thread's Python functions by self time and by inclusive time per step,
   and the CUDA runtime calls that block the CPU (synchronize, blocking copies).
 With the overlap scheduler, a step whose GPU busy time is well below its wall time is
-CPU-bound: its cost is the scheduler's Python, which the self-time table shows.
+CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
+without Python stacks (the timeline as served) gives the GPU's busy share and the time from
+one graph launch to the next: a decode step's time, as the stack tracing does not slow it.
 """
 import collections
 import gzip
+import itertools
 import json
+import statistics
 import sys
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -59,6 +63,18 @@ def self_times(events):
     return own, incl
 
 
+def launch_intervals(launches):
+    """The time from one graph launch to the next: with one decode graph a step, its median is
+    a decode step's time as served, which the few longer steps (a prefill's) do not move."""
+    gaps = sorted(b - a for a, b in itertools.pairwise(launches))
+    if not gaps:
+        return ""
+    def at(q):
+        return gaps[min(len(gaps) - 1, int(q * len(gaps)))] / 1000
+    return (f"graph launch to launch: median {statistics.median(gaps) / 1000:.3f} ms "
+            f"(p25 {at(0.25):.3f}, p75 {at(0.75):.3f}, {len(gaps)} intervals)\n")
+
+
 def short(name):
     # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
     if "): " in name:
@@ -76,9 +92,11 @@ def digest(path, top=22):
         if not gpu:
             return f"# {path.rsplit('/', 1)[-1]}: no GPU events\n"
         t0, t1 = min(a for a, _ in gpu), max(b for _, b in gpu)
-        graphs = sum(1 for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
+        launches = sorted(e["ts"] for e in events
+                          if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
         return (f"# {path.rsplit('/', 1)[-1]}\nno Python stacks: GPU busy {100 * union_us(gpu) / (t1 - t0):.0f} % "
-                f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {graphs} graph launches\n")
+                f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {len(launches)} graph launches\n"
+                + launch_intervals(launches))
     tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
     t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
     n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
