@@ -30,6 +30,10 @@ import pytest
 from packaging.version import Version
 
 GATE_FILE = Path(__file__).resolve().parents[1] / "eaglegate" / "patches" / "gate_module.py"
+CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
+# Every catalogued release whose model runner captures prefill CUDA graphs of its own.
+PREFILL_GRAPH_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                          if Version(v["version"]) >= Version("0.5.14")]
 
 
 class T:
@@ -304,6 +308,32 @@ def test_before_the_result_records_its_row_width_the_rows_are_num_draft_tokens_w
     assert not hasattr(result, "speculative_num_draft_tokens")
 
 
+# Every catalogued release with the overlap worker.
+OVERLAP_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
+                    if Version(v["version"]) >= Version("0.5.3.post2")]
+
+
+@pytest.mark.parametrize("version", OVERLAP_RELEASES)
+def test_the_result_has_a_row_width_field_exactly_where_result_processing_reads_it(version):
+    """`run_gated_decode` returns one-token rows where the result has the field
+    `speculative_num_draft_tokens`: in the release's own source, the scheduler's result
+    processing reads each row's width from that field from the release that adds it."""
+    from conftest import release
+
+    managers = release(version).root / "srt" / "managers"
+    result_class = next(
+        node for path in sorted(managers.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "GenerationBatchResult"
+    )
+    fields = {n.target.id for n in result_class.body
+              if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    reads = any("result.speculative_num_draft_tokens" in path.read_text()
+                for path in managers.rglob("*.py"))
+    assert ("speculative_num_draft_tokens" in fields) == reads
+    assert reads == (Version(version) >= Version("0.5.12"))
+
+
 def test_the_published_lengths_are_recorded_before_the_forward(gate):
     worker = make_worker(threshold=1)
     gate.init_overlap_batch_gate(worker)
@@ -431,7 +461,7 @@ def _class_methods(tree: ast.Module) -> dict[str, list[ast.FunctionDef]]:
     }
 
 
-@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+@pytest.mark.parametrize("version", PREFILL_GRAPH_RELEASES)
 def test_releases_capture_the_targets_prefill_graphs_with_the_mode_the_gated_prefill_reads(version):
     """What `_prefill_capture_mode` and `_target_forward` rely on, in the release's own
     source: the model runner keeps its prefill graphs as `prefill_cuda_graph_runner`, their
@@ -756,7 +786,6 @@ def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_gramm
 # the result is read by the release's own result-processing method.
 
 ALLOC = 4  # ALLOC_LEN_PER_DECODE: max(steps * topk, num_draft_tokens) for a chain of 3 steps
-CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
 # Every catalogued release that reserves the window (0.5.3.post2 to 0.5.5.post3).
 WINDOW_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
                    if Version("0.5.3.post2") <= Version(v["version"]) < Version("0.5.6")]

@@ -382,8 +382,9 @@ def serve(name, pair, threshold, a, work):
     # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
     shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
     shutil.copytree(f"{S}/{tree}", f"{S}/run-tree", symlinks=True)
-    if variant_module(name):
-        shutil.copy(variant_module(name), f"{S}/run-tree/sglang/srt/speculative/batch_gate.py")
+    module = variant_module(name)
+    if module:
+        shutil.copy(module, f"{S}/run-tree/sglang/srt/speculative/batch_gate.py")
     path = f"{S}/run-tree:{S}/site"
     env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     port = 30000 + hash(name + pair) % 1000

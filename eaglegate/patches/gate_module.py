@@ -719,6 +719,7 @@ def init_overlap_batch_gate(worker: Any) -> None:
         worker._eaglegate_batch_gate = None
         return
     compile_decode_positions(worker.target_worker.model_runner)
+    worker._eaglegate_capture_argument = _takes_capture_argument(worker.target_worker)
     _add_to_decode_log(gate)
     if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
         gate.metrics = _GateMetrics.create(gate)
@@ -795,31 +796,37 @@ def _prefill_capture_mode(runner: Any) -> Any:
     return getattr(graphs, "capture_hidden_mode", None)
 
 
+def _takes_capture_argument(target_worker: Any) -> bool:
+    """Whether the target worker's forward takes the hidden-state capture as an argument
+    (0.5.16 on), for a batch without a field for it."""
+    import inspect
+
+    parameters = inspect.signature(target_worker.forward_batch_generation).parameters
+    return "capture_hidden_mode" in parameters
+
+
 def _target_forward(worker: Any, batch: Any) -> Any:
     """The target's forward of `batch` as a plain (non-speculative) batch, through the
     target's graphs: the gate's DECODE graphs for a decode step, for a prefill the prefill
     graphs the version captured, with the hidden-state capture they were captured with. The
     batch's speculative fields come back afterwards: from 0.5.13 the worker gets the
     scheduler's own batch, which reads them after the call."""
-    import inspect
-
     runner = worker.target_worker.model_runner
     prefill = batch.forward_mode.is_extend()
     capture = _prefill_capture_mode(runner) if prefill else None
     algorithm, spec_info = batch.spec_algorithm, batch.spec_info
     batch.spec_info = None
     batch.spec_algorithm = _plain_algorithm(algorithm)
-    forward = worker.target_worker.forward_batch_generation
     kwargs = {}
     if hasattr(batch, "capture_hidden_mode"):  # the batch's field, where it has one
         batch.capture_hidden_mode = capture or type(batch.capture_hidden_mode).NULL
-    elif capture is not None and "capture_hidden_mode" in inspect.signature(forward).parameters:
+    elif capture is not None and getattr(worker, "_eaglegate_capture_argument", False):
         kwargs["capture_hidden_mode"] = capture  # 0.5.16 on: the target worker's argument
     plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
     if plain is not None and not prefill:
         plain.enter(runner)
     try:
-        return forward(batch, **kwargs)
+        return worker.target_worker.forward_batch_generation(batch, **kwargs)
     finally:
         if plain is not None:
             plain.leave()
