@@ -129,8 +129,11 @@ TWO_STARTS = ("G8",)
 # The same servers on 0.5.16, where SGLang has its own adaptive route: the accept pair (H1)
 # and the real pair (H3), one call each; the native route (H2's `adaptive`) and the greedy
 # sets under deterministic inference in the call between them. H6 and H7: the accept pair
-# again, with the gate changed after the profile P2.
-NEWEST_RUNS = ("H1", "H3", "H6", "H7")
+# again, with the gate changed after the profile P2; H8 the bisect of H6's and H7's C=1 gap
+# (each gate beside eagle-v2, no plain-default: its rows count only as C=1 starts); H9 and
+# H10 both pairs with the gate of 2026-12-03.
+NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10")
+NEWEST_STARTS = ("H8",)
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 NEWEST_NOTES = {
@@ -149,6 +152,11 @@ NEWEST_NOTES = {
     "H7": "plain-default, gated-v2, eagle-v2 at C=1 and 128, threshold 56 (H6's), H6's gate, on "
           "another machine: whether H6's C=1 gap (gated-v2 91 % of eagle-v2) is a start's "
           "spread; gated-v2@2 did not fit the call",
+    "H8": "the bisect of the C=1 gap, one call on one machine, threshold 56, C=1 and 128: the gate "
+          "before both changes (713c48d, H1's), with the one-token rows only (ad3a0d2), and today's, "
+          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1, so the gap was the start, not a change",
+    "H9": "H1's command with today's gate (b8655ee), threshold 56",
+    "H10": "H3's command (real pair, threshold from calibrate: 34) with today's gate (b8655ee)",
 }
 # Servers whose rows come from another call of the same version and pair.
 NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
@@ -228,18 +236,26 @@ def repeatability(section: dict) -> dict:
         levels = sorted({r["C"] for r in rows if r["run"] == run})
         starts[run] = {"levels": levels,
                        "medians": {s: [median(rows, s, c, run) for c in levels] for s in servers}}
-    # Every start of eagle-v2 and gated-v2 on the real pair at C=1, where every threshold
-    # calibrate picked has gated-v2 run EAGLE's own path: the start-to-start spread, and the
-    # median over all starts.
-    real_runs = [run for run in (*section["table_runs"], *TWO_STARTS) if pair_of(section, run) == "real"]
+    c1 = c1_every_start(section, "real", [*section["table_runs"], *TWO_STARTS])
+    return {"repeated": repeated, "two_starts": starts, "c1_every_start": c1}
+
+
+def c1_every_start(section: dict, pair: str, runs) -> dict:
+    """Every start of eagle-v2 and gated-v2 on `pair` at C=1 in `runs` (the median of its
+    repeats), the median over all starts and their ratio. At C=1 every calibrated threshold
+    has gated-v2 run EAGLE's own step, so what separates two starts there is the start, not
+    the gate. A second start (`NAME@2`) and a gate of another revision (`NAME+REV`, whose
+    changes touch only gated steps) count as starts of their server."""
+    rows = [r for r in section["rows"] if r["run"] in runs and r["pair"] == pair]
     c1 = {}
     for kind in ("eagle-v2", "gated-v2"):
-        medians = {f"{run} {name}": median(rows, name, 1, run) for run in real_runs
-                   for name in sorted({r["server"] for r in rows if r["run"] == run and r["server"].split("@")[0] == kind})}
+        medians = {f"{run} {name}": median(rows, name, 1, run) for run in runs
+                   for name in sorted({r["server"] for r in rows if r["run"] == run
+                                       and re.split(r"[@+]", r["server"])[0] == kind})}
         medians = {k: v for k, v in medians.items() if v}
         c1[kind] = {"starts": medians, "median": statistics.median(medians.values())}
     c1["ratio"] = round(c1["gated-v2"]["median"] / c1["eagle-v2"]["median"], 3)
-    return {"repeated": repeated, "two_starts": starts, "c1_every_start": c1}
+    return c1
 
 
 def repeatability_table(section: dict) -> str:
@@ -262,9 +278,8 @@ def repeatability_table(section: dict) -> str:
     return "\n".join(lines)
 
 
-def c1_table(section: dict) -> str:
-    c1 = section["repeatability"]["c1_every_start"]
-    lines = ["| real pair, C=1, every start (median of its repeats) | starts | median over starts |",
+def c1_table(c1: dict, pair: str, sglang: str) -> str:
+    lines = [f"| {pair} pair, SGLang {sglang}, C=1, every start (median of its repeats) | starts | median over starts |",
              "|---|---|---|"]
     lines += [f"| {kind} | " + ", ".join(f"{v:.0f} ({k})" for k, v in c1[kind]["starts"].items())
               + f" | {c1[kind]['median']:.0f} |" for kind in ("eagle-v2", "gated-v2")]
@@ -356,7 +371,9 @@ def main() -> None:
     result["overlap_worker"]["repeatability"] = repeatability(result["overlap_worker"])
     result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
     result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
-                                    NEWEST_SERVERS, NEWEST_BORROWED)
+                                    NEWEST_SERVERS, NEWEST_BORROWED, extra_runs=NEWEST_STARTS)
+    result["newest"]["c1_every_start"] = c1_every_start(result["newest"], "accept",
+                                                        [*NEWEST_RUNS, *NEWEST_STARTS])
     result["catchup"] = catchup_section()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
@@ -366,7 +383,10 @@ def main() -> None:
     print()
     print(repeatability_table(result["overlap_worker"]))
     print()
-    print(c1_table(result["overlap_worker"]))
+    print(c1_table(result["overlap_worker"]["repeatability"]["c1_every_start"], "real",
+                   result["overlap_worker"]["sglang"]))
+    print()
+    print(c1_table(result["newest"]["c1_every_start"], "accept", result["newest"]["sglang"]))
     print()
     print(catchup_table(result["catchup"]))
 
