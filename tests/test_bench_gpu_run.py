@@ -32,15 +32,174 @@ def test_server_names_carry_a_restart_and_a_gate_revision(run):
     assert run.variant_module("gated-v2@2") is None
 
 
-@pytest.mark.parametrize(("servers", "says"), [
-    ("plain-default:accept,gated-v2+nosuchrev:accept", "nosuchrev.py; write it with `git show REV:"),
-    ("eagle-v2+nosuchrev:accept", "only a gating server runs another revision's gate module"),
-])
+@pytest.mark.parametrize(
+    ("servers", "says"),
+    [
+        (
+            "plain-default:accept,gated-v2+nosuchrev:accept",
+            "nosuchrev.py; write it with `git show REV:",
+        ),
+        ("eagle-v2+nosuchrev:accept", "only a gating server runs another revision's gate module"),
+    ],
+)
 def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, servers, says):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "run.py"), "--servers", servers, "--out", str(tmp_path)],
-        env={**os.environ, "STAGE": str(tmp_path)}, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "STAGE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode != 0
     assert says in proc.stderr
     assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+
+
+@pytest.mark.parametrize(
+    ("servers", "extra", "says"),
+    [
+        ("plain-default:accept,eagle-v2:accept,gated-v2:accept", [], "a fixed --threshold"),
+        ("plain-default:accept,gated-v2:context", ["--threshold", "16"], "throughput pairs only"),
+        ("eagle-v2:accept,eagle-v2:accept", [], "a server named twice"),
+        (",".join(f"eagle-v2@{i}:accept" for i in range(1, 6)), [], "at most 4 servers"),
+        (
+            "plain-default:accept,gated-v2:accept",
+            ["--threshold", "16", "--profile", "gated-v2"],
+            "not with --catchup or --profile",
+        ),
+    ],
+)
+def test_a_side_by_side_call_it_cannot_run_stops_before_any_server(tmp_path, servers, extra, says):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--side-by-side",
+            "--servers",
+            servers,
+            "--out",
+            str(tmp_path),
+            *extra,
+        ],
+        env={**os.environ, "STAGE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "--side-by-side: " + says in proc.stderr
+    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+
+
+def test_side_by_side_servers_share_a_folder_per_tree(run):
+    names = ["plain-default", "eagle-v2", "gated-v2", "gated-v2+abc", "gated-v2@2"]
+    assert run.side_by_side_dirs(names) == [
+        "run-tree",
+        "run-tree",
+        "run-tree-2",
+        "run-tree-3",
+        "run-tree-2",
+    ]
+    # the first server's tree takes the folder a sequential call uses
+    assert run.side_by_side_dirs(["gated-v2", "plain-default"]) == ["run-tree", "run-tree-2"]
+
+
+class _Args:
+    threshold, repeats, levels, min_requests, deadline_s = "56", 3, [1, 64], 0, 10_000
+
+
+def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monkeypatch):
+    """Every server up before any load; per level an untimed pass on each, then repeat r of
+    each in turn, the order rotated by r; all stopped, the GPU awaited only after the last."""
+    events = []
+
+    def start(name, pair, threshold, a, tree_dir, port, extra_args, copy_tree):
+        events.append(("start", name, tree_dir, copy_tree, port, threshold))
+        log = Path(run.S) / f"{name}.log"
+        log.write_text("max_running_requests=4096, context_len=4096\n")
+        return {
+            "name": name,
+            "pair": pair,
+            "url": name,
+            "logp": str(log),
+            "res": {"server": name, "pair": pair, "healthy": True},
+        }
+
+    def bench(url, c, seed, temperature, min_requests):
+        events.append(("bench", url, c, seed))
+        return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
+
+    monkeypatch.setattr(run, "start", start)
+    monkeypatch.setattr(
+        run, "stop", lambda s, a, wait_gpu: events.append(("stop", s["name"], wait_gpu))
+    )
+    monkeypatch.setattr(run.loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(run.loadgen, "bench", bench)
+    monkeypatch.setattr(run, "gpu_state", lambda: None)
+    rows = []
+    items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
+    records = run.side_by_side(_Args(), items, rows)
+
+    starts = [e for e in events if e[0] == "start"]
+    assert [e[1:4] for e in starts] == [
+        ("plain-default", "run-tree", True),
+        ("eagle-v2", "run-tree", False),
+        ("gated-v2", "run-tree-2", True),
+    ]
+    assert len({e[4] for e in starts}) == 3 and {e[5] for e in starts} == {56}
+    assert events.index(starts[-1]) < min(i for i, e in enumerate(events) if e[0] == "bench")
+    assert run.RUNNING_CAP["plain-default"] == 4096  # read from its log as soon as it was up
+    benches = [e for e in events if e[0] == "bench"]
+    for c in (1, 64):
+        at_c = [e for e in benches if e[2] == c]
+        untimed, timed = at_c[:3], at_c[3:]
+        assert {e[3] for e in untimed} == {900 + c}  # the untimed pass of each server first
+        assert [e[1] for e in timed] == [
+            "plain-default",
+            "eagle-v2",
+            "gated-v2",
+            "eagle-v2",
+            "gated-v2",
+            "plain-default",
+            "gated-v2",
+            "plain-default",
+            "eagle-v2",
+        ]
+        # one repeat's prompts are the same on every server
+        assert [e[3] for e in timed] == [1000 + 17 * (i // 3) + c for i in range(9)]
+    assert [(r["server"], r["repeat"]) for r in rows[:3]] == [
+        ("plain-default", 0),
+        ("eagle-v2", 0),
+        ("gated-v2", 0),
+    ]
+    assert len(rows) == 18 and all("untimed" in r for r in records)
+    assert [e for e in events if e[0] == "stop"] == [
+        ("stop", "plain-default", False),
+        ("stop", "eagle-v2", False),
+        ("stop", "gated-v2", True),
+    ]
+
+
+def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, monkeypatch):
+    stopped = []
+    monkeypatch.setattr(
+        run,
+        "start",
+        lambda name, pair, *args, **kw: {
+            "name": name,
+            "pair": pair,
+            "url": name,
+            "logp": os.devnull,
+            "res": {"server": name, "pair": pair, "healthy": True},
+        },
+    )
+    monkeypatch.setattr(run, "stop", lambda s, a, wait_gpu: stopped.append(s["name"]))
+    monkeypatch.setattr(run.loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(
+        run.loadgen, "bench", lambda *a, **kw: {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
+    )
+    args = _Args()
+    args.deadline_s = 0  # already past it: no timed repeat runs
+    records = run.side_by_side(args, [("plain-default", "accept"), ("eagle-v2", "accept")], [])
+    assert stopped == ["plain-default", "eagle-v2"]
+    assert [r.get("cut_short") for r in records] == [True, None]

@@ -6,7 +6,8 @@ which installs SGLang and patches a fresh copy with this checkout's eaglegate):
     python3 bench/gpu/run.py --servers plain:accept,eagle:accept,gated:accept --out $OUT   # threshold: calibrate's
     python3 bench/gpu/run.py --servers plain:context,gated:context --out $OUT   # equivalence
 
-Servers (each started, loaded and killed in turn, on 127.0.0.1):
+Servers (each started, loaded and killed in turn, on 127.0.0.1; with --side-by-side all up at
+once, their repeats interleaved):
   plain-default  no speculation, SGLang's defaults (overlap scheduler on)
   plain          no speculation, the scheduler the v1 worker needs (--disable-overlap-schedule)
   eagle          EAGLE-3 on the pristine tree, v1 worker, with the gated server's flags minus the
@@ -337,6 +338,19 @@ def machine():
     return out
 
 
+def logged_caps(lines):
+    """The running cap and the largest decode graph batch size a server's log states."""
+    # The running cap the scheduler chose (ServerArgs prints None when it is unset).
+    cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
+    # The target's first capture is its decode graphs (the draft's and the gate's come later).
+    graphs = next((m for ln in lines if (m := re.search(r"Capture cuda graph bs \[([\d, ]+)\]", ln))), None)
+    # 0.5.16 on logs no list, only its ServerArgs' decode graph config.
+    decode_max = next((m for ln in lines if (m := re.search(r"decode=PhaseConfig\([^)]*?max_bs=(\d+)", ln))), None)
+    graph_max = (max(int(x) for x in graphs.group(1).split(",")) if graphs
+                 else int(decode_max.group(1)) if decode_max else None)
+    return {"max_running_requests": int(cap.group(1)) if cap else None, "graph_max_bs": graph_max}
+
+
 FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (\S+)')
 
 
@@ -357,37 +371,35 @@ def digest(logp, name, outdir):
         f.write(f"\n## decode lines ({len(decode_kept)} of {len(decode)}, the last)\n" + "\n".join(decode_kept))
         f.write("\n## graph capture\n" + "\n".join(ln for ln in lines if "Capture" in ln or "capture" in ln))
         f.write("\n## tail 40\n" + "\n".join(lines[-40:]) + "\n")
-    # The running cap the scheduler chose (ServerArgs prints None when it is unset).
-    cap = next((m for ln in lines if (m := re.search(r"max_running_requests=(\d+), context_len", ln))), None)
-    # The target's first capture is its decode graphs (the draft's and the gate's come later).
-    graphs = next((m for ln in lines if (m := re.search(r"Capture cuda graph bs \[([\d, ]+)\]", ln))), None)
-    # 0.5.16 on logs no list, only its ServerArgs' decode graph config.
-    decode_max = next((m for ln in lines if (m := re.search(r"decode=PhaseConfig\([^)]*?max_bs=(\d+)", ln))), None)
-    graph_max = (max(int(x) for x in graphs.group(1).split(",")) if graphs
-                 else int(decode_max.group(1)) if decode_max else None)
-    return {"max_running_requests": int(cap.group(1)) if cap else None,
-            "graph_max_bs": graph_max,
+    return {**logged_caps(lines),
             "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
             }
 
 
-def serve(name, pair, threshold, a, work):
+def start(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
+    """Launch one server from `$STAGE/<tree_dir>` (a fresh copy of its tree, unless
+    `copy_tree` is off: a server beside it already runs from that copy) and wait until it is
+    healthy or the call's deadline nears. Returns the handle `stop` takes."""
     kind = server_kind(name)
     pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(kind, pair, threshold)
+    args = args + list(extra_args)
     if getattr(a, "catchup", False):
         args = args + ["--decode-log-interval", "1"]  # the per-step accept length
-    # Every server runs from the same folder: SGLang's JIT kernels (and their cache keys)
-    # name the tree's absolute path, so a patched copy elsewhere would recompile them all.
-    shutil.rmtree(f"{S}/run-tree", ignore_errors=True)
-    shutil.copytree(f"{S}/{tree}", f"{S}/run-tree", symlinks=True)
-    module = variant_module(name)
-    if module:
-        shutil.copy(module, f"{S}/run-tree/sglang/srt/speculative/batch_gate.py")
-    path = f"{S}/run-tree:{S}/site"
+    # A sequential call runs every server from one folder: SGLang's JIT kernels (and their
+    # cache keys) name the tree's absolute path, so a copy elsewhere compiles them all again
+    # (run E). Side by side, each tree needs a folder of its own (side_by_side_dirs).
+    run_tree = f"{S}/{tree_dir}"
+    if copy_tree:
+        shutil.rmtree(run_tree, ignore_errors=True)
+        shutil.copytree(f"{S}/{tree}", run_tree, symlinks=True)
+        module = variant_module(name)
+        if module:
+            shutil.copy(module, f"{run_tree}/sglang/srt/speculative/batch_gate.py")
+    path = f"{run_tree}:{S}/site"
     env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
-    port = 30000 + hash(name + pair) % 1000
+    port = port or 30000 + hash(name + pair) % 1000
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
            "--port", str(port)] + args
     logp = f"{S}/logs/{name}-{pair}.log"
@@ -398,43 +410,63 @@ def serve(name, pair, threshold, a, work):
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, SERVER_CORES))
     url = f"http://127.0.0.1:{port}"
+    t = time.time()
+    while time.time() - T0 < a.deadline_s - 30 and proc.poll() is None and get(url + "/health")[0] != 200:
+        time.sleep(2)
+    res["healthy"] = get(url + "/health")[0] == 200
+    res["startup_s"] = round(time.time() - t, 1)
+    if a.pin_scheduler and res["healthy"]:
+        res["pinned"] = pin_server(proc.pid)
+        print(f"   pinned: {res['pinned']}", flush=True)
+    print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
+    return {"name": name, "pair": pair, "proc": proc, "url": url, "res": res, "logp": logp}
+
+
+def stop(server, a, wait_gpu=True):
+    """Kill a server's process group, wait for the GPU's memory to go (`wait_gpu`: the next
+    server profiles what is free), and add its log's digest to its record."""
+    proc, res, name = server["proc"], server["res"], server["name"]
+    if name.startswith("gated") and res["healthy"]:
+        res["metrics"] = [ln for ln in get(server["url"] + "/metrics")[1].splitlines()
+                          if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
     try:
-        t = time.time()
-        while time.time() - T0 < a.deadline_s - 30 and proc.poll() is None and get(url + "/health")[0] != 200:
-            time.sleep(2)
-        res["healthy"] = get(url + "/health")[0] == 200
-        res["startup_s"] = round(time.time() - t, 1)
-        if a.pin_scheduler and get(url + "/health")[0] == 200:
-            res["pinned"] = pin_server(proc.pid)
-            print(f"   pinned: {res['pinned']}", flush=True)
-        print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
-        if res["healthy"]:
-            res["warm_s"] = loadgen.warm(url)
-            print(f"   warm pass (C=128, 32 tokens) took {res['warm_s']} s", flush=True)
-            work(url, res)
-            if name.startswith("gated"):
-                res["metrics"] = [ln for ln in get(url + "/metrics")[1].splitlines()
-                                  if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
-    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except Exception:  # noqa: BLE001
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except Exception:  # noqa: BLE001
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        for _ in range(30):
-            if gpu_used_mib() < 2000:
-                break
-            time.sleep(1)
-        res.update(digest(logp, f"{name}-{pair}", a.out))
-        if res["max_running_requests"] is not None:
-            RUNNING_CAP[name] = res["max_running_requests"]
-        if res["graph_max_bs"] is not None:
-            GRAPH_MAX_BS[name] = res["graph_max_bs"]
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    for _ in range(30 if wait_gpu else 0):
+        if gpu_used_mib() < 2000:
+            break
+        time.sleep(1)
+    res.update(digest(server["logp"], f"{name}-{server['pair']}", a.out))
+    record_caps(name, res)
     return res
+
+
+def record_caps(name, caps):
+    """Keep the running cap and graph size a server logged (eagle-v2 and adaptive take
+    plain-default's)."""
+    if caps.get("max_running_requests") is not None:
+        RUNNING_CAP[name] = caps["max_running_requests"]
+    if caps.get("graph_max_bs") is not None:
+        GRAPH_MAX_BS[name] = caps["graph_max_bs"]
+
+
+def serve(name, pair, threshold, a, work):
+    """One server alone on the GPU: started, warmed, given its work, stopped."""
+    server = start(name, pair, threshold, a)
+    try:
+        if server["res"]["healthy"]:
+            server["res"]["warm_s"] = loadgen.warm(server["url"])
+            print(f"   warm pass (C=128, 32 tokens) took {server['res']['warm_s']} s", flush=True)
+            work(server["url"], server["res"])
+    finally:
+        stop(server, a)
+    return server["res"]
 
 
 # Sampling temperature per pair: the `real` pair's acceptance comes from the target sampling
@@ -490,31 +522,127 @@ def profile(url, res, c, temperature, a):
         print(text.splitlines()[1] if len(text.splitlines()) > 1 else text, flush=True)
 
 
+def untimed_pass(url, res, c, a):
+    """An untimed repeat at this concurrency, as long as a timed one: in run G3 the first
+    repeat at a new level often ran slow (C=8: about half speed on eagle-v2 and gated-v2),
+    and in G9 a short pass (8 tokens) still left eagle-v2's repeats at C=8 and 32 rising
+    (2203, 2571, 3118; 6502, 7198, 7851). Its figure is kept (`untimed`) to show what it
+    absorbed."""
+    untimed = loadgen.bench(url, c, seed=900 + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
+                            min_requests=a.min_requests)
+    res.setdefault("untimed", {})[str(c)] = untimed["tok_s"]
+    print(f"   {res['server']} C={c:>3} untimed tok/s={untimed['tok_s']:>9}", flush=True)
+
+
+def timed_repeat(url, res, c, rep, a, rows):
+    """Repeat `rep` at concurrency c: one row. Every server's repeat `rep` at c has the same
+    prompts."""
+    row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
+                        min_requests=a.min_requests)
+    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state())
+    rows.append(row)
+    print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
+          f"accept={row['mean_accept_len']}", flush=True)
+
+
+def out_of_time(a):
+    return time.time() - T0 > a.deadline_s - 45
+
+
 def throughput(a, rows):
     def work(url, res):
-        temperature = TEMPERATURE.get(res["pair"], 0.0)
         for c in a.levels:
-            # An untimed repeat at this concurrency first, as long as a timed one: in run G3
-            # the first repeat at a new level often ran slow (C=8: about half speed on
-            # eagle-v2 and gated-v2), and in G9 a short pass (8 tokens) still left eagle-v2's
-            # repeats at C=8 and 32 rising (2203, 2571, 3118; 6502, 7198, 7851). Its figure
-            # is kept (`untimed`) to show what it absorbed.
-            untimed = loadgen.bench(url, c, seed=900 + c, temperature=temperature, min_requests=a.min_requests)
-            res.setdefault("untimed", {})[str(c)] = untimed["tok_s"]
-            print(f"   {res['server']} C={c:>3} untimed tok/s={untimed['tok_s']:>9}", flush=True)
+            untimed_pass(url, res, c, a)
             for rep in range(a.repeats):
-                if time.time() - T0 > a.deadline_s - 45:
+                if out_of_time(a):
                     res["cut_short"] = True
                     return
-                row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=temperature,
-                                    min_requests=a.min_requests)
-                row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state())
-                rows.append(row)
-                print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
-                      f"accept={row['mean_accept_len']}", flush=True)
+                timed_repeat(url, res, c, rep, a, rows)
             if res["server"] in a.profile and c in a.profile_levels:
-                profile(url, res, c, temperature, a)
+                profile(url, res, c, TEMPERATURE.get(res["pair"], 0.0), a)
     return work
+
+
+# --side-by-side: every server of the call up at once on the one GPU, and at each level
+# their timed repeats interleaved (repeat r of each server in turn, the order rotated by one
+# each repeat). A machine whose speed drifts within a call then slows every server alike: in
+# H8 one start of a server ran its C=1 decode at 620-1000 tok/s from one minute to the next,
+# and one of three repeats at C=64 is often slow on every server of a call. Each server's KV
+# pool is capped so that four fit beside each other (C=256 of this harness peaked near 98k
+# tokens on plain-default in H9; SGLang then still derives a running cap of 4096), and an
+# idle server sleeps (--sleep-on-idle) rather than spin its scheduler on the cores the
+# measured one uses.
+SIDE_BY_SIDE_TOKENS = 200_000
+SIDE_BY_SIDE_MAX = 4
+SIDE_BY_SIDE_PORT = 30100
+PATCHED_KINDS = ("gated", "gated-v2")  # the servers config() runs on the patched tree
+
+
+def side_by_side_order(servers, rep):
+    """Repeat `rep`'s order: rotated by one each repeat, so that no server always runs
+    right after the same one."""
+    k = rep % len(servers)
+    return servers[k:] + servers[:k]
+
+
+def side_by_side_dirs(names):
+    """The folder each server runs from: one per tree (pristine, patched, each variant),
+    copied once and shared by the servers of that tree. The first is `run-tree`, the folder
+    of a sequential call (SGLang's JIT caches name the path: a warm machine's are reused)."""
+    dirs, out = {}, []
+    for name in names:
+        key = (server_kind(name) in PATCHED_KINDS, variant_module(name))
+        dirs.setdefault(key, "run-tree" if not dirs else f"run-tree-{len(dirs) + 1}")
+        out.append(dirs[key])
+    return out
+
+
+def side_by_side_refusal(a, items):
+    """Why a call cannot run its servers side by side, or None."""
+    if len(items) > SIDE_BY_SIDE_MAX:
+        return f"at most {SIDE_BY_SIDE_MAX} servers fit beside each other, not {len(items)}"
+    if len({name for name, _ in items}) < len(items):
+        return "a server named twice (a second start is NAME@2)"
+    if any(pair not in ("accept", "real") for _, pair in items):
+        return "throughput pairs only (accept, real)"
+    if a.catchup or a.profile:
+        return "not with --catchup or --profile (each measures one server alone)"
+    if a.threshold == "calibrate" and any(server_kind(name) in CALIBRATE_ON for name, _ in items):
+        return "a fixed --threshold (calibrate reads rows measured before the gated server starts)"
+    return None
+
+
+def side_by_side(a, items, rows):
+    """Start every server of `items` (name, pair) one after another, each beside the ones
+    already up; then per level an untimed pass on each, and the timed repeats interleaved.
+    Returns each server's record."""
+    threshold = None if a.threshold == "calibrate" else int(a.threshold)
+    extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
+    servers, copied = [], set()
+    try:
+        for i, ((name, pair), tree_dir) in enumerate(zip(items, side_by_side_dirs([n for n, _ in items]), strict=True)):
+            server = start(name, pair, threshold, a, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
+                           extra_args=extra, copy_tree=tree_dir not in copied)
+            copied.add(tree_dir)
+            servers.append(server)
+            # eagle-v2 and adaptive take plain-default's running cap and graph size
+            record_caps(name, logged_caps(open(server["logp"], errors="replace").read().splitlines()))
+        up = [s for s in servers if s["res"]["healthy"]]
+        for s in up:
+            s["res"]["warm_s"] = loadgen.warm(s["url"])
+        for c in a.levels:
+            for s in up:
+                untimed_pass(s["url"], s["res"], c, a)
+            for rep in range(a.repeats):
+                for s in side_by_side_order(up, rep):
+                    if out_of_time(a):
+                        s["res"]["cut_short"] = True
+                        return [s["res"] for s in servers]
+                    timed_repeat(s["url"], s["res"], c, rep, a, rows)
+        return [s["res"] for s in servers]
+    finally:
+        for i, s in enumerate(servers):  # the GPU's memory frees only once all are down
+            stop(s, a, wait_gpu=i == len(servers) - 1)
 
 
 def sweep_file(rows, server, pair, path):
@@ -617,6 +745,11 @@ def main():
                     help="each server's scheduler process alone on the first server core, the rest "
                          "of the server on the others (G9, G10: it did not narrow the spread between "
                          "starts, and slowed the speculative servers at C <= 8)")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="every server up at once on the GPU (at most 4, KV pools capped at "
+                         f"{SIDE_BY_SIDE_TOKENS} tokens, idle ones asleep), their timed repeats "
+                         "interleaved at each level: drift within the call falls on all alike. "
+                         "Throughput pairs only, with a fixed --threshold")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -634,6 +767,11 @@ def main():
         if module and not os.path.exists(module):
             raise SystemExit(f"{item}: no {module}; write it with `git show REV:eaglegate/patches/"
                              f"gate_module.py` and carry bench/gpu/variants")
+    items = [tuple(item.split(":")) for item in a.servers.split(",")]
+    if a.side_by_side:
+        refusal = side_by_side_refusal(a, items)
+        if refusal:
+            raise SystemExit(f"--side-by-side: {refusal}")
     a.levels = [int(c) for c in a.levels.split(",")]
     a.profile = set(filter(None, a.profile.split(",")))
     a.profile_levels = [int(c) for c in a.profile_levels.split(",")]
@@ -661,7 +799,10 @@ def main():
             raise SystemExit("--catchup needs a fixed --threshold (e.g. 16)")
         out["catchup"] = {"runs": {}, "threshold": int(a.threshold), "workload": CATCHUP}
     rows, outputs = out["rows"], {}
-    for item in a.servers.split(","):
+    if a.side_by_side:
+        out["side_by_side"] = {"kv_tokens": SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r"}
+        out["servers"] = side_by_side(a, items, rows)
+    for item in ([] if a.side_by_side else a.servers.split(",")):  # one server at a time
         name, pair = item.split(":")
         if time.time() - T0 > a.deadline_s - 110:
             print(f"== {item}: skipped, too little time left", flush=True)
