@@ -180,6 +180,8 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
     return {
         "sglang": versions.pop(), "table_runs": list(table_runs), "levels": levels, "borrowed": borrowed,
         "notes": notes,
+        # run.py --side-by-side: the servers up at once, their repeats interleaved
+        "side_by_side": sorted(run for run in table_runs if runs[run].get("side_by_side")),
         "thresholds": {run: runs[run].get("threshold") for run in table_runs},
         "calibrate": {run: runs[run].get("calibrate") for run in table_runs},
         "medians": medians,
@@ -203,13 +205,13 @@ def runs_table(section: dict, servers) -> str:
                 continue
             source = section["borrowed"].get(run, {}).get(server)
             label = server + (f", threshold {section['thresholds'][run]}" if server == "gated-v2" else "")
-            lines.append(f"| {label} | {source or run} ({pair_of(section, run)}) | "
+            lines.append(f"| {label} | {source or run} ({pair_label(section, run)}) | "
                          + " | ".join(f"{v:.0f}" if v else "-" for v in values) + " |")
     for run in section["table_runs"]:
         m = section["medians"][run]
         present = [s for s in others if any(m[s])]
         best = [max((v for v in col if v), default=None) for col in zip(*(m[s] for s in present), strict=True)]
-        lines.append(ratio_line(f"gated-v2 / max({', '.join(present)}) | {run} ({pair_of(section, run)})",
+        lines.append(ratio_line(f"gated-v2 / max({', '.join(present)}) | {run} ({pair_label(section, run)})",
                                 m["gated-v2"], best))
     return "\n".join(lines)
 
@@ -270,7 +272,7 @@ def repeatability_table(section: dict) -> str:
         lines.append(f"| calibrate's threshold | {' → '.join(map(str, rep['thresholds']))} "
                      f"({moves}) |" + " |" * (len(levels) - 1))
     for run, start in section["repeatability"]["two_starts"].items():
-        lines += ["", f"| {run} ({pair_of(section, run)}): each server started twice, median of 3 | "
+        lines += ["", f"| {run} ({pair_label(section, run)}): each server started twice, median of 3 | "
                   + " | ".join(f"C={c}" for c in start["levels"]) + " |",
                   "|---" * (len(start["levels"]) + 1) + "|"]
         lines += [f"| {s} | " + " | ".join(f"{v:.0f}" for v in vals) + " |"
@@ -287,8 +289,10 @@ def c1_table(c1: dict, pair: str, sglang: str) -> str:
     return "\n".join(lines)
 
 
-def pair_of(section: dict, run: str) -> str:
-    return next(r["pair"] for r in section["rows"] if r["run"] == run)
+def pair_label(section: dict, run: str) -> str:
+    """A run's pair, and how its servers ran when not one after another."""
+    pair = next(r["pair"] for r in section["rows"] if r["run"] == run)
+    return pair + (", side by side" if run in section.get("side_by_side", ()) else "")
 
 
 def median(rows, server, c, run=TABLE_RUN):
