@@ -4,6 +4,7 @@ run stops before any server starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -203,3 +204,135 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, mon
     records = run.side_by_side(args, [("plain-default", "accept"), ("eagle-v2", "accept")], [])
     assert stopped == ["plain-default", "eagle-v2"]
     assert [r.get("cut_short") for r in records] == [True, None]
+
+
+FAKE_LAUNCH_SERVER = '''
+"""A stand-in for `python -m sglang.launch_server`: answers /health and /generate at once,
+logs the line run.py reads the running cap from, and records how it was started."""
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+argv = sys.argv[1:]
+port = int(argv[argv.index("--port") + 1])
+print("max_total_num_tokens=200000, max_running_requests=4096, context_len=4096", flush=True)
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({"argv": argv, "tree": os.path.dirname(os.path.dirname(__file__))}) + "\\n")
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._answer({})
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = req["sampling_params"]["max_new_tokens"]
+        self._answer({"output_ids": [7] * n, "meta_info": {}})
+
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default 5 drops the warm pass's 128 connections a while
+    daemon_threads = True
+
+
+Server(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+SEQUENTIAL_ORDER = [
+    (c, r, s) for s in ("plain-default", "eagle-v2") for c in (1, 8) for r in (0, 1)
+]
+SIDE_BY_SIDE_ORDER = [
+    (1, 0, "plain-default"),
+    (1, 0, "eagle-v2"),
+    (1, 1, "eagle-v2"),
+    (1, 1, "plain-default"),
+    (8, 0, "plain-default"),
+    (8, 0, "eagle-v2"),
+    (8, 1, "eagle-v2"),
+    (8, 1, "plain-default"),
+]
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
+    """The whole call, through the script, on stand-ins for SGLang. Side by side: both
+    servers up before any load, one tree folder shared, two ports, the KV cap and idle sleep
+    passed, the rows interleaved and rotated. One after another: each server's rows in turn,
+    no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged."""
+    stage = Path(run.S)
+    (stage / "site" / "flashinfer").mkdir(parents=True)
+    (stage / "logs").mkdir()
+    (stage / "pristine" / "sglang").mkdir(parents=True)
+    (stage / "pristine" / "sglang" / "__init__.py").write_text("")
+    (stage / "pristine" / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    weights = Path(run.W)
+    (weights / "accept-target").mkdir(parents=True)
+    (weights / "accept-target" / "config.json").write_text("{}")
+    (weights / "weights.json").write_text("{}")
+    fake_eg = tmp_path / "eg.py"
+    fake_eg.write_text('import json; print(json.dumps({"version": "0.0-stand-in"}))')
+    record, out = tmp_path / "started.jsonl", tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            *(["--side-by-side"] if side_by_side else []),
+            "--servers",
+            "plain-default:accept,eagle-v2:accept",
+            "--levels",
+            "1,8",
+            "--repeats",
+            "2",
+            "--tag",
+            "T",
+            "--out",
+            str(out),
+            "--deadline-s",
+            "300",
+        ],
+        env={
+            **os.environ,
+            "STAGE": str(stage),
+            "EG": f"{sys.executable} {fake_eg}",
+            "FAKE_RECORD": str(record),
+        },
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "rows_T.json").read_text())
+    assert [s["healthy"] for s in result["servers"]] == [True, True]
+    started = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [s["tree"] for s in started] == [str(stage / "run-tree")] * 2
+    eagle = started[1]["argv"]
+    assert (
+        eagle[eagle.index("--max-running-requests") + 1] == "4096"
+    )  # plain-default's, from its log
+    order = [(r["C"], r["repeat"], r["server"]) for r in result["rows"]]
+    assert all(r["errors"] == 0 and r["tok_s"] > 0 for r in result["rows"])
+    assert (out / "log_plain-default-accept.txt").exists() and (
+        out / "log_eagle-v2-accept.txt"
+    ).exists()
+    if not side_by_side:
+        assert order == SEQUENTIAL_ORDER and "side_by_side" not in result
+        assert not any("--sleep-on-idle" in s["argv"] for s in started)
+        return
+    assert order == SIDE_BY_SIDE_ORDER
+    assert result["side_by_side"]["kv_tokens"] == run.SIDE_BY_SIDE_TOKENS
+    ports = [s["argv"][s["argv"].index("--port") + 1] for s in started]
+    assert len(set(ports)) == 2
+    for s in started:
+        assert "--sleep-on-idle" in s["argv"]
+        assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(run.SIDE_BY_SIDE_TOKENS)
