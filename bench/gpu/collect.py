@@ -154,7 +154,7 @@ NEWEST_NOTES = {
           "spread; gated-v2@2 did not fit the call",
     "H8": "the bisect of the C=1 gap, one call on one machine, threshold 56, C=1 and 128: the gate "
           "before both changes (713c48d, H1's), with the one-token rows only (ad3a0d2), and today's, "
-          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1, so the gap was the start, not a change",
+          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1, no change slowed C=1, and the spread between starts is larger than H6's and H7's gaps",
     "H9": "H1's command with today's gate (b8655ee), threshold 56",
     "H10": "H3's command (real pair, threshold from calibrate: 34) with today's gate (b8655ee)",
 }
