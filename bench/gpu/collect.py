@@ -154,7 +154,8 @@ NEWEST_NOTES = {
           "spread; gated-v2@2 did not fit the call",
     "H8": "the bisect of the C=1 gap, one call on one machine, threshold 56, C=1 and 128: the gate "
           "before both changes (713c48d, H1's), with the one-token rows only (ad3a0d2), and today's, "
-          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1, no change slowed C=1, and the spread between starts is larger than H6's and H7's gaps",
+          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1: no change slowed C=1, and the spread "
+          "between starts is larger than H6's and H7's gaps",
     "H9": "H1's command with today's gate (b8655ee), threshold 56",
     "H10": "H3's command (real pair, threshold from calibrate: 34) with today's gate (b8655ee)",
 }
@@ -245,8 +246,8 @@ def repeatability(section: dict) -> dict:
 def c1_every_start(section: dict, pair: str, runs) -> dict:
     """Every start of eagle-v2 and gated-v2 on `pair` at C=1 in `runs` (the median of its
     repeats), the median over all starts and their ratio. At C=1 every calibrated threshold
-    has gated-v2 run EAGLE's own step, so what separates two starts there is the start, not
-    the gate. A second start (`NAME@2`) and a gate of another revision (`NAME+REV`, whose
+    has gated-v2 run EAGLE's own step, so two starts differ there by the start and by what the
+    gate adds to a speculative step: many starts tell one from the other. A second start (`NAME@2`) and a gate of another revision (`NAME+REV`, whose
     changes touch only gated steps) count as starts of their server."""
     rows = [r for r in section["rows"] if r["run"] in runs and r["pair"] == pair]
     c1 = {}

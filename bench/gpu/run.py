@@ -79,6 +79,11 @@ def server_kind(name):
     return name.split("@")[0].split("+")[0]
 
 
+def tree_of(kind):
+    """The tree a server runs: the gating servers the patched copy, every other the pristine."""
+    return "patched" if kind in ("gated", "gated-v2") else "pristine"
+
+
 def variant_module(name):
     """The gate module file of a `NAME+REV` server, or None."""
     _, _, rev = name.split("@")[0].partition("+")
@@ -205,18 +210,18 @@ def common(pair):
 def config(server, pair, threshold):
     base = common(pair)
     if server == "plain-default":
-        return "pristine", base, {}
+        return tree_of(server), base, {}
     if server == "plain":
-        return "pristine", base + ["--disable-overlap-schedule"], {}
+        return tree_of(server), base + ["--disable-overlap-schedule"], {}
     if server == "eagle-v2":
         # Unpatched EAGLE-3 on the overlap worker (SGLang's default), with the running cap
         # plain-default logged (unpatched speculation would reset it to 48).
         cap = RUNNING_CAP.get("plain-default", max(LEVELS))
-        return "pristine", base + spec_flags(pair) + ["--max-running-requests", str(cap)], {}
+        return tree_of(server), base + spec_flags(pair) + ["--max-running-requests", str(cap)], {}
     if server == "gated-v2":
         flags, env = plan(threshold, pair, v1=False)  # exactly what plan prints for a default launch
         metrics = ["--enable-metrics"] if pair == "context" else []
-        return "patched", base + spec_flags(pair) + flags + metrics, env
+        return tree_of(server), base + spec_flags(pair) + flags + metrics, env
     # eagle drops the gate's flag, so any threshold gives its flags (before calibrate has one).
     flags, env = plan(threshold or 1, pair)
     if server == "eagle":
@@ -231,11 +236,11 @@ def config(server, pair, threshold):
         # The gated server's running cap is SGLang's own without speculation; unpatched
         # EAGLE would reset it to 48. Give it the same cap: the one plain reported.
         cap = RUNNING_CAP.get("plain", max(LEVELS))
-        return "pristine", base + spec_flags(pair) + rest + ["--max-running-requests", str(cap)], V1_ENV
+        return tree_of(server), base + spec_flags(pair) + rest + ["--max-running-requests", str(cap)], V1_ENV
     if server == "gated":
         # Metrics cost time every step: only the equivalence server (no timing) reads them.
         metrics = ["--enable-metrics"] if pair == "context" else []
-        return "patched", base + spec_flags(pair) + flags + metrics, env
+        return tree_of(server), base + spec_flags(pair) + flags + metrics, env
     raise SystemExit(f"unknown server {server}")
 
 
@@ -281,7 +286,7 @@ def adaptive_config(server, pair, threshold):
         if cap["value"] is None and cap["flag"] not in flags and mine is not None:
             flags += [cap["flag"], str(mine)]
     env = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"} if server == "adaptive-skip" else {}
-    return "pristine", common(pair) + spec_flags(pair) + flags, env
+    return tree_of(server), common(pair) + spec_flags(pair) + flags, env
 
 
 def get(url, timeout=5):
@@ -569,13 +574,13 @@ def throughput(a, rows):
 # H8 one start of a server ran its C=1 decode at 620-1000 tok/s from one minute to the next,
 # and one of three repeats at C=64 is often slow on every server of a call. Each server's KV
 # pool is capped so that four fit beside each other (C=256 of this harness peaked near 98k
-# tokens on plain-default in H9; SGLang then still derives a running cap of 4096), and an
+# tokens on plain-default in H9; 0.5.16's rule, resolve_max_num_reqs, still derives a running
+# cap of 4096 from such a pool: read, not yet run), and an
 # idle server sleeps (--sleep-on-idle) rather than spin its scheduler on the cores the
 # measured one uses.
 SIDE_BY_SIDE_TOKENS = 200_000
 SIDE_BY_SIDE_MAX = 4
 SIDE_BY_SIDE_PORT = 30100
-PATCHED_KINDS = ("gated", "gated-v2")  # the servers config() runs on the patched tree
 
 
 def side_by_side_order(servers, rep):
@@ -591,7 +596,7 @@ def side_by_side_dirs(names):
     of a sequential call (SGLang's JIT caches name the path: a warm machine's are reused)."""
     dirs, out = {}, []
     for name in names:
-        key = (server_kind(name) in PATCHED_KINDS, variant_module(name))
+        key = (tree_of(server_kind(name)), variant_module(name))
         dirs.setdefault(key, "run-tree" if not dirs else f"run-tree-{len(dirs) + 1}")
         out.append(dirs[key])
     return out
