@@ -131,8 +131,10 @@ TWO_STARTS = ("G8",)
 # sets under deterministic inference in the call between them. H6 and H7: the accept pair
 # again, with the gate changed after the profile P2; H8 the bisect of H6's and H7's C=1 gap
 # (each gate beside eagle-v2, no plain-default: its rows count only as C=1 starts); H9 and
-# H10 both pairs with the gate of 2026-12-03.
-NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10")
+# H10 both pairs with the gate of 2026-12-03; H11 to H13 the same servers side by side on one
+# GPU (run.py --side-by-side), their repeats interleaved: H11 and H13 the accept pair, H12 the
+# real pair.
+NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13")
 NEWEST_STARTS = ("H8",)
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
@@ -158,6 +160,10 @@ NEWEST_NOTES = {
           "between starts is larger than H6's and H7's gaps",
     "H9": "H1's command with today's gate (b8655ee), threshold 56",
     "H10": "H3's command (real pair, threshold from calibrate: 34) with today's gate (b8655ee)",
+    "H11": "H9's servers side by side (--side-by-side: all three up at once, KV pools capped at "
+           "200,000 tokens, repeats interleaved and rotated), the gate of b8655ee, threshold 56",
+    "H12": "H10's servers side by side, real pair, threshold 34 (H10's calibrate)",
+    "H13": "H11's command again, on another machine",
 }
 # Servers whose rows come from another call of the same version and pair.
 NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
@@ -259,6 +265,55 @@ def c1_every_start(section: dict, pair: str, runs) -> dict:
         c1[kind] = {"starts": medians, "median": statistics.median(medians.values())}
     c1["ratio"] = round(c1["gated-v2"]["median"] / c1["eagle-v2"]["median"], 3)
     return c1
+
+
+# SGLang's decode log line: every DECODE_LOG_INTERVAL decode steps (its default, which run.py
+# keeps outside --catchup), the running batch, the KV tokens in use, and the output tokens per
+# second since the line before.
+DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+), #token: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
+DECODE_LOG_INTERVAL = 40
+
+
+def steady_decode(run: str, server: str, pair: str, levels) -> dict:
+    """Decode speed alone, read from a server's log: the median of the decode log's
+    throughput over the intervals that only decoded the same C requests: the line before at C
+    too, and the KV tokens in use up by at least one per request and step. A request that
+    finished and was replaced takes its whole length out (SGLang logs few of its prefills), and
+    a turn of another server side by side starts with a new wave. The row's tok/s also counts
+    each wave's prefills and the steps around them; this tells a slower step from a slower
+    turnover."""
+    text = (RAW / run / f"log_{server}-{pair}.txt").read_text(errors="replace")
+    speeds, before = {c: [] for c in levels}, (None, 0)
+    for found in DECODE_LINE.finditer(text):
+        running, tokens, tok_s = int(found[1]), int(found[2]), float(found[3])
+        if running == before[0] and running in speeds and tokens - before[1] >= running * DECODE_LOG_INTERVAL:
+            speeds[running].append(tok_s)
+        before = (running, tokens)
+    return {c: statistics.median(v) if v else None for c, v in speeds.items()}
+
+
+def steady_section(section: dict, servers=("plain-default", "gated-v2")) -> dict:
+    """`steady_decode` of plain-default and gated-v2 in each side-by-side run, at the levels
+    where the gate decodes, and their ratio."""
+    out = {}
+    for run in section["side_by_side"]:
+        pair = pair_label(section, run).split(",")[0]
+        levels = [c for c in section["levels"] if c > section["thresholds"][run]]
+        speeds = {s: steady_decode(run, s, pair, levels) for s in servers}
+        out[run] = {"levels": levels, "tok_s": speeds,
+                    "ratio": [round(speeds["gated-v2"][c] / speeds["plain-default"][c], 3) for c in levels]}
+    return out
+
+
+def steady_table(steady: dict) -> str:
+    lines = []
+    for run, rec in steady.items():
+        lines += [""] if lines else []
+        lines += [f"| {run}: decode log, intervals of decode steps only at C (median tok/s) | "
+                  + " | ".join(f"C={c}" for c in rec["levels"]) + " |", "|---" * (len(rec["levels"]) + 1) + "|"]
+        lines += [f"| {s} | " + " | ".join(f"{v:.0f}" for v in vals.values()) + " |" for s, vals in rec["tok_s"].items()]
+        lines.append("| gated-v2 / plain-default | " + " | ".join(f"{r:.1%}" for r in rec["ratio"]) + " |")
+    return "\n".join(lines)
 
 
 def repeatability_table(section: dict) -> str:
@@ -379,6 +434,7 @@ def main() -> None:
                                     NEWEST_SERVERS, NEWEST_BORROWED, extra_runs=NEWEST_STARTS)
     result["newest"]["c1_every_start"] = c1_every_start(result["newest"], "accept",
                                                         [*NEWEST_RUNS, *NEWEST_STARTS])
+    result["newest"]["steady_decode"] = steady_section(result["newest"])
     result["catchup"] = catchup_section()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
@@ -392,6 +448,8 @@ def main() -> None:
                    result["overlap_worker"]["sglang"]))
     print()
     print(c1_table(result["newest"]["c1_every_start"], "accept", result["newest"]["sglang"]))
+    print()
+    print(steady_table(result["newest"]["steady_decode"]))
     print()
     print(catchup_table(result["catchup"]))
 

@@ -1,0 +1,63 @@
+"""bench/gpu/collect.py's reading of SGLang's decode log (`steady_decode`): which intervals
+count as decode steps only at one batch size."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+sys.path.insert(0, str(BENCH))
+
+import collect  # noqa: E402
+
+
+def line(running, tokens, tok_s, extra=""):
+    return (
+        f"[2026-12-03 11:37:04] Decode batch, #running-req: {running}, #token: {tokens}, "
+        f"token usage: 0.10, {extra}cuda graph: True, gen throughput (token/s): {tok_s}, "
+        f"#queue-req: 0, gate(>56, <49): off, 1861 spec / 500 gated"
+    )
+
+
+@pytest.fixture
+def raw(tmp_path, monkeypatch):
+    monkeypatch.setattr(collect, "RAW", tmp_path)
+    (tmp_path / "R").mkdir()
+
+    def write(*lines):
+        (tmp_path / "R" / "log_gated-v2-accept.txt").write_text("\n".join(lines) + "\n")
+        return collect.steady_decode("R", "gated-v2", "accept", [64, 128])
+
+    return write
+
+
+def test_counts_only_intervals_that_decoded_the_same_batch(raw):
+    steps = 64 * collect.DECODE_LOG_INTERVAL
+    speeds = raw(
+        line(64, 17000, 500.0),  # the first line: no interval before it
+        line(64, 17000 + steps, 20000.0),
+        line(64, 17000 + 2 * steps, 21000.0),
+        line(64, 16000, 7000.0),  # a wave replaced: the tokens in use fell
+        line(64, 16000 + steps, 22000.0),
+        line(41, 16000, 9000.0, "accept len: 3.71, "),  # the batch changed
+        line(64, 16000 + steps, 1200.0),  # back at 64 after another size
+    )
+    assert speeds == {64: 21000.0, 128: None}
+
+
+def test_an_interval_that_gained_fewer_tokens_than_one_per_request_and_step_is_left_out(raw):
+    steps = 128 * collect.DECODE_LOG_INTERVAL
+    speeds = raw(
+        line(128, 30000, 1.0), line(128, 30000 + steps - 1, 5.0), line(128, 60000, 33000.0)
+    )
+    assert speeds[128] == 33000.0
+
+
+def test_a_log_without_decode_lines_has_no_speed(raw):
+    assert raw("[2026-12-03 11:37:04] Prefill batch, #new-seq: 32, #new-token: 8192") == {
+        64: None,
+        128: None,
+    }
