@@ -4,6 +4,7 @@ file patched by half). The real releases are tested in tests/test_patch_*.py."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +13,7 @@ from eaglegate.errors import UserError
 from eaglegate.patches.codemods import (
     scheduler_metrics,
     server_args,
+    spec_alloc_tolist,
     spec_metrics_log,
     speculative_hook,
     v1_worker,
@@ -608,3 +610,125 @@ def test_v2_decode_prep_on_the_batchs_window():
     assert_refuses(v2_decode_prep.patch_allocate_for_eagle_v2,
                    BATCH_WINDOW_BEFORE.replace("EagleDraftInput.ALLOC_LEN_PER_DECODE", "2"),
                    "matched 0 site(s), expected 1")
+
+
+# --- spec_alloc_tolist (SGLang PR #35377 backported) ----------------------------------------
+
+ALLOC_BEFORE = """import torch
+
+
+def alloc_for_spec_decode(tree_cache, *, reqs, nxt_kv_lens_cpu, num_needed_tokens):
+    if num_needed_tokens > 0:
+        tree_cache.alloc(num_needed_tokens)
+
+    for i, req in enumerate(reqs):
+        req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))
+"""
+
+ALLOC_AFTER = """import torch
+
+
+def alloc_for_spec_decode(tree_cache, *, reqs, nxt_kv_lens_cpu, num_needed_tokens):
+    if num_needed_tokens > 0:
+        tree_cache.alloc(num_needed_tokens)
+
+    nxt_kv_lens_list = nxt_kv_lens_cpu.tolist()  # eaglegate: backport of SGLang PR #35377
+    for req, nxt_kv_len in zip(reqs, nxt_kv_lens_list, strict=True):
+        req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, nxt_kv_len)
+"""
+ALLOC_LOOP = (
+    "    for i, req in enumerate(reqs):\n"
+    "        req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))\n"
+)
+
+
+def test_spec_alloc_tolist():
+    assert spec_alloc_tolist.reads_scalar_per_request(ALLOC_BEFORE, "f.py")
+    assert_codemod(spec_alloc_tolist.patch_alloc_for_spec_decode, ALLOC_BEFORE, ALLOC_AFTER)
+    assert not spec_alloc_tolist.reads_scalar_per_request(ALLOC_AFTER, "f.py")
+
+
+def test_spec_alloc_tolist_finds_the_loop_under_other_names():
+    before = ALLOC_BEFORE.replace(
+        ALLOC_LOOP,
+        "    for j, r in enumerate(batch.reqs):\n"
+        "        r.kv.kv_allocated_len = max(r.kv.kv_allocated_len, int(lens[j]))\n",
+    )
+    after = spec_alloc_tolist.patch_alloc_for_spec_decode(before, "f.py")
+    assert after.endswith(
+        "    nxt_kv_lens_list = lens.tolist()  # eaglegate: backport of SGLang PR #35377\n"
+        "    for r, nxt_kv_len in zip(batch.reqs, nxt_kv_lens_list, strict=True):\n"
+        "        r.kv.kv_allocated_len = max(r.kv.kv_allocated_len, nxt_kv_len)\n"
+    )
+    assert spec_alloc_tolist.patch_alloc_for_spec_decode(after, "f.py") == after
+
+
+def test_spec_alloc_tolist_leaves_the_list_form_alone():
+    """0.5.19 on: upstream's own list form, with no mark, is already what the backport writes."""
+    upstream = ALLOC_AFTER.replace("  # eaglegate: backport of SGLang PR #35377", "")
+    assert not spec_alloc_tolist.reads_scalar_per_request(upstream, "f.py")
+    assert spec_alloc_tolist.patch_alloc_for_spec_decode(upstream, "f.py") == upstream
+
+
+@pytest.mark.parametrize(
+    "near_miss",
+    [
+        # The loop does something else as well: the index is still needed.
+        ALLOC_LOOP + "        req.kv.seen = i\n",
+        # Another request's length, not this one's.
+        ALLOC_LOOP.replace("nxt_kv_lens_cpu[i]", "nxt_kv_lens_cpu[i + 1]"),
+        # Another attribute kept than the one set.
+        ALLOC_LOOP.replace("max(req.kv.kv_allocated_len,", "max(req.kv_committed_len,"),
+        # The length read without int(): a tensor, not the Python int the list form gives.
+        ALLOC_LOOP.replace("int(nxt_kv_lens_cpu[i])", "nxt_kv_lens_cpu[i]"),
+        # Not a statement of the function's own body.
+        "    if reqs:\n" + textwrap.indent(ALLOC_LOOP, "    "),
+    ],
+)
+def test_spec_alloc_tolist_leaves_a_near_miss_alone_and_refuses_to_rewrite_it(near_miss):
+    """Not PR #35377's loop: `generate` does not pick the backport (the gate is right without
+    it), and the transform, asked anyway, names what it did not find."""
+    source = ALLOC_BEFORE.replace(ALLOC_LOOP, near_miss)
+    assert source != ALLOC_BEFORE
+    assert not spec_alloc_tolist.reads_scalar_per_request(source, "f.py")
+    assert_refuses(
+        spec_alloc_tolist.patch_alloc_for_spec_decode,
+        source,
+        "anchor alloc_for_spec_decode: the loop `for i, req in enumerate(reqs)",
+    )
+
+
+def test_spec_alloc_tolist_refuses_two_loops():
+    source = ALLOC_BEFORE + ALLOC_LOOP
+    assert spec_alloc_tolist.reads_scalar_per_request(source, "f.py")
+    assert_refuses(
+        spec_alloc_tolist.patch_alloc_for_spec_decode, source, "f.py matched 2 site(s), expected 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "what"),
+    [
+        (
+            "    return i\n",
+            "statements after the loop that read its index `i` in f.py matched 1 site(s), expected 0",
+        ),
+        (
+            "    nxt_kv_len = 0\n",
+            "uses of the names `nxt_kv_lens_list`, `nxt_kv_len` the rewrite adds in f.py "
+            "matched 1 site(s), expected 0",
+        ),
+    ],
+)
+def test_spec_alloc_tolist_refuses_a_rewrite_that_would_change_another_statement(extra, what):
+    assert_refuses(spec_alloc_tolist.patch_alloc_for_spec_decode, ALLOC_BEFORE + extra, what)
+
+
+def test_spec_alloc_tolist_refuses_a_module_without_the_function():
+    source = ALLOC_BEFORE.replace("def alloc_for_spec_decode(", "def alloc_for_decode(")
+    assert not spec_alloc_tolist.reads_scalar_per_request(source, "f.py")
+    assert_refuses(
+        spec_alloc_tolist.patch_alloc_for_spec_decode,
+        source,
+        "anchor alloc_for_spec_decode: module-level function definition in f.py matched 0 site(s)",
+    )

@@ -149,3 +149,87 @@ def test_check_tree_on_an_installed_patched_package(release_tree, tmp_path):
     assert not check_tree(package).ok  # gate module not installed
     (package / GATE).write_text(gate)
     assert check_tree(package).ok
+
+
+# --- SGLang PR #35377 backported: alloc_for_spec_decode's bookkeeping, on CPU -----------------
+
+
+class CpuLengths:
+    """`nxt_kv_lens_cpu`: an int32 CPU tensor stand-in that counts how it is read."""
+
+    def __init__(self, values):
+        import numpy as np
+
+        self.values = np.array(values, dtype=np.int32)
+        self.scalar_reads = self.list_reads = 0
+
+    def __getitem__(self, index):
+        self.scalar_reads += 1
+        return self.values[index]
+
+    def tolist(self):
+        self.list_reads += 1
+        return self.values.tolist()
+
+
+def _alloc_for_spec_decode(source: str):
+    """`alloc_for_spec_decode` compiled alone from `source`, without decorators or annotations
+    (they name SGLang's classes); with no token to allocate it runs only its bookkeeping."""
+    import ast
+
+    func = next(
+        n
+        for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef) and n.name == "alloc_for_spec_decode"
+    )
+    func.decorator_list, func.returns = [], None
+    for arg in (*func.args.args, *func.args.kwonlyargs):
+        arg.annotation = None
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[func], type_ignores=[]), "allocation.py", "exec"), namespace)
+    return namespace["alloc_for_spec_decode"]
+
+
+def _allocated_after(alloc, allocated: list[int], lengths: CpuLengths) -> list:
+    from types import SimpleNamespace
+
+    reqs = [SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=n)) for n in allocated]
+    alloc(
+        None,
+        None,
+        reqs=reqs,
+        req_pool_indices=None,
+        cur_kv_lens=None,
+        cur_kv_lens_cpu=None,
+        nxt_kv_lens=None,
+        nxt_kv_lens_cpu=lengths,
+        num_needed_tokens=0,
+        batch=None,
+    )
+    return [r.kv.kv_allocated_len for r in reqs]
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17", "0.5.18"])
+def test_the_pr_35377_backport_keeps_every_allocation_with_one_read_for_the_batch(
+    release_tree, version
+):
+    """The release's loop and the patched one leave the same Python ints, request by request
+    (a larger allocation kept, a smaller one raised), but the patched one reads the lengths
+    once, not once a request."""
+    rel = "srt/mem_cache/allocation.py"
+    patched = next(
+        c.after.decode()
+        for c in generate_patch(release_tree(version), worker="v2").changes
+        if c.path == f"sglang/{rel}"
+    )
+    allocated, lengths = [0, 40, 17, 96, 5], [32, 40, 64, 64, 8]
+    own = CpuLengths(lengths)
+    expected = _allocated_after(
+        _alloc_for_spec_decode((release_tree(version).root / rel).read_text()), allocated, own
+    )
+    backported = CpuLengths(lengths)
+    got = _allocated_after(_alloc_for_spec_decode(patched), allocated, backported)
+    assert got == expected == [32, 40, 64, 96, 8]
+    assert [type(n) for n in got] == [type(n) for n in expected] == [int] * len(lengths)
+    assert (own.scalar_reads, own.list_reads) == (len(lengths), 0)
+    assert (backported.scalar_reads, backported.list_reads) == (0, 1)

@@ -7,6 +7,7 @@ release no test names is covered too."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -19,8 +20,9 @@ from test_patch_flow import tree_hash
 from eaglegate.analyzer.source import from_path
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods.server_args import FLAG
+from eaglegate.patches.codemods.spec_alloc_tolist import FUNCTION, patch_alloc_for_spec_decode
 from eaglegate.patches.diff import render_patch
-from eaglegate.patches.generate import check_family, generate_patch, launch_flags
+from eaglegate.patches.generate import SPEC_ALLOC, check_family, generate_patch, launch_flags
 from eaglegate.patches.plan import build_plan
 from eaglegate.patches.transaction import apply, revert, status
 from eaglegate.patches.verify import verify_tree
@@ -41,6 +43,10 @@ NATIVE_ADAPTIVE = [v["version"] for v in json.loads(CATALOGUE.read_text())["vers
 FIRST_V2 = Version("0.5.3.post2")
 TAKES_THE_PATCH = [v["version"] for v in json.loads(CATALOGUE.read_text())["versions"]
                    if FIRST_V2 <= Version(v["version"]) < Version("0.5.14")]
+# The releases whose `alloc_for_spec_decode` still reads one tensor scalar per request, so
+# that the patch backports SGLang PR #35377 (first released in 0.5.19): the function came in
+# 0.5.16 (0.5.14/0.5.15 keep that bookkeeping in plain Python in the decode preparation).
+PR_35377_BACKPORTED = ["0.5.16", "0.5.17", "0.5.18"]
 
 
 def test_the_catalogue_reaches_the_newest_release_the_suite_names():
@@ -68,9 +74,17 @@ def test_overlap_gate_flow(version, tmp_path):
     proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
+    backported = [c.path for c in patch.changes if c.path.endswith(SPEC_ALLOC)]
+    assert bool(backported) == (version in PR_35377_BACKPORTED)
+
     assert apply(parent, patch, tree_version=tree.version).changed
     report = verify_tree(from_path(parent), threshold=4)
     assert report.ok, report.to_json()
+    # The backported file goes through the same checks, manifest and revert as the gate's.
+    checked = {c.name for c in report.checks}
+    assert all(f"{path.split('/', 1)[1]} parses and compiles" in checked for path in backported)
+    recorded = {f.path: f.state for f in status(parent).files}
+    assert all(recorded.get(path) == "patched" for path in backported)
     overlap = [c for c in report.checks if "overlap worker" in c.name]
     assert len(overlap) == 2 and all(c.passed for c in overlap)
     path = next(c for c in report.checks if c.name.endswith("(overlap worker)")).detail
@@ -155,3 +169,74 @@ def test_from_0_5_13_the_cap_guard_goes_where_the_eagle_family_is_handled():
     args = next(c for c in patch.changes if c.path.endswith("srt/server_args.py"))
     assert b"--speculative-batch-gate-threshold" in args.after
     assert b"not self.speculative_batch_gate_threshold" not in args.after
+
+
+def _function_statements(source: str) -> list[str]:
+    """`alloc_for_spec_decode`'s statements, unparsed (comments dropped)."""
+    module = ast.parse(source)
+    func = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION)
+    return [ast.unparse(statement) for statement in func.body]
+
+
+def _other_module_statements(source: str) -> list[str]:
+    return [
+        ast.dump(n)
+        for n in ast.parse(source).body
+        if not (isinstance(n, ast.FunctionDef) and n.name == FUNCTION)
+    ]
+
+
+@pytest.mark.parametrize("version", NATIVE_ADAPTIVE)
+def test_pr_35377_is_backported_where_alloc_for_spec_decode_reads_a_scalar_per_request(version):
+    """0.5.16-0.5.18 get 0.5.19's list form in place of their per-index loop, nothing else in
+    the file changes, and a second run leaves it; every other release keeps its file."""
+    upstream = _function_statements((release("0.5.19").root / SPEC_ALLOC).read_text())
+    own = release(version).root / SPEC_ALLOC
+    edits = [
+        c
+        for c in generate_patch(release(version), worker="v2").changes
+        if c.path.endswith(SPEC_ALLOC)
+    ]
+    if version not in PR_35377_BACKPORTED:
+        assert edits == []
+        if Version(version) < Version("0.5.16"):
+            assert not own.is_file()
+        else:  # the release has upstream's list form already
+            assert _function_statements(own.read_text())[-2:] == upstream[-2:]
+        return
+    (edit,) = edits
+    assert edit.before == own.read_bytes()
+    before, after = edit.before.decode(), edit.after.decode()
+    assert _function_statements(after) == _function_statements(before)[:-1] + upstream[-2:]
+    assert "int(nxt_kv_lens_cpu[i])" in before and "int(nxt_kv_lens_cpu[i])" not in after
+    assert _other_module_statements(after) == _other_module_statements(before)
+    assert patch_alloc_for_spec_decode(after, edit.path) == after
+
+
+def test_a_loop_that_does_something_else_keeps_its_code_and_the_gate_its_patch(tmp_path):
+    """Not PR #35377's loop: left alone (the backport only saves time; the gate is right
+    without it), not a reason to refuse the gate."""
+    loop_body = (
+        "        req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))\n"
+    )
+    tree = _copy_with(
+        "0.5.16", tmp_path, SPEC_ALLOC, loop_body, loop_body + "        req.kv.seen = i\n"
+    )
+    patch = generate_patch(tree, worker="v2")
+    assert patch.family == "eagle-v2"
+    touched = {c.path.split("/", 1)[1] for c in patch.changes}
+    assert "srt/speculative/eagle_worker_v2.py" in touched and SPEC_ALLOC not in touched
+
+
+def test_a_backport_applied_by_git_apply_is_found_by_its_mark_and_reverted(tmp_path):
+    parent = tmp_path / "site"
+    shutil.copytree(release("0.5.17").root, parent / "sglang")
+    pristine = tree_hash(parent)
+    diff = tmp_path / "gate.patch"
+    diff.write_text(render_patch(generate_patch(from_path(parent), worker="v2")))
+    proc = subprocess.run(["git", "apply", str(diff)], cwd=parent, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    found = status(parent)
+    assert found.state == "patched" and f"sglang/{SPEC_ALLOC}" in {f.path for f in found.files}
+    revert(parent)
+    assert tree_hash(parent) == pristine

@@ -22,6 +22,7 @@ from eaglegate.patches.codemods import (
     adaptive_feed,
     scheduler_metrics,
     server_args,
+    spec_alloc_tolist,
     spec_metrics_log,
     speculative_hook,
     v1_worker,
@@ -39,6 +40,8 @@ DECODE_PREP_V2_FUNCTION = "srt/speculative/eagle_utils.py"  # a function of the 
 # 0.5.3.post2/post3: no draft-input decode preparation; the batch reserves the window itself.
 DECODE_PREP_V2_BATCH = "srt/managers/schedule_batch.py"
 SERVER_ARGS = "srt/server_args.py"
+# `alloc_for_spec_decode`, which the overlap worker's decode preparation calls (0.5.16 on).
+SPEC_ALLOC = "srt/mem_cache/allocation.py"
 SPECULATIVE_HOOK = "srt/arg_groups/speculative_hook.py"
 GATE = "srt/speculative/batch_gate.py"
 # Where process_batch_result_decode counts the speculative metrics, 0.5.3 to 0.5.12.post1
@@ -188,6 +191,19 @@ def decode_prep_edit(tree: SourceTree) -> tuple[str, Callable[[str, str], str]]:
     return DECODE_PREP_V2_FUNCTION, v2_decode_prep.patch_prepare_function
 
 
+def spec_alloc_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
+    """The backport of SGLang PR #35377 where `alloc_for_spec_decode` still reads the new
+    KV lengths one tensor scalar per request (0.5.16 to 0.5.18); none where it does not
+    (before 0.5.16 the function does not exist, from 0.5.19 it has the list form). Chosen by
+    the loop, not the version: a gated step still runs this function."""
+    path = tree.root / SPEC_ALLOC
+    if path.is_file() and spec_alloc_tolist.reads_scalar_per_request(
+        path.read_text(encoding="utf-8"), SPEC_ALLOC
+    ):
+        return [(SPEC_ALLOC, spec_alloc_tolist.patch_alloc_for_spec_decode)]
+    return []
+
+
 def _read(tree: SourceTree, rel: str) -> bytes:
     path = tree.root / rel
     if not path.is_file():
@@ -198,7 +214,7 @@ def _read(tree: SourceTree, rel: str) -> bytes:
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
         return [(WORKER, v1_worker.patch_worker)]
-    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree)]
+    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree), *spec_alloc_edits(tree)]
 
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:

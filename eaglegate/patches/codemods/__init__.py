@@ -11,7 +11,10 @@ already-patched source unchanged:
   guard, in `ServerArgs` or (0.5.13 on) the EAGLE family's own hook;
 - `scheduler_metrics` and `spec_metrics_log`: gated steps left out of the speculative
   metrics, and the decode log's accept length guarded against intervals of gated steps;
-- `adaptive_feed`: gated steps kept out of SGLang's adaptive speculation (0.5.12 on).
+- `adaptive_feed`: gated steps kept out of SGLang's adaptive speculation (0.5.12 on);
+- `spec_alloc_tolist`: SGLang PR #35377 backported to the decode KV allocation that gated
+  steps still run (eagle-v2 family, the releases whose `alloc_for_spec_decode` lacks it:
+  0.5.16 to 0.5.18). Not a gate edit: a speed fix, chosen by the loop it rewrites.
 
 Edits are anchored by LibCST matchers on named classes, methods and call shapes, never by
 substrings; new imports are inserted as nodes (`common.gate_import`). The only text tests
