@@ -469,6 +469,10 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
     if manifest is not None and current.state != "interrupted":
         if current.state != "patched":
             raise UserError("patched, but files changed since; see `eaglegate status`")
+        if manifest.generator != generate.generator_id():
+            raise UserError(
+                f"patched by another eaglegate's gate patch (applied {manifest.time}), which may lack "
+                "edits this one makes: `eaglegate revert`, then `eaglegate apply`, installs this one's")
         # The same patch again: nothing to do, and the patched files are no input to the
         # generator, which reads the original anchors. The threshold is read at launch, so
         # another one changes no byte: only the flags.

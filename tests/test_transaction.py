@@ -429,6 +429,38 @@ def test_cli_apply_status_revert_round_trip(tree):
     assert tree_hash(tree) == original
 
 
+@pytest.mark.parametrize("recorded", ["another", "none"])
+def test_cli_apply_over_another_eaglegates_patch_refuses_until_reverted(tree, recorded):
+    """A tree patched by another eaglegate (another `generator` in the manifest, or none: one
+    written before eaglegate recorded it) is not "already applied": its patch may lack what
+    this one writes. The apply refuses, exit 1, and writes nothing; revert, then apply,
+    installs this one's patch."""
+    first = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
+    assert first.exit_code == 0, first.output
+    path = tree / f"{STATE_PREFIX}.json"
+    manifest = json.loads(path.read_text())
+    assert manifest["generator"]  # this eaglegate's apply records its generator
+    if recorded == "none":
+        del manifest["generator"]
+    else:
+        manifest["generator"] = "0" * 16
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    patched = tree_hash(tree)
+
+    again = subprocess.run([sys.executable, "-m", "eaglegate", "apply", "--threshold", "32", "--path", str(tree)],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 1
+    assert "another eaglegate's gate patch" in again.stderr and "`eaglegate revert`" in again.stderr
+    assert "Traceback" not in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    assert tree_hash(tree) == patched
+
+    assert _cli("revert", "--path", str(tree)).exit_code == 0
+    fresh = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
+    assert fresh.exit_code == 0 and json.loads(fresh.stdout)["changed"]
+    reapplied = _cli("apply", "--threshold", "32", "--path", str(tree), "--json")
+    assert reapplied.exit_code == 0 and json.loads(reapplied.stdout)["changed"] == []
+
+
 def test_cli_refuses_to_write_into_the_release_cache(release_tree):
     cache_parent = release_tree(VERSION).root.parent
     before = sorted(p.name for p in cache_parent.iterdir())

@@ -11,6 +11,7 @@ reads it at launch, from the flags `launch_flags(tree, threshold, worker)` makes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,6 +58,20 @@ AFTER_LAST_V1 = Version("0.5.13")
 def gate_module_source() -> bytes:
     """The gate module exactly as the patch adds it to SGLang."""
     return Path(__file__).with_name("gate_module.py").read_bytes()
+
+
+def generator_id() -> str:
+    """Which code writes the patch: a hash of every module of this package (the gate module,
+    the transforms, how they are chosen). Recorded in the manifest, it tells a re-apply
+    whether the tree holds this eaglegate's patch or an earlier one's, which may lack
+    files or edits this one writes (a patched file is no input to the generator, so the
+    patch cannot be compared byte for byte). Wider than the bytes it decides: an edit here
+    that writes the same patch still asks for a revert first, which is never wrong."""
+    digest = hashlib.sha256()
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _version(tree: SourceTree) -> Version | None:
@@ -295,4 +310,5 @@ def generate_patch(tree: SourceTree, worker: str | None = None) -> PatchSet:
         worker = next(k for k, v in WORKER_LABELS.items() if v == patched[0])
         if len(patched) > 1:
             worker = default_worker(tree)
-    return PatchSet(version=tree.version, family="+".join(patched), changes=changes, worker=worker)
+    return PatchSet(version=tree.version, family="+".join(patched), changes=changes, worker=worker,
+                    generator=generator_id())

@@ -52,6 +52,9 @@ class Manifest:
     # Git mode only: {"base": branch or commit, "base_kind": "branch"|"commit",
     # "branch": gate branch, "commit": the patch commit, "parent": package parent in repo}.
     git: dict[str, str] = field(default_factory=dict)
+    # The code that wrote the patch (`generate.generator_id`); "" for one recorded before
+    # eaglegate kept it, or adopted from a tree patched by other means.
+    generator: str = ""
     format: int = FORMAT
     tool: str = "eaglegate"
 
@@ -70,6 +73,7 @@ class Manifest:
             files=files,
             created_dirs=list(data.get("created_dirs", [])),
             git=dict(data.get("git", {})),
+            generator=str(data.get("generator", "")),
             format=int(data.get("format", FORMAT)),
         )
 

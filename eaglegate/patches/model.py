@@ -40,3 +40,4 @@ class PatchSet:
     family: str  # "eagle-v1", "eagle-v2" or "eagle-v1+eagle-v2"
     changes: list[FileChange] = field(default_factory=list)
     worker: str = "v1"  # the worker its launch flags are for: "v1" or "v2" (the overlap worker)
+    generator: str = ""  # which eaglegate code wrote it (`generate.generator_id`)

@@ -578,7 +578,7 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
     if version in ("", "unknown"):
         version = read_package_version(layout.parent / PACKAGE) or "unknown"
     manifest = Manifest(version, patch.family, threshold, _now(), APPLYING, records,
-                        sorted(created_dirs, key=lambda d: d.count("/")))
+                        sorted(created_dirs, key=lambda d: d.count("/")), generator=patch.generator)
     branch = GATE_BRANCH
     if repo is not None:
         manifest.git = _git_plan(repo, layout, branch)
