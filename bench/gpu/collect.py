@@ -297,7 +297,7 @@ def steady_section(section: dict, servers=("plain-default", "gated-v2")) -> dict
     where the gate decodes, and their ratio."""
     out = {}
     for run in section["side_by_side"]:
-        pair = pair_label(section, run).split(",")[0]
+        pair = run_pair(section, run)
         levels = [c for c in section["levels"] if c > section["thresholds"][run]]
         speeds = {s: steady_decode(run, s, pair, levels) for s in servers}
         out[run] = {"levels": levels, "tok_s": speeds,
@@ -345,10 +345,13 @@ def c1_table(c1: dict, pair: str, sglang: str) -> str:
     return "\n".join(lines)
 
 
+def run_pair(section: dict, run: str) -> str:
+    return next(r["pair"] for r in section["rows"] if r["run"] == run)
+
+
 def pair_label(section: dict, run: str) -> str:
     """A run's pair, and how its servers ran when not one after another."""
-    pair = next(r["pair"] for r in section["rows"] if r["run"] == run)
-    return pair + (", side by side" if run in section.get("side_by_side", ()) else "")
+    return run_pair(section, run) + (", side by side" if run in section.get("side_by_side", ()) else "")
 
 
 def median(rows, server, c, run=TABLE_RUN):
