@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
@@ -574,9 +575,8 @@ def throughput(a, rows):
 # H8 one start of a server ran its C=1 decode at 620-1000 tok/s from one minute to the next,
 # and one of three repeats at C=64 is often slow on every server of a call. Each server's KV
 # pool is capped so that four fit beside each other (C=256 of this harness peaked near 98k
-# tokens on plain-default in H9; 0.5.16's rule, resolve_max_num_reqs, still derives a running
-# cap of 4096 from such a pool: read, not yet run), and an
-# idle server sleeps (--sleep-on-idle) rather than spin its scheduler on the cores the
+# tokens on plain-default in H9; with such a pool every server of H11 to H13 logged 0.5.16's
+# running cap of 4096 and max_total_num_tokens=200000), and an idle server sleeps (--sleep-on-idle) rather than spin its scheduler on the cores the
 # measured one uses.
 SIDE_BY_SIDE_TOKENS = 200_000
 SIDE_BY_SIDE_MAX = 4
@@ -631,7 +631,7 @@ def side_by_side(a, items, rows):
             copied.add(tree_dir)
             servers.append(server)
             # eagle-v2 and adaptive take plain-default's running cap and graph size
-            record_caps(name, logged_caps(open(server["logp"], errors="replace").read().splitlines()))
+            record_caps(name, logged_caps(Path(server["logp"]).read_text(errors="replace").splitlines()))
         up = [s for s in servers if s["res"]["healthy"]]
         for s in up:
             s["res"]["warm_s"] = loadgen.warm(s["url"])
@@ -765,14 +765,14 @@ def main():
     print(f"== cores: servers {sorted(SERVER_CORES)} (scheduler {sorted(SCHEDULER_CORES)}), "
           f"load {sorted(LOAD_CORES)}; SMT siblings {sorted({tuple(sorted(siblings(c))) for c in _CORES})}",
           flush=True)
-    for item in a.servers.split(","):  # before any server starts: a bad variant wastes the call
-        module = variant_module(item.split(":")[0])
-        if module and not server_kind(item).startswith("gated"):
-            raise SystemExit(f"{item}: only a gating server runs another revision's gate module")
+    items = [tuple(item.split(":")) for item in a.servers.split(",")]  # (name, pair)
+    for name, pair in items:  # before any server starts: a bad variant wastes the call
+        module = variant_module(name)
+        if module and not server_kind(name).startswith("gated"):
+            raise SystemExit(f"{name}:{pair}: only a gating server runs another revision's gate module")
         if module and not os.path.exists(module):
-            raise SystemExit(f"{item}: no {module}; write it with `git show REV:eaglegate/patches/"
+            raise SystemExit(f"{name}:{pair}: no {module}; write it with `git show REV:eaglegate/patches/"
                              f"gate_module.py` and carry bench/gpu/variants")
-    items = [tuple(item.split(":")) for item in a.servers.split(",")]
     if a.side_by_side:
         refusal = side_by_side_refusal(a, items)
         if refusal:
@@ -787,7 +787,7 @@ def main():
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashinfer_sampling.py"),
                 os.path.join(S, "site", "flashinfer", "sampling.py"))
-    pairs = sorted({item.split(":")[1] for item in a.servers.split(",")})
+    pairs = sorted({pair for _, pair in items})
     missing = [p for p in pairs if not os.path.exists(f"{W}/{p}-target/config.json")]
     if missing:  # pairs are written once per machine, each when first asked for
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "weights.py"), W,
@@ -807,10 +807,9 @@ def main():
     if a.side_by_side:
         out["side_by_side"] = {"kv_tokens": SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r"}
         out["servers"] = side_by_side(a, items, rows)
-    for item in ([] if a.side_by_side else a.servers.split(",")):  # one server at a time
-        name, pair = item.split(":")
+    for name, pair in ([] if a.side_by_side else items):  # one server at a time
         if time.time() - T0 > a.deadline_s - 110:
-            print(f"== {item}: skipped, too little time left", flush=True)
+            print(f"== {name}:{pair}: skipped, too little time left", flush=True)
             continue
         if a.catchup:
             if server_kind(name) not in ("eagle-v2", "gated-v2", "eagle", "gated"):

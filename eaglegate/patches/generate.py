@@ -211,11 +211,8 @@ def spec_alloc_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], s
     KV lengths one tensor scalar per request (0.5.16 to 0.5.18); none where it does not
     (before 0.5.16 the function does not exist, from 0.5.19 it has the list form). Chosen by
     the loop, not the version: a gated step still runs this function."""
-    path = tree.root / SPEC_ALLOC
-    if path.is_file() and spec_alloc_tolist.reads_scalar_per_request(
-        path.read_text(encoding="utf-8"), SPEC_ALLOC
-    ):
-        return [(SPEC_ALLOC, spec_alloc_tolist.patch_alloc_for_spec_decode)]
+    if (tree.root / SPEC_ALLOC).is_file():
+        return [(SPEC_ALLOC, spec_alloc_tolist.backport_where_present)]
     return []
 
 

@@ -19,7 +19,7 @@ one length per request). The gate does not depend on it. The new line carries an
 `# eaglegate:` comment, the mark by which `verify` and `status` find a patched file.
 
 Only a loop of exactly that shape, a statement of the function's own body, is rewritten;
-`reads_scalar_per_request` tells `generate` whether a release has one.
+`generate` runs `backport_where_present`, which leaves a release without one unchanged.
 """
 
 from __future__ import annotations
@@ -162,6 +162,10 @@ def _functions(module: cst.Module) -> list[cst.FunctionDef]:
     return [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == FUNCTION]
 
 
+def _has_scalar_loop(module: cst.Module) -> bool:
+    return any(_as_scalar_loop(s) for func in _functions(module) for s in _own_statements(func))
+
+
 def reads_scalar_per_request(source: str, file: str = "sglang/srt/mem_cache/allocation.py") -> bool:
     """Whether `alloc_for_spec_decode` here holds the per-index loop (0.5.16 to 0.5.18): the
     one shape this backport rewrites. A loop that does anything else is not PR #35377's and
@@ -169,11 +173,16 @@ def reads_scalar_per_request(source: str, file: str = "sglang/srt/mem_cache/allo
     it does not know keeps its code rather than have the patch guess or refuse the gate."""
     if f"def {FUNCTION}(" not in source:  # the text test keeps other modules unparsed
         return False
-    return any(
-        _as_scalar_loop(s)
-        for func in _functions(parse(source, file))
-        for s in _own_statements(func)
-    )
+    return _has_scalar_loop(parse(source, file))
+
+
+def backport_where_present(source: str, file: str = "sglang/srt/mem_cache/allocation.py") -> str:
+    """What `generate` runs: the backport where the per-index loop is
+    (`reads_scalar_per_request`), the source unchanged elsewhere; the module parsed once."""
+    if f"def {FUNCTION}(" not in source:
+        return source
+    module = parse(source, file)
+    return _rewrite(module, source, file) if _has_scalar_loop(module) else source
 
 
 def patch_alloc_for_spec_decode(
@@ -181,7 +190,10 @@ def patch_alloc_for_spec_decode(
 ) -> str:
     """`alloc_for_spec_decode`'s per-index loop in PR #35377's list form; unchanged where the
     function already has that form."""
-    module = parse(source, file)
+    return _rewrite(parse(source, file), source, file)
+
+
+def _rewrite(module: cst.Module, source: str, file: str) -> str:
     funcs = _functions(module)
     Anchor(file, FUNCTION, "module-level function definition").check(len(funcs))
     func = funcs[0]
