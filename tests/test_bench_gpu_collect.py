@@ -27,8 +27,13 @@ def raw(tmp_path, monkeypatch):
     monkeypatch.setattr(collect, "RAW", tmp_path)
     (tmp_path / "R").mkdir()
 
-    def write(*lines):
-        (tmp_path / "R" / "log_gated-v2-accept.txt").write_text("\n".join(lines) + "\n")
+    def write(*lines, tail=0):
+        # run.py's digest: the decode lines in their section, the log's last lines again at the end
+        digest = [f"# {len(lines) + 900} lines", "## errors (first 40)", "",
+                  f"## decode lines ({len(lines)} of {len(lines)}, the last)", *lines,
+                  "## graph capture", "Capture cuda graph end.", "## tail 40",
+                  *(lines[-tail:] if tail else [])]
+        (tmp_path / "R" / "log_gated-v2-accept.txt").write_text("\n".join(digest) + "\n")
         return collect.steady_decode("R", "gated-v2", "accept", [64, 128])
 
     return write
@@ -61,3 +66,13 @@ def test_a_log_without_decode_lines_has_no_speed(raw):
         64: None,
         128: None,
     }
+
+
+def test_the_digests_tail_does_not_count_the_last_intervals_twice(raw):
+    steps = 128 * collect.DECODE_LOG_INTERVAL
+    speeds = raw(
+        line(128, 10000, 1.0), line(128, 10000 + steps, 30000.0), line(128, 10000 + 2 * steps, 31000.0),
+        line(128, 10000 + 3 * steps, 40000.0), line(128, 10000 + 4 * steps, 41000.0),
+        tail=3,  # the tail repeats the 40000 and 41000 intervals
+    )
+    assert speeds[128] == 35500.0

@@ -133,10 +133,12 @@ TWO_STARTS = ("G8",)
 # (each gate beside eagle-v2, no plain-default: its rows count only as C=1 starts); H9 and
 # H10 both pairs with the gate of 2026-12-03; H11 to H13 the same servers side by side on one
 # GPU (run.py --side-by-side), their repeats interleaved: H11 and H13 the accept pair, H12 the
-# real pair.
-NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13")
-NEWEST_STARTS = ("H8",)
-NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference"}
+# real pair; H14 the accept pair with SGLang's PR #35377 backported, H16 its C=64 five times
+# (plain-default and gated-v2), H17 its C=1 five times (eagle-v2 and gated-v2: C=1 starts);
+# H15 H2's greedy sets with the gate of 2026-12-03.
+NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16")
+NEWEST_STARTS = ("H8", "H17")
+NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 NEWEST_NOTES = {
     "H1": "accept pair, every level; adaptive did not fit the call",
@@ -164,6 +166,12 @@ NEWEST_NOTES = {
            "200,000 tokens, repeats interleaved and rotated), the gate of b8655ee, threshold 56",
     "H12": "H10's servers side by side, real pair, threshold 34 (H10's calibrate)",
     "H13": "H11's command again, on another machine",
+    "H14": "H11's command with the patch of 2026-12-03 (SGLang's PR #35377 backported: "
+           "alloc_for_spec_decode reads the new KV allocations with one tolist())",
+    "H15": "H2's context pair under deterministic inference, threshold 16, the gate of 2026-12-03 "
+           "(a gated prefill replays the target's prefill graphs)",
+    "H16": "H14's plain-default and gated-v2 side by side at C=64 only, five repeats each",
+    "H17": "H14's eagle-v2 and gated-v2 side by side at C=1 only, five repeats each",
 }
 # Servers whose rows come from another call of the same version and pair.
 NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
@@ -202,7 +210,7 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
 def runs_table(section: dict, servers) -> str:
     """Each server's medians per run, then gated-v2 against the best of the others."""
     levels = section["levels"]
-    lines = ["| output tok/s, median of 3, SGLang " + section["sglang"] + " | run (pair) | "
+    lines = ["| output tok/s, median of the repeats (3; H16: 5), SGLang " + section["sglang"] + " | run (pair) | "
              + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 2) + "|"]
     others = [s for s in servers if s != "gated-v2"]
     for server in servers:
@@ -272,6 +280,9 @@ def c1_every_start(section: dict, pair: str, runs) -> dict:
 # second since the line before.
 DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+), #token: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
 DECODE_LOG_INTERVAL = 40
+# run.py's digest of a server's log keeps its decode lines in one section; its "tail 40"
+# repeats the last of them, which read twice would count the last level's intervals twice.
+DECODE_SECTION = re.compile(r"^## decode lines [^\n]*\n(.*?)^## ", re.M | re.S)
 
 
 def steady_decode(run: str, server: str, pair: str, levels) -> dict:
@@ -282,9 +293,10 @@ def steady_decode(run: str, server: str, pair: str, levels) -> dict:
     a turn of another server side by side starts with a new wave. The row's tok/s also counts
     each wave's prefills and the steps around them; this tells a slower step from a slower
     turnover."""
-    text = (RAW / run / f"log_{server}-{pair}.txt").read_text(errors="replace")
+    digest = (RAW / run / f"log_{server}-{pair}.txt").read_text(errors="replace")
+    section = DECODE_SECTION.search(digest)
     speeds, before = {c: [] for c in levels}, (None, 0)
-    for found in DECODE_LINE.finditer(text):
+    for found in DECODE_LINE.finditer(section[1] if section else ""):
         running, tokens, tok_s = int(found[1]), int(found[2]), float(found[3])
         if running == before[0] and running in speeds and tokens - before[1] >= running * DECODE_LOG_INTERVAL:
             speeds[running].append(tok_s)
@@ -294,11 +306,12 @@ def steady_decode(run: str, server: str, pair: str, levels) -> dict:
 
 def steady_section(section: dict, servers=("plain-default", "gated-v2")) -> dict:
     """`steady_decode` of plain-default and gated-v2 in each side-by-side run, at the levels
-    where the gate decodes, and their ratio."""
+    it measured where the gate decodes, and their ratio."""
     out = {}
     for run in section["side_by_side"]:
         pair = run_pair(section, run)
-        levels = [c for c in section["levels"] if c > section["thresholds"][run]]
+        measured = {r["C"] for r in section["rows"] if r["run"] == run}
+        levels = [c for c in section["levels"] if c > section["thresholds"][run] and c in measured]
         speeds = {s: steady_decode(run, s, pair, levels) for s in servers}
         out[run] = {"levels": levels, "tok_s": speeds,
                     "ratio": [round(speeds["gated-v2"][c] / speeds["plain-default"][c], 3) for c in levels]}
