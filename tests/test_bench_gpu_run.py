@@ -336,3 +336,14 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
     for s in started:
         assert "--sleep-on-idle" in s["argv"]
         assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(run.SIDE_BY_SIDE_TOKENS)
+
+
+def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end(run):
+    before = run.cpu_ticks("cpu  1000 0 200 5000 100 0 0 50 0 0\n")
+    after = run.cpu_ticks("cpu  1300 0 300 5400 100 0 0 250 0 0\n")
+    assert before == [1000, 0, 200, 5000, 100, 0, 0, 50]
+    # 1000 ticks: 400 busy (user, system), 400 idle, 200 stolen
+    assert run.cpu_shares(before, after) == {"busy": 0.4, "steal": 0.2}
+    assert run.cpu_shares(before, before) is None  # no time passed
+    assert run.cpu_ticks("intr 5 6 7\n") is None and run.cpu_shares(None, after) is None
+    assert len(run.cpu_ticks()) == 8  # this machine's own /proc/stat

@@ -322,6 +322,34 @@ def gpu_state():
     return None
 
 
+def cpu_ticks(stat_text=None):
+    """The machine's CPU time so far, in ticks, from /proc/stat's first line: user, nice,
+    system, idle, iowait, irq, softirq, steal."""
+    if stat_text is None:
+        try:
+            with open("/proc/stat") as f:
+                stat_text = f.readline()
+        except OSError:
+            return None
+    fields = stat_text.split()
+    return [int(v) for v in fields[1:9]] if fields[:1] == ["cpu"] else None
+
+
+def cpu_shares(before, after):
+    """Of the machine's CPU time between two `cpu_ticks`: the part busy (neither idle nor
+    waiting) and the part the hypervisor gave other guests (steal), for each row: a C=1
+    repeat is bound by the scheduler's thread, and a starved one is the machine's, not the
+    server's."""
+    if not before or not after:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(delta)
+    if total <= 0:
+        return None
+    idle = delta[3] + delta[4]
+    return {"busy": round((total - idle - delta[7]) / total, 4), "steal": round(delta[7] / total, 4)}
+
+
 def machine():
     """Which machine ran the call: the CPU model and frequency, the GPU (its UUID hashed, to
     tell two calls on one GPU from calls on two), its clocks and power limit."""
@@ -543,9 +571,11 @@ def untimed_pass(url, res, c, a):
 def timed_repeat(url, res, c, rep, a, rows):
     """Repeat `rep` at concurrency c: one row. Every server's repeat `rep` at c has the same
     prompts."""
+    ticks = cpu_ticks()
     row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
                         min_requests=a.min_requests)
-    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state())
+    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state(),
+               cpu=cpu_shares(ticks, cpu_ticks()))
     rows.append(row)
     print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
           f"accept={row['mean_accept_len']}", flush=True)
