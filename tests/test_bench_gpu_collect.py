@@ -76,3 +76,29 @@ def test_the_digests_tail_does_not_count_the_last_intervals_twice(raw):
         tail=3,  # the tail repeats the 40000 and 41000 intervals
     )
     assert speeds[128] == 35500.0
+
+
+def test_pooled_side_by_side_takes_every_repeat_of_the_pairs_side_by_side_runs():
+    def row(run, server, c, tok_s, pair="accept", errors=0):
+        return {"run": run, "server": server, "C": c, "tok_s": tok_s, "pair": pair, "errors": errors}
+
+    section = {
+        "side_by_side": ["A", "B", "R"],
+        "rows": [
+            *(row("A", "plain-default", 64, v) for v in (100, 110, 120)),
+            *(row("A", "gated-v2", 64, v) for v in (90, 100, 105)),
+            *(row("B", "plain-default", 64, v) for v in (130, 140)),
+            *(row("B", "gated-v2", 64, v) for v in (115, 118)),
+            row("B", "gated-v2", 64, 999, errors=1),  # a repeat with errors counts for nothing
+            row("B", "eagle-v2", 1, 50.0),
+            row("B", "gated-v2", 1, 60.0),
+            row("S", "plain-default", 64, 1.0),  # not side by side
+            row("R", "plain-default", 64, 1.0, pair="real"),  # another pair
+        ],
+    }
+    pooled = collect.pooled_side_by_side(section, "accept", ("plain-default", "eagle-v2", "gated-v2"))
+    assert pooled["runs"] == ["A", "B"] and pooled["levels"] == [1, 64]
+    assert pooled["medians"]["plain-default"] == [None, 120]
+    assert pooled["medians"]["gated-v2"] == [60.0, 105]
+    assert pooled["repeats"]["gated-v2"] == [1, 5]
+    assert pooled["ratio"] == [1.2, 0.875]

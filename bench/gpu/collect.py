@@ -196,8 +196,8 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
         "sglang": versions.pop(), "table_runs": list(table_runs), "levels": levels, "borrowed": borrowed,
         "notes": notes,
         # run.py --side-by-side: the servers up at once, their repeats interleaved
-        "side_by_side": sorted(run for run in table_runs if runs[run].get("side_by_side")),
-        "thresholds": {run: runs[run].get("threshold") for run in table_runs},
+        "side_by_side": sorted(run for run in runs if runs[run].get("side_by_side")),
+        "thresholds": {run: runs[run].get("threshold") for run in runs},
         "calibrate": {run: runs[run].get("calibrate") for run in table_runs},
         "medians": medians,
         "rows": rows,
@@ -312,10 +312,40 @@ def steady_section(section: dict, servers=("plain-default", "gated-v2")) -> dict
         pair = run_pair(section, run)
         measured = {r["C"] for r in section["rows"] if r["run"] == run}
         levels = [c for c in section["levels"] if c > section["thresholds"][run] and c in measured]
+        if not levels:
+            continue
         speeds = {s: steady_decode(run, s, pair, levels) for s in servers}
         out[run] = {"levels": levels, "tok_s": speeds,
                     "ratio": [round(speeds["gated-v2"][c] / speeds["plain-default"][c], 3) for c in levels]}
     return out
+
+
+def pooled_side_by_side(section: dict, pair: str, servers) -> dict:
+    """Every timed repeat of `pair` in the side-by-side runs pooled per server and level (each
+    repeat interleaved with the other servers' in its call), their medians, counts and
+    gated-v2 against the best of the others: one figure per level from every call's repeats,
+    beside each call's own medians of 3."""
+    runs = [r for r in section["side_by_side"] if run_pair(section, r) == pair]
+    rows = [r for r in section["rows"] if r["run"] in runs and r["pair"] == pair and not r["errors"]]
+    levels = sorted({r["C"] for r in rows})
+    tok_s = {s: {c: [r["tok_s"] for r in rows if r["server"] == s and r["C"] == c] for c in levels}
+             for s in servers}
+    medians = {s: [statistics.median(v) if v else None for v in tok_s[s].values()] for s in servers}
+    best = [max((m[i] for k, m in medians.items() if k != "gated-v2" and m[i]), default=None)
+            for i in range(len(levels))]
+    return {"runs": runs, "levels": levels, "medians": medians,
+            "repeats": {s: [len(v) for v in tok_s[s].values()] for s in servers},
+            "ratio": [round(g / b, 3) if g and b else None for g, b in zip(medians["gated-v2"], best, strict=True)]}
+
+
+def pooled_table(pooled: dict, pair: str, sglang: str) -> str:
+    levels = pooled["levels"]
+    lines = [f"| {pair} pair, SGLang {sglang}, every side-by-side repeat of {', '.join(pooled['runs'])} "
+             "(median, repeats) | " + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
+    lines += [f"| {s} | " + " | ".join(f"{m:.0f} ({n})" if m else "-" for m, n in zip(med, pooled["repeats"][s], strict=True))
+              + " |" for s, med in pooled["medians"].items()]
+    lines.append("| gated-v2 / max(the others) | " + " | ".join(f"{r:.1%}" if r else "-" for r in pooled["ratio"]) + " |")
+    return "\n".join(lines)
 
 
 def steady_table(steady: dict) -> str:
@@ -451,6 +481,9 @@ def main() -> None:
     result["newest"]["c1_every_start"] = c1_every_start(result["newest"], "accept",
                                                         [*NEWEST_RUNS, *NEWEST_STARTS])
     result["newest"]["steady_decode"] = steady_section(result["newest"])
+    result["newest"]["pooled_side_by_side"] = {
+        pair: pooled_side_by_side(result["newest"], pair, ("plain-default", "eagle-v2", "gated-v2"))
+        for pair in ("accept", "real")}
     result["catchup"] = catchup_section()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
@@ -465,6 +498,9 @@ def main() -> None:
     print()
     print(c1_table(result["newest"]["c1_every_start"], "accept", result["newest"]["sglang"]))
     print()
+    for pair, pooled in result["newest"]["pooled_side_by_side"].items():
+        print(pooled_table(pooled, pair, result["newest"]["sglang"]))
+        print()
     print(steady_table(result["newest"]["steady_decode"]))
     print()
     print(catchup_table(result["catchup"]))
