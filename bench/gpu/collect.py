@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import statistics
+from collections import Counter
 from pathlib import Path
 
 import catchup  # bench/gpu/catchup.py, beside this file
@@ -210,7 +211,7 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
 def runs_table(section: dict, servers) -> str:
     """Each server's medians per run, then gated-v2 against the best of the others."""
     levels = section["levels"]
-    lines = ["| output tok/s, median of the repeats (3; H16: 5), SGLang " + section["sglang"] + " | run (pair) | "
+    lines = ["| output tok/s, median of the run's repeats (3 unless it says), SGLang " + section["sglang"] + " | run (pair) | "
              + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 2) + "|"]
     others = [s for s in servers if s != "gated-v2"]
     for server in servers:
@@ -220,7 +221,10 @@ def runs_table(section: dict, servers) -> str:
                 continue
             source = section["borrowed"].get(run, {}).get(server)
             label = server + (f", threshold {section['thresholds'][run]}" if server == "gated-v2" else "")
-            lines.append(f"| {label} | {source or run} ({pair_label(section, run)}) | "
+            repeats = max(Counter(r["C"] for r in section["rows"] if r["run"] == (source or run)
+                                  and r["server"] == server).values())
+            lines.append(f"| {label} | {source or run} ({pair_label(section, run)}"
+                         + (f", {repeats} repeats" if repeats != 3 else "") + ") | "
                          + " | ".join(f"{v:.0f}" if v else "-" for v in values) + " |")
     for run in section["table_runs"]:
         m = section["medians"][run]

@@ -574,8 +574,8 @@ def timed_repeat(url, res, c, rep, a, rows):
     ticks = cpu_ticks()
     row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
                         min_requests=a.min_requests)
-    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state(),
-               cpu=cpu_shares(ticks, cpu_ticks()))
+    cpu = cpu_shares(ticks, cpu_ticks())
+    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=gpu_state(), cpu=cpu)
     rows.append(row)
     print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
           f"accept={row['mean_accept_len']}", flush=True)
