@@ -137,6 +137,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
     monkeypatch.setattr(run.loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(run.loadgen, "bench", bench)
     monkeypatch.setattr(run, "gpu_state", lambda: None)
+    monkeypatch.setattr(run, "gpu_used_mib", lambda: 1234)
     rows = []
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
     records = run.side_by_side(_Args(), items, rows)
@@ -173,7 +174,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
         ("eagle-v2", 0),
         ("gated-v2", 0),
     ]
-    assert len(rows) == 18 and all("untimed" in r for r in records)
+    assert len(rows) == 18 and all("untimed" in r and r["gpu_used_mib"] == 1234 for r in records)
     assert [e for e in events if e[0] == "stop"] == [
         ("stop", "plain-default", False),
         ("stop", "eagle-v2", False),

@@ -660,6 +660,8 @@ def side_by_side(a, items, rows):
                            extra_args=extra, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             servers.append(server)
+            # the GPU's memory in use with this server up beside the ones before it
+            server["res"]["gpu_used_mib"] = gpu_used_mib()
             # eagle-v2 and adaptive take plain-default's running cap and graph size
             record_caps(name, logged_caps(Path(server["logp"]).read_text(errors="replace").splitlines()))
         up = [s for s in servers if s["res"]["healthy"]]
