@@ -348,3 +348,25 @@ def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end(run):
     assert run.cpu_shares(before, before) is None  # no time passed
     assert run.cpu_ticks("intr 5 6 7\n") is None and run.cpu_shares(None, after) is None
     assert len(run.cpu_ticks()) == 8  # this machine's own /proc/stat
+
+
+def test_adaptive_runs_plans_native_config_with_plain_defaults_caps(run, release_tree, monkeypatch):
+    """`adaptive` launches what `eaglegate plan` gives a real 0.5.16 tree as its native
+    alternative, with plain-default's logged running cap and graph size in place of the caps
+    plan leaves to it; without them it stops before any server."""
+    (Path(run.S) / "pristine").symlink_to(release_tree("0.5.16").root.parent)
+    monkeypatch.setenv("EG", f"{sys.executable} -m eaglegate")
+    with pytest.raises(SystemExit, match="plain-default's running cap"):
+        run.adaptive_config("adaptive", "accept", 56)
+    run.RUNNING_CAP["plain-default"], run.GRAPH_MAX_BS["plain-default"] = 4096, 256
+    tree, flags, env = run.adaptive_config("adaptive", "accept", 56)
+    assert tree == run.tree_of("adaptive") and env == {}
+    assert flags[flags.index("--max-running-requests") + 1] == "4096"
+    assert flags[flags.index("--cuda-graph-max-bs") + 1] == "256"
+    config = flags[flags.index("--speculative-adaptive-config") + 1]
+    assert "--speculative-adaptive" in flags and config == f"{run.S}/adaptive_gate.json"
+    tiers = json.loads(Path(config).read_text())
+    # speculation's tier below the threshold, the steps=0 tier from it on
+    assert tiers["56"] == {"candidate_steps": [0]} and min(map(int, tiers)) < 56
+    _, _, skip_env = run.adaptive_config("adaptive-skip", "accept", 56)
+    assert skip_env == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
