@@ -29,10 +29,17 @@ def raw(tmp_path, monkeypatch):
 
     def write(*lines, tail=0):
         # run.py's digest: the decode lines in their section, the log's last lines again at the end
-        digest = [f"# {len(lines) + 900} lines", "## errors (first 40)", "",
-                  f"## decode lines ({len(lines)} of {len(lines)}, the last)", *lines,
-                  "## graph capture", "Capture cuda graph end.", "## tail 40",
-                  *(lines[-tail:] if tail else [])]
+        digest = [
+            f"# {len(lines) + 900} lines",
+            "## errors (first 40)",
+            "",
+            f"## decode lines ({len(lines)} of {len(lines)}, the last)",
+            *lines,
+            "## graph capture",
+            "Capture cuda graph end.",
+            "## tail 40",
+            *(lines[-tail:] if tail else []),
+        ]
         (tmp_path / "R" / "log_gated-v2-accept.txt").write_text("\n".join(digest) + "\n")
         return collect.steady_decode("R", "gated-v2", "accept", [64, 128])
 
@@ -71,8 +78,11 @@ def test_a_log_without_decode_lines_has_no_speed(raw):
 def test_the_digests_tail_does_not_count_the_last_intervals_twice(raw):
     steps = 128 * collect.DECODE_LOG_INTERVAL
     speeds = raw(
-        line(128, 10000, 1.0), line(128, 10000 + steps, 30000.0), line(128, 10000 + 2 * steps, 31000.0),
-        line(128, 10000 + 3 * steps, 40000.0), line(128, 10000 + 4 * steps, 41000.0),
+        line(128, 10000, 1.0),
+        line(128, 10000 + steps, 30000.0),
+        line(128, 10000 + 2 * steps, 31000.0),
+        line(128, 10000 + 3 * steps, 40000.0),
+        line(128, 10000 + 4 * steps, 41000.0),
         tail=3,  # the tail repeats the 40000 and 41000 intervals
     )
     assert speeds[128] == 35500.0
@@ -80,7 +90,14 @@ def test_the_digests_tail_does_not_count_the_last_intervals_twice(raw):
 
 def test_pooled_side_by_side_takes_every_repeat_of_the_pairs_side_by_side_runs():
     def row(run, server, c, tok_s, pair="accept", errors=0):
-        return {"run": run, "server": server, "C": c, "tok_s": tok_s, "pair": pair, "errors": errors}
+        return {
+            "run": run,
+            "server": server,
+            "C": c,
+            "tok_s": tok_s,
+            "pair": pair,
+            "errors": errors,
+        }
 
     section = {
         "side_by_side": ["A", "B", "R"],
@@ -96,7 +113,9 @@ def test_pooled_side_by_side_takes_every_repeat_of_the_pairs_side_by_side_runs()
             row("R", "plain-default", 64, 1.0, pair="real"),  # another pair
         ],
     }
-    pooled = collect.pooled_side_by_side(section, "accept", ("plain-default", "eagle-v2", "gated-v2"))
+    pooled = collect.pooled_side_by_side(
+        section, "accept", ("plain-default", "eagle-v2", "gated-v2")
+    )
     assert pooled["runs"] == ["A", "B"] and pooled["levels"] == [1, 64]
     assert pooled["medians"]["plain-default"] == [None, 120]
     assert pooled["medians"]["gated-v2"] == [60.0, 105]
