@@ -121,3 +121,14 @@ def test_pooled_side_by_side_takes_every_repeat_of_the_pairs_side_by_side_runs()
     assert pooled["medians"]["gated-v2"] == [60.0, 105]
     assert pooled["repeats"]["gated-v2"] == [1, 5]
     assert pooled["ratio"] == [1.2, 0.875]
+
+
+def test_pooled_side_by_side_counts_the_native_route_among_the_others():
+    rows = [
+        {"run": "A", "server": s, "C": 64, "tok_s": v, "pair": "accept", "errors": 0}
+        for s, v in (("plain-default", 100.0), ("adaptive", 120.0), ("gated-v2", 96.0))
+    ]
+    section = {"side_by_side": ["A"], "rows": rows}
+    pooled = collect.pooled_side_by_side(section, "accept", collect.NEWEST_SERVERS)
+    assert pooled["medians"]["eagle-v2"] == [None]  # not in the call: left out of the max
+    assert pooled["ratio"] == [0.8]  # against adaptive's 120, the best of the others

@@ -347,7 +347,7 @@ def pooled_table(pooled: dict, pair: str, sglang: str) -> str:
     lines = [f"| {pair} pair, SGLang {sglang}, every side-by-side repeat of {', '.join(pooled['runs'])} "
              "(median, repeats) | " + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
     lines += [f"| {s} | " + " | ".join(f"{m:.0f} ({n})" if m else "-" for m, n in zip(med, pooled["repeats"][s], strict=True))
-              + " |" for s, med in pooled["medians"].items()]
+              + " |" for s, med in pooled["medians"].items() if any(med)]
     lines.append("| gated-v2 / max(the others) | " + " | ".join(f"{r:.1%}" if r else "-" for r in pooled["ratio"]) + " |")
     return "\n".join(lines)
 
@@ -486,7 +486,7 @@ def main() -> None:
                                                         [*NEWEST_RUNS, *NEWEST_STARTS])
     result["newest"]["steady_decode"] = steady_section(result["newest"])
     result["newest"]["pooled_side_by_side"] = {
-        pair: pooled_side_by_side(result["newest"], pair, ("plain-default", "eagle-v2", "gated-v2"))
+        pair: pooled_side_by_side(result["newest"], pair, NEWEST_SERVERS)
         for pair in ("accept", "real")}
     result["catchup"] = catchup_section()
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")

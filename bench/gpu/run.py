@@ -336,8 +336,8 @@ def cpu_ticks(stat_text=None):
 
 
 def cpu_shares(before, after):
-    """Of the machine's CPU time between two `cpu_ticks`: the part busy (neither idle nor
-    waiting) and the part the hypervisor gave other guests (steal), for each row: a C=1
+    """Of the machine's CPU time between two `cpu_ticks`: the part busy (neither idle,
+    waiting nor stolen) and the part the hypervisor gave other guests (steal), for each row: a C=1
     repeat is bound by the scheduler's thread, and a starved one is the machine's, not the
     server's."""
     if not before or not after:
@@ -606,8 +606,8 @@ def throughput(a, rows):
 # and one of three repeats at C=64 is often slow on every server of a call. Each server's KV
 # pool is capped so that four fit beside each other (C=256 of this harness peaked near 98k
 # tokens on plain-default in H9; with such a pool every server of H11 to H13 logged 0.5.16's
-# running cap of 4096 and max_total_num_tokens=200000), and an idle server sleeps (--sleep-on-idle) rather than spin its scheduler on the cores the
-# measured one uses.
+# running cap of 4096 and max_total_num_tokens=200000), and an idle server sleeps
+# (--sleep-on-idle) rather than spin its scheduler on the cores the measured one uses.
 SIDE_BY_SIDE_TOKENS = 200_000
 SIDE_BY_SIDE_MAX = 4
 SIDE_BY_SIDE_PORT = 30100

@@ -11,6 +11,7 @@ reads it at launch, from the flags `launch_flags(tree, threshold, worker)` makes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ def gate_module_source() -> bytes:
     return Path(__file__).with_name("gate_module.py").read_bytes()
 
 
+@functools.cache  # the code a process runs does not change under it: hash it once
 def generator_id() -> str:
     """Which code writes the patch: a hash of every module of this package (the gate module,
     the transforms, how they are chosen). Recorded in the manifest, it tells a re-apply

@@ -212,7 +212,8 @@ def _rewrite(module: cst.Module, source: str, file: str) -> str:
     Anchor(
         file, FUNCTION, f"uses of the names `{LENS_LIST}`, `{LEN_ITEM}` the rewrite adds", 0
     ).check(len(m.findall(func, m.Name(LENS_LIST) | m.Name(LEN_ITEM))))
-    after = statements[statements.index(loop.node) + 1 :]
+    at = statements.index(loop.node)
+    after = statements[at + 1 :]
     Anchor(
         file, FUNCTION, f"statements after the loop that read its index `{loop.index}`", 0
     ).check(sum(len(m.findall(s, m.Name(loop.index))) for s in after))
@@ -222,7 +223,6 @@ def _rewrite(module: cst.Module, source: str, file: str) -> str:
         f"for {loop.req}, {LEN_ITEM} in zip({code(loop.reqs)}, {LENS_LIST}, strict=True):\n"
         f"    {allocated} = max({allocated}, {LEN_ITEM})\n"
     )
-    at = statements.index(loop.node)
     new_statements = [
         *statements[:at],
         lens_list.with_changes(leading_lines=loop.node.leading_lines),
