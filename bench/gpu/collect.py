@@ -136,9 +136,11 @@ TWO_STARTS = ("G8",)
 # GPU (run.py --side-by-side), their repeats interleaved: H11 and H13 the accept pair, H12 the
 # real pair; H14 the accept pair with SGLang's PR #35377 backported, H16 its C=64 five times
 # (plain-default and gated-v2), H17 its C=1 five times (eagle-v2 and gated-v2: C=1 starts);
-# H15 H2's greedy sets with the gate of 2026-12-03.
-NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16")
-NEWEST_STARTS = ("H8", "H17")
+# H15 H2's greedy sets with the gate of 2026-12-03; H18 and H19 all four servers side by side
+# (adaptive too) with H14's patch, C=1-32 and C=64-256 in two calls of one machine; P4 the C=1
+# profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts).
+NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19")
+NEWEST_STARTS = ("H8", "H17", "P4")
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 NEWEST_NOTES = {
@@ -173,6 +175,12 @@ NEWEST_NOTES = {
            "(a gated prefill replays the target's prefill graphs)",
     "H16": "H14's plain-default and gated-v2 side by side at C=64 only, five repeats each",
     "H17": "H14's eagle-v2 and gated-v2 side by side at C=1 only, five repeats each",
+    "H18": "H14's servers and adaptive (plan's native config, plain-default's caps) side by side, "
+           "four servers up at once, C=1, 8, 32, seven repeats each; threshold 56",
+    "H19": "H18's four servers at C=64, 128, 256, three repeats each, the next call on the same "
+           "machine",
+    "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
+          "profiler, 30 steps): the gate's own functions take 0.03 ms of a 12 ms step",
 }
 # Servers whose rows come from another call of the same version and pair.
 NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
