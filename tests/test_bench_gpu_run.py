@@ -92,6 +92,70 @@ def test_a_side_by_side_call_it_cannot_run_stops_before_any_server(tmp_path, ser
     assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
 
 
+@pytest.mark.parametrize(
+    ("servers", "extra", "says"),
+    [
+        # H20's first call: adaptive before any plain-default, refused only after eagle-v2 started
+        (
+            "eagle-v2:accept,adaptive:accept,gated-v2:accept",
+            ["--threshold", "56"],
+            "adaptive:accept needs plain-default's running cap and graph size",
+        ),
+        (
+            "adaptive:accept,plain-default:accept",
+            ["--threshold", "56"],
+            "adaptive:accept needs plain-default's running cap",
+        ),
+        (
+            "plain-default:accept,gated-v2:accept,eagle-v2:accept",
+            [],
+            "gated-v2:accept calibrates its threshold on eagle-v2:accept",
+        ),
+        (
+            "plain-default:real,eagle-v2:accept,gated-v2:real",
+            [],
+            "gated-v2:real calibrates its threshold on eagle-v2:real",
+        ),
+    ],
+)
+def test_servers_in_an_order_it_cannot_run_stop_the_call_before_any_server(
+    tmp_path, servers, extra, says
+):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--servers",
+            servers,
+            "--out",
+            str(tmp_path),
+            *extra,
+        ],
+        env={**os.environ, "STAGE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert says in proc.stderr
+    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+
+
+def test_an_order_it_can_run_passes(run):
+    assert (
+        run.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", "4096,256")
+        is None
+    )
+    items = [
+        ("plain-default", "accept"),
+        ("eagle-v2", "accept"),
+        ("adaptive", "accept"),
+        ("gated-v2", "accept"),
+    ]
+    assert run.order_refusal(items, "calibrate", "") is None
+    assert run.order_refusal([("gated-v2", "context")], "calibrate", "") is None
+
+
 def test_side_by_side_servers_share_a_folder_per_tree(run):
     names = ["plain-default", "eagle-v2", "gated-v2", "gated-v2+abc", "gated-v2@2"]
     assert run.side_by_side_dirs(names) == [

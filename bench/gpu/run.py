@@ -700,6 +700,24 @@ CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagl
                 "adaptive-skip": ("plain-default", "eagle-v2")}
 
 
+def order_refusal(items, threshold, plain_caps):
+    """Why `items` (name, pair) cannot run in this order, or None: a server that reads what
+    another measures must come after it, checked before any server starts (a refusal after
+    the first start spends a minute of device time)."""
+    for i, (name, pair) in enumerate(items):
+        before = {(n, p) for n, p in items[:i]}
+        if server_kind(name) in ("adaptive", "adaptive-skip") and not plain_caps and \
+                not any(n == "plain-default" for n, _ in before):
+            return (f"{name}:{pair} needs plain-default's running cap and graph size: put "
+                    "plain-default before it in --servers, or pass --plain-caps CAP,GRAPH_BS")
+        if threshold == "calibrate" and pair in ("accept", "real") and server_kind(name) in CALIBRATE_ON:
+            refs = [f"{ref}:{pair}" for ref in CALIBRATE_ON[server_kind(name)] if (ref, pair) not in before]
+            if refs:
+                return (f"{name}:{pair} calibrates its threshold on {' and '.join(refs)}: put them "
+                        "before it in --servers, or pass a fixed --threshold")
+    return None
+
+
 def calibrate(rows, server, pair, out_dir):
     """`eaglegate calibrate` on this run's plain and speculative medians: `server`'s threshold."""
     plain, spec = CALIBRATE_ON[server]
@@ -805,6 +823,9 @@ def main():
         if module and not os.path.exists(module):
             raise SystemExit(f"{name}:{pair}: no {module}; write it with `git show REV:eaglegate/patches/"
                              f"gate_module.py` and carry bench/gpu/variants")
+    refusal = order_refusal(items, a.threshold, a.plain_caps)
+    if refusal:
+        raise SystemExit(refusal)
     if a.side_by_side:
         refusal = side_by_side_refusal(a, items)
         if refusal:
