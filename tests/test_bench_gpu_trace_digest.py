@@ -15,10 +15,22 @@ import trace_digest  # noqa: E402
 
 
 def write_trace(path, launches_us, kernels):
-    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": t, "dur": 5.0,
-               "pid": 1, "tid": 1} for t in launches_us]
-    events += [{"ph": "X", "cat": "kernel", "name": "k", "ts": a, "dur": b - a, "pid": 0, "tid": 7}
-               for a, b in kernels]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaGraphLaunch",
+            "ts": t,
+            "dur": 5.0,
+            "pid": 1,
+            "tid": 1,
+        }
+        for t in launches_us
+    ]
+    events += [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": a, "dur": b - a, "pid": 0, "tid": 7}
+        for a, b in kernels
+    ]
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events}, f)
 
@@ -41,3 +53,52 @@ def test_one_launch_gives_no_interval(tmp_path):
     write_trace(path, [0], [(0, 1000)])
     text = trace_digest.digest(str(path))
     assert "1 graph launches" in text and "launch to launch" not in text
+
+
+def py(name, ts, dur):
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "pid": 1,
+        "tid": 1,
+    }
+
+
+def test_the_gates_module_counts_once_however_its_calls_nest(tmp_path):
+    gate = "sglang/srt/speculative/batch_gate.py(10): "
+    events = []
+    for step in range(3):  # run_batch 10 ms apart; each step calls the gate twice, once nested
+        t = step * 10_000
+        events += [
+            py("sglang/srt/managers/scheduler.py(1): run_batch", t, 9_000),
+            py(gate + "decide", t + 100, 50),
+            py(gate + "run_gated_decode", t + 1_000, 4_000),
+            py(gate + "_target_forward", t + 1_100, 3_000),  # inside run_gated_decode
+            py("sglang/srt/model_executor/model_runner.py(5): forward", t + 1_200, 2_000),
+        ]
+    events.append(py("sglang/srt/managers/scheduler.py(1): run_batch", 30_000, 9_000))
+    path = tmp_path / "g.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    text = trace_digest.digest(str(path))
+    assert "steps 3," in text
+    # 50 + 4000 us a step (the nested _target_forward and the forward within it count once)
+    assert "## the gate's module per step (ms): 4.050 in 3.0 calls" in text
+
+
+def test_an_unpatched_server_has_no_gate_line(tmp_path):
+    events = [py("sglang/srt/managers/scheduler.py(1): run_batch", t, 900) for t in (0, 1000, 2000)]
+    path = tmp_path / "p.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    text = trace_digest.digest(str(path))
+    assert "steps 2," in text and "gate's module" not in text
+
+
+def test_the_digest_looks_for_the_module_the_patch_writes():
+    from eaglegate.patches.behaviour import GATE_PATH
+
+    assert ("/" + GATE_PATH + "(").endswith(trace_digest.GATE_FILE)

@@ -7,7 +7,9 @@ SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace
 - GPU: the time the device was busy (kernels, copies, the union over streams) per step, and
   so whether the step waits on the GPU or on the scheduler's CPU;
 - CPU: the scheduler thread's Python functions by self time and by inclusive time per step,
-  and the CUDA runtime calls that block the CPU (synchronize, blocking copies).
+  and the CUDA runtime calls that block the CPU (synchronize, blocking copies);
+- the gate: in a patched server, the time per step inside the gate's module (where it
+  speculates, the gate's cost).
 With the overlap scheduler, a step whose GPU busy time is well below its wall time is
 CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
 without Python stacks (the timeline as served) gives the GPU's busy share and the time from
@@ -21,6 +23,10 @@ import statistics
 import sys
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+# The gate's module in a patched tree (eaglegate.patches.behaviour.GATE_PATH). Where the gate
+# speculates, its share of a step is what the gate costs; a gated step runs the target's
+# forward inside it.
+GATE_FILE = "/speculative/batch_gate.py("
 BLOCKING = ("Synchronize", "cudaMemcpy ", "cudaMemcpy(")
 
 
@@ -61,6 +67,17 @@ def self_times(events):
     for e in events:
         incl[e["name"]] += e["dur"]
     return own, incl
+
+
+def outermost_us(events):
+    """The time inside any of `events` (one thread's, so nested or apart): a call from one of
+    them into another counts once."""
+    total, end = 0.0, None
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        if end is None or e["ts"] >= end:
+            total += e["dur"]
+            end = e["ts"] + e["dur"]
+    return total
 
 
 def launch_intervals(launches):
@@ -113,6 +130,10 @@ def digest(path, top=22):
     out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in own.most_common(top)]
     out.append(f"## scheduler thread, inclusive time per step (ms), top {top}")
     out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in incl.most_common(top)]
+    gate = [e for e in mine if GATE_FILE in e["name"]]
+    if gate:  # a patched server: the gate's calls, with all they call
+        out.append(f"## the gate's module per step (ms): {outermost_us(gate) / n / 1000:.3f} in "
+                   f"{len(gate) / n:.1f} calls (a gated step's target forward included)")
     runtime = collections.Counter()
     for e in events:
         if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1 and any(b in e["name"] + "(" for b in BLOCKING):
