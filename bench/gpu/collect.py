@@ -416,7 +416,8 @@ def median(rows, server, c, run=TABLE_RUN):
 
 
 def ratio_line(label, num, den):
-    cells = ["-" if a is None or not b else f"{a / b:.0%}" for a, b in zip(num, den, strict=True)]
+    # one decimal: a whole percent would round 94.9 up to the 95 % line (H18's C=1)
+    cells = ["-" if a is None or not b else f"{a / b:.1%}" for a, b in zip(num, den, strict=True)]
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
