@@ -33,6 +33,20 @@ def test_server_names_carry_a_restart_and_a_gate_revision(run):
     assert run.variant_module("gated-v2@2") is None
 
 
+def refusal(tmp_path, *args):
+    """run.py with `args`: it must stop before any server starts; what it says on stderr."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), *args, "--out", str(tmp_path)],
+        env={**os.environ, "STAGE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+    return proc.stderr
+
+
 @pytest.mark.parametrize(
     ("servers", "says"),
     [
@@ -44,16 +58,7 @@ def test_server_names_carry_a_restart_and_a_gate_revision(run):
     ],
 )
 def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, servers, says):
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--servers", servers, "--out", str(tmp_path)],
-        env={**os.environ, "STAGE": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode != 0
-    assert says in proc.stderr
-    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+    assert says in refusal(tmp_path, "--servers", servers)
 
 
 @pytest.mark.parametrize(
@@ -71,25 +76,9 @@ def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, serv
     ],
 )
 def test_a_side_by_side_call_it_cannot_run_stops_before_any_server(tmp_path, servers, extra, says):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "run.py"),
-            "--side-by-side",
-            "--servers",
-            servers,
-            "--out",
-            str(tmp_path),
-            *extra,
-        ],
-        env={**os.environ, "STAGE": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    assert "--side-by-side: " + says in refusal(
+        tmp_path, "--side-by-side", "--servers", servers, *extra
     )
-    assert proc.returncode != 0
-    assert "--side-by-side: " + says in proc.stderr
-    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
 
 
 @pytest.mark.parametrize(
@@ -121,24 +110,7 @@ def test_a_side_by_side_call_it_cannot_run_stops_before_any_server(tmp_path, ser
 def test_servers_in_an_order_it_cannot_run_stop_the_call_before_any_server(
     tmp_path, servers, extra, says
 ):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "run.py"),
-            "--servers",
-            servers,
-            "--out",
-            str(tmp_path),
-            *extra,
-        ],
-        env={**os.environ, "STAGE": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode != 0
-    assert says in proc.stderr
-    assert "starting" not in proc.stdout and not list(tmp_path.glob("rows_*.json"))
+    assert says in refusal(tmp_path, "--servers", servers, *extra)
 
 
 def test_an_order_it_can_run_passes(run):
