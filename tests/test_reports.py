@@ -398,3 +398,17 @@ def test_gallery_command_writes_every_file(tmp_path):
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
         "0.5.9/report.html", "0.5.9/report.json", "0.5.9/report.md", "README.md"]
     jsonschema.validate(json.loads((tmp_path / "0.5.9" / "report.json").read_text()), SCHEMA)
+    # The committed gallery is what the command writes today (a changed gate left it stale once).
+    for name in ("report.md", "report.json"):
+        assert (tmp_path / "0.5.9" / name).read_text() == (REPO / "docs" / "gallery" / "0.5.9" / name).read_text(), (
+            f"docs/gallery/0.5.9/{name} is stale: python -m eaglegate.reports.gallery 0.5.9 0.5.23")
+
+
+def test_the_agents_transcript_shows_todays_patch():
+    # The transcript's plan_gate answer sizes the patch as the (current) gallery report does.
+    transcript = (REPO / "eaglegate" / "agents" / "transcript-0.5.9.md").read_text()
+    report = json.loads((REPO / "docs" / "gallery" / "0.5.9" / "report.json").read_text())
+    sizes = re.findall(r'"diff_lines": (\d+)', transcript)
+    assert sizes == [str(report["plan"]["detail"]["patch"]["diff_lines"])], (
+        "eaglegate/agents/transcript-0.5.9.md is stale: python -m eaglegate.agents.transcript --version 0.5.9 "
+        "-o eaglegate/agents/transcript-0.5.9.md")

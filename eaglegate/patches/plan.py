@@ -40,7 +40,8 @@ NATIVE_COST = (
     "draft/target pairs): its steps=0 state served 27-41 % of plain decoding under load (5.4-6.0k "
     "against 13.2-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE, because "
     "a steps=0 step still runs a one-token TARGET_VERIFY, not the decode kernels; the overlap "
-    "worker's code patch served 2.4-3.6 times as much there (bench/gpu/results.json, runs H4 and H5)"
+    "worker's code patch served 2.4-3.7 times as much there (bench/gpu/results.json, runs H4 and H5, "
+    "and H19 with both servers up side by side)"
 )
 
 
