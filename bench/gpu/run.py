@@ -700,6 +700,14 @@ CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagl
                 "adaptive-skip": ("plain-default", "eagle-v2")}
 
 
+def plain_caps_arg(text):
+    """--plain-caps CAP,GRAPH_BS: two positive integers."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"CAP,GRAPH_BS: two positive integers (e.g. 4096,256), not {text!r}")
+    return tuple(map(int, parts))
+
+
 def order_refusal(items, threshold, plain_caps):
     """Why `items` (name, pair) cannot run in this order, or None: a server that reads what
     another measures must come after it, checked before any server starts (a refusal after
@@ -788,7 +796,7 @@ def main():
     ap.add_argument("--profile-levels", default="8,32")
     ap.add_argument("--deterministic", action="store_true",
                     help="context servers run SGLang's --enable-deterministic-inference")
-    ap.add_argument("--plain-caps", default="",
+    ap.add_argument("--plain-caps", default=None, type=plain_caps_arg,
                     help="CAP,GRAPH_BS: plain-default's logged running cap and largest decode graph "
                          "batch size, for a call whose --servers lack plain-default (e.g. 4096,256)")
     ap.add_argument("--catchup", action="store_true",
@@ -836,7 +844,7 @@ def main():
     global DETERMINISTIC
     DETERMINISTIC = a.deterministic
     if a.plain_caps:
-        RUNNING_CAP["plain-default"], GRAPH_MAX_BS["plain-default"] = map(int, a.plain_caps.split(","))
+        RUNNING_CAP["plain-default"], GRAPH_MAX_BS["plain-default"] = a.plain_caps
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashinfer_sampling.py"),
                 os.path.join(S, "site", "flashinfer", "sampling.py"))

@@ -69,17 +69,6 @@ def self_times(events):
     return own, incl
 
 
-def outermost_us(events):
-    """The time inside any of `events` (one thread's, so nested or apart): a call from one of
-    them into another counts once."""
-    total, end = 0.0, None
-    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
-        if end is None or e["ts"] >= end:
-            total += e["dur"]
-            end = e["ts"] + e["dur"]
-    return total
-
-
 def launch_intervals(launches):
     """The time from one graph launch to the next: with one decode graph a step, its median is
     a decode step's time as served, which the few longer steps (a prefill's) do not move."""
@@ -130,10 +119,11 @@ def digest(path, top=22):
     out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in own.most_common(top)]
     out.append(f"## scheduler thread, inclusive time per step (ms), top {top}")
     out += [f"{v / n / 1000:8.3f}  {short(k)}" for k, v in incl.most_common(top)]
-    gate = [e for e in mine if GATE_FILE in e["name"]]
-    if gate:  # a patched server: the gate's calls, with all they call
-        out.append(f"## the gate's module per step (ms): {outermost_us(gate) / n / 1000:.3f} in "
-                   f"{len(gate) / n:.1f} calls (a gated step's target forward included)")
+    # a patched server: the time inside the gate's calls (nested ones count once, as the union)
+    gate = [(e["ts"], e["ts"] + e["dur"]) for e in mine if GATE_FILE in e["name"]]
+    if gate:
+        out.append(f"## the gate's module per step (ms): {union_us(gate) / n / 1000:.3f} "
+                   "(a gated step's target forward included)")
     runtime = collections.Counter()
     for e in events:
         if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1 and any(b in e["name"] + "(" for b in BLOCKING):
