@@ -73,6 +73,11 @@ def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, serv
             ["--threshold", "16", "--profile", "gated-v2"],
             "not with --catchup or --profile",
         ),
+        (
+            "plain-default:accept,eagle-v2:accept",
+            ["--threshold", "16", "--start-together"],
+            "--start-together needs --plain-caps",
+        ),
     ],
 )
 def test_a_side_by_side_call_it_cannot_run_stops_before_any_server(tmp_path, servers, extra, says):
@@ -121,6 +126,18 @@ def test_plain_caps_it_cannot_read_stop_the_call_before_any_server(tmp_path, cap
     assert "--plain-caps: CAP,GRAPH_BS: two positive integers" in says and "Traceback" not in says
 
 
+def test_start_together_is_refused_without_side_by_side(tmp_path):
+    says = refusal(
+        tmp_path,
+        "--servers",
+        "plain-default:accept",
+        "--start-together",
+        "--plain-caps",
+        "4096,256",
+    )
+    assert "--start-together: only with --side-by-side" in says
+
+
 def test_an_order_it_can_run_passes(run):
     assert (
         run.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
@@ -151,11 +168,15 @@ def test_side_by_side_servers_share_a_folder_per_tree(run):
 
 class _Args:
     threshold, repeats, levels, min_requests, deadline_s = "56", 3, [1, 64], 0, 10_000
+    start_together, plain_caps = False, None
 
 
-def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monkeypatch):
+@pytest.mark.parametrize("together", [False, True])
+def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monkeypatch, together):
     """Every server up before any load; per level an untimed pass on each, then repeat r of
-    each in turn, the order rotated by r; all stopped, the GPU awaited only after the last."""
+    each in turn, the order rotated by r; all stopped, the GPU awaited only after the last.
+    One after another, each server is up before the next launches, and its caps and the GPU's
+    memory are read then; --start-together launches all, then waits for each."""
     events = []
 
     def start(name, pair, threshold, a, tree_dir, port, extra_args, copy_tree):
@@ -174,7 +195,12 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
         events.append(("bench", url, c, seed))
         return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
 
-    monkeypatch.setattr(run, "start", start)
+    def wait_healthy(server, a):
+        events.append(("up", server["name"]))
+        return server
+
+    monkeypatch.setattr(run, "launch", start)
+    monkeypatch.setattr(run, "wait_healthy", wait_healthy)
     monkeypatch.setattr(
         run, "stop", lambda s, a, wait_gpu: events.append(("stop", s["name"], wait_gpu))
     )
@@ -184,8 +210,25 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
     monkeypatch.setattr(run, "gpu_used_mib", lambda: 1234)
     rows = []
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
-    records = run.side_by_side(_Args(), items, rows)
+    args = _Args()
+    args.start_together, args.plain_caps = together, (4096, 256) if together else None
+    records = run.side_by_side(args, items, rows)
 
+    names = [name for name, _ in items]
+    launches_and_ups = [e[:2] for e in events if e[0] in ("start", "up")]
+    if together:
+        assert launches_and_ups == [("start", n) for n in names] + [("up", n) for n in names]
+        assert all(r["gpu_used_mib_all"] == 1234 and "gpu_used_mib" not in r for r in records)
+        # its log states no graph size: it differs from --plain-caps, and says so
+        assert records[0]["caps_not_plain_caps"] == {
+            "max_running_requests": 4096,
+            "graph_max_bs": None,
+        }
+        assert "plain-default" not in run.RUNNING_CAP  # main() sets it from --plain-caps
+    else:
+        assert launches_and_ups == [(kind, n) for n in names for kind in ("start", "up")]
+        assert all(r["gpu_used_mib"] == 1234 for r in records)
+        assert run.RUNNING_CAP["plain-default"] == 4096  # read from its log as soon as it was up
     starts = [e for e in events if e[0] == "start"]
     assert [e[1:4] for e in starts] == [
         ("plain-default", "run-tree", True),
@@ -194,7 +237,6 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
     ]
     assert len({e[4] for e in starts}) == 3 and {e[5] for e in starts} == {56}
     assert events.index(starts[-1]) < min(i for i, e in enumerate(events) if e[0] == "bench")
-    assert run.RUNNING_CAP["plain-default"] == 4096  # read from its log as soon as it was up
     benches = [e for e in events if e[0] == "bench"]
     for c in (1, 64):
         at_c = [e for e in benches if e[2] == c]
@@ -218,7 +260,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
         ("eagle-v2", 0),
         ("gated-v2", 0),
     ]
-    assert len(rows) == 18 and all("untimed" in r and r["gpu_used_mib"] == 1234 for r in records)
+    assert len(rows) == 18 and all("untimed" in r for r in records)
     assert [e for e in events if e[0] == "stop"] == [
         ("stop", "plain-default", False),
         ("stop", "eagle-v2", False),
@@ -228,9 +270,10 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
 
 def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, monkeypatch):
     stopped = []
+    monkeypatch.setattr(run, "wait_healthy", lambda server, a: server)
     monkeypatch.setattr(
         run,
-        "start",
+        "launch",
         lambda name, pair, *args, **kw: {
             "name": name,
             "pair": pair,
@@ -308,12 +351,15 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-@pytest.mark.parametrize("side_by_side", [True, False])
-def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
+@pytest.mark.parametrize("mode", ["side by side", "together", "one after another"])
+def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     """The whole call, through the script, on stand-ins for SGLang. Side by side: both
     servers up before any load, one tree folder shared, two ports, the KV cap and idle sleep
     passed, the rows interleaved and rotated. One after another: each server's rows in turn,
-    no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged."""
+    no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged (started
+    together: the one --plain-caps gives)."""
+    side_by_side = mode != "one after another"
+    together = ["--start-together", "--plain-caps", "2048,256"] if mode == "together" else []
     stage = Path(run.S)
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
@@ -333,6 +379,7 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
             sys.executable,
             str(BENCH / "run.py"),
             *(["--side-by-side"] if side_by_side else []),
+            *together,
             "--servers",
             "plain-default:accept,eagle-v2:accept",
             "--levels",
@@ -361,10 +408,10 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
     assert [s["healthy"] for s in result["servers"]] == [True, True]
     started = [json.loads(line) for line in record.read_text().splitlines()]
     assert [s["tree"] for s in started] == [str(stage / "run-tree")] * 2
-    eagle = started[1]["argv"]
-    assert (
-        eagle[eagle.index("--max-running-requests") + 1] == "4096"
-    )  # plain-default's, from its log
+    # (started together, the two may record their start in either order)
+    eagle = next(s["argv"] for s in started if "--speculative-algorithm" in s["argv"])
+    # plain-default's, from its log, or --plain-caps's
+    assert eagle[eagle.index("--max-running-requests") + 1] == ("2048" if together else "4096")
     order = [(r["C"], r["repeat"], r["server"]) for r in result["rows"]]
     assert all(r["errors"] == 0 and r["tok_s"] > 0 for r in result["rows"])
     assert (out / "log_plain-default-accept.txt").exists() and (
@@ -376,6 +423,9 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, side_by_side):
         return
     assert order == SIDE_BY_SIDE_ORDER
     assert result["side_by_side"]["kv_tokens"] == run.SIDE_BY_SIDE_TOKENS
+    assert result["side_by_side"]["started"] == ("together" if together else "one after another")
+    if together:  # the stand-in logs a running cap of 4096, not --plain-caps's 2048
+        assert result["servers"][0]["caps_not_plain_caps"]["max_running_requests"] == 4096
     ports = [s["argv"][s["argv"].index("--port") + 1] for s in started]
     assert len(set(ports)) == 2
     for s in started:

@@ -412,9 +412,15 @@ def digest(logp, name, outdir):
 
 
 def start(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
-    """Launch one server from `$STAGE/<tree_dir>` (a fresh copy of its tree, unless
-    `copy_tree` is off: a server beside it already runs from that copy) and wait until it is
-    healthy or the call's deadline nears. Returns the handle `stop` takes."""
+    """Launch one server and wait until it is healthy or the call's deadline nears (`launch`,
+    `wait_healthy`). Returns the handle `stop` takes."""
+    return wait_healthy(launch(name, pair, threshold, a, tree_dir, port, extra_args, copy_tree), a)
+
+
+def launch(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
+    """Start one server's process from `$STAGE/<tree_dir>` (a fresh copy of its tree, unless
+    `copy_tree` is off: a server beside it already runs from that copy). Returns the handle
+    `wait_healthy` and `stop` take."""
     kind = server_kind(name)
     pick = adaptive_config if kind in ("adaptive", "adaptive-skip") else config
     tree, args, extra_env = pick(kind, pair, threshold)
@@ -443,17 +449,23 @@ def start(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=(
     with open(logp, "a") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, SERVER_CORES))
-    url = f"http://127.0.0.1:{port}"
-    t = time.time()
+    return {"name": name, "pair": pair, "proc": proc, "url": f"http://127.0.0.1:{port}", "res": res,
+            "logp": logp, "launched": time.time()}
+
+
+def wait_healthy(server, a):
+    """Wait until a launched server answers /health, its process ends, or the call's deadline
+    nears; its record says which, and how long the start took."""
+    proc, url, res = server["proc"], server["url"], server["res"]
     while time.time() - T0 < a.deadline_s - 30 and proc.poll() is None and get(url + "/health")[0] != 200:
         time.sleep(2)
     res["healthy"] = get(url + "/health")[0] == 200
-    res["startup_s"] = round(time.time() - t, 1)
+    res["startup_s"] = round(time.time() - server["launched"], 1)
     if a.pin_scheduler and res["healthy"]:
         res["pinned"] = pin_server(proc.pid)
         print(f"   pinned: {res['pinned']}", flush=True)
-    print(f"   healthy={res['healthy']} after {res['startup_s']} s", flush=True)
-    return {"name": name, "pair": pair, "proc": proc, "url": url, "res": res, "logp": logp}
+    print(f"   {server['name']}: healthy={res['healthy']} after {res['startup_s']} s", flush=True)
+    return server
 
 
 def stop(server, a, wait_gpu=True):
@@ -642,9 +654,28 @@ def side_by_side_refusal(a, items):
         return "throughput pairs only (accept, real)"
     if a.catchup or a.profile:
         return "not with --catchup or --profile (each measures one server alone)"
+    if a.start_together and not a.plain_caps:
+        return ("--start-together needs --plain-caps CAP,GRAPH_BS (the speculative servers start "
+                "before plain-default logs its own)")
     if a.threshold == "calibrate" and any(server_kind(name) in CALIBRATE_ON for name, _ in items):
         return "a fixed --threshold (calibrate reads rows measured before the gated server starts)"
     return None
+
+
+def server_up(server, a):
+    """What a side-by-side call keeps of a server once it is up: the GPU's memory in use with
+    it beside the ones before it (one after another only), and the running cap and graph size
+    it logged (eagle-v2 and adaptive take plain-default's; started together, they had
+    --plain-caps, and a plain-default that logged others says so)."""
+    caps = logged_caps(Path(server["logp"]).read_text(errors="replace").splitlines())
+    if a.start_together:
+        given = dict(zip(("max_running_requests", "graph_max_bs"), a.plain_caps, strict=True))
+        if server["name"] == "plain-default" and caps != given:
+            server["res"]["caps_not_plain_caps"] = caps
+            print(f"   plain-default logged {caps}, not --plain-caps {given}", flush=True)
+        return
+    server["res"]["gpu_used_mib"] = gpu_used_mib()
+    record_caps(server["name"], caps)
 
 
 def side_by_side(a, items, rows):
@@ -656,14 +687,18 @@ def side_by_side(a, items, rows):
     servers, copied = [], set()
     try:
         for i, ((name, pair), tree_dir) in enumerate(zip(items, side_by_side_dirs([n for n, _ in items]), strict=True)):
-            server = start(name, pair, threshold, a, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
-                           extra_args=extra, copy_tree=tree_dir not in copied)
+            server = launch(name, pair, threshold, a, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
+                            extra_args=extra, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             servers.append(server)
-            # the GPU's memory in use with this server up beside the ones before it
-            server["res"]["gpu_used_mib"] = gpu_used_mib()
-            # eagle-v2 and adaptive take plain-default's running cap and graph size
-            record_caps(name, logged_caps(Path(server["logp"]).read_text(errors="replace").splitlines()))
+            if not a.start_together:
+                server_up(wait_healthy(server, a), a)
+        if a.start_together:  # every process launched above; now wait for all of them
+            for server in servers:
+                server_up(wait_healthy(server, a), a)
+            used = gpu_used_mib()  # the GPU's memory in use with all of them up
+            for server in servers:
+                server["res"]["gpu_used_mib_all"] = used
         up = [s for s in servers if s["res"]["healthy"]]
         for s in up:
             s["res"]["warm_s"] = loadgen.warm(s["url"])
@@ -813,6 +848,10 @@ def main():
                          f"{SIDE_BY_SIDE_TOKENS} tokens, idle ones asleep), their timed repeats "
                          "interleaved at each level: drift within the call falls on all alike. "
                          "Throughput pairs only, with a fixed --threshold")
+    ap.add_argument("--start-together", action="store_true",
+                    help="with --side-by-side: launch every server at once, then wait for all "
+                         "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "
+                         "memory with all of them up, not each server's")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -834,6 +873,8 @@ def main():
     refusal = order_refusal(items, a.threshold, a.plain_caps)
     if refusal:
         raise SystemExit(refusal)
+    if a.start_together and not a.side_by_side:
+        raise SystemExit("--start-together: only with --side-by-side")
     if a.side_by_side:
         refusal = side_by_side_refusal(a, items)
         if refusal:
@@ -866,7 +907,8 @@ def main():
         out["catchup"] = {"runs": {}, "threshold": int(a.threshold), "workload": CATCHUP}
     rows, outputs = out["rows"], {}
     if a.side_by_side:
-        out["side_by_side"] = {"kv_tokens": SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r"}
+        out["side_by_side"] = {"kv_tokens": SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r",
+                               "started": "together" if a.start_together else "one after another"}
         out["servers"] = side_by_side(a, items, rows)
     for name, pair in ([] if a.side_by_side else items):  # one server at a time
         if time.time() - T0 > a.deadline_s - 110:
