@@ -216,6 +216,12 @@ def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, ex
     }
 
 
+def best_of(columns) -> list:
+    """Per level, the largest of the servers' medians there (each column a server's, None
+    where it did not run): what gated-v2 is held against."""
+    return [max((v for v in level if v), default=None) for level in zip(*columns, strict=True)]
+
+
 def runs_table(section: dict, servers) -> str:
     """Each server's medians per run, then gated-v2 against the best of the others."""
     levels = section["levels"]
@@ -237,7 +243,7 @@ def runs_table(section: dict, servers) -> str:
     for run in section["table_runs"]:
         m = section["medians"][run]
         present = [s for s in others if any(m[s])]
-        best = [max((v for v in col if v), default=None) for col in zip(*(m[s] for s in present), strict=True)]
+        best = best_of(m[s] for s in present)
         lines.append(ratio_line(f"gated-v2 / max({', '.join(present)}) | {run} ({pair_label(section, run)})",
                                 m["gated-v2"], best))
     return "\n".join(lines)
@@ -343,8 +349,7 @@ def pooled_side_by_side(section: dict, pair: str, servers) -> dict:
     tok_s = {s: {c: [r["tok_s"] for r in rows if r["server"] == s and r["C"] == c] for c in levels}
              for s in servers}
     medians = {s: [statistics.median(v) if v else None for v in tok_s[s].values()] for s in servers}
-    best = [max((m[i] for k, m in medians.items() if k != "gated-v2" and m[i]), default=None)
-            for i in range(len(levels))]
+    best = best_of(m for k, m in medians.items() if k != "gated-v2")
     return {"runs": runs, "levels": levels, "medians": medians,
             "repeats": {s: [len(v) for v in tok_s[s].values()] for s in servers},
             "ratio": [round(g / b, 3) if g and b else None for g, b in zip(medians["gated-v2"], best, strict=True)]}

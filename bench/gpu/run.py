@@ -680,7 +680,9 @@ def server_up(server, a):
 
 def side_by_side(a, items, rows):
     """Start every server of `items` (name, pair) one after another, each beside the ones
-    already up; then per level an untimed pass on each, and the timed repeats interleaved.
+    already up (--start-together: all launched at once, then each awaited; a server's
+    `startup_s` is then when the wait saw it up: for all but the first, at least its real
+    start-up); then per level an untimed pass on each, and the timed repeats interleaved.
     Returns each server's record."""
     threshold = None if a.threshold == "calibrate" else int(a.threshold)
     extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
