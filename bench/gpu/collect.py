@@ -139,7 +139,8 @@ TWO_STARTS = ("G8",)
 # H15 H2's greedy sets with the gate of 2026-12-03; H18 and H19 all four servers side by side
 # (adaptive too) with H14's patch, C=1-32 and C=64-256 in two calls of one machine; P4 the C=1
 # profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts).
-NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19")
+NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
+               "H22", "H23", "H24")
 NEWEST_STARTS = ("H8", "H17", "P4")
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
@@ -179,6 +180,14 @@ NEWEST_NOTES = {
            "four servers up at once, C=1, 8, 32, seven repeats each; threshold 56",
     "H19": "H18's four servers at C=64, 128, 256, three repeats each, the next call on the same "
            "machine",
+    "H21": "the real pair, H18's four servers side by side, threshold 34 (H10's calibrate), every "
+           "level, three repeats, in one call: --start-together launched the four at once (up in "
+           "126-150 s, 104,571 MiB of the GPU in use with all up)",
+    "H22": "H21's command at C=64, 128, 256, five repeats each, on another machine (cold)",
+    "H23": "eagle-v2, adaptive, gated-v2 side by side at C=1 only, accept pair, threshold 56, nine "
+           "repeats each, started together (H20's command, which did not fit)",
+    "H24": "plain-default and gated-v2 side by side at C=64 only, real pair, threshold 34, seven "
+           "repeats each, the next call on H22's machine",
     "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
           "profiler, 30 steps): the gate's module takes 0.021 ms of a 12.2 ms step (gate_P4.txt)",
 }
