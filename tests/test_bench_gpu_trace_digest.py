@@ -102,3 +102,29 @@ def test_the_digest_looks_for_the_module_the_patch_writes():
     from eaglegate.patches.behaviour import GATE_PATH
 
     assert ("/" + GATE_PATH + "(").endswith(trace_digest.GATE_FILE)
+
+
+def test_a_trace_without_stacks_says_how_long_the_cpu_waited_on_the_gpu(tmp_path):
+    # Four launches 3 ms apart; the CPU blocked 1.2 ms after each of the first three (a
+    # GPU-bound step), and a synchronize outside the GPU's window that does not count.
+    launches = [0, 3000, 6000, 9000]
+    path = tmp_path / "w.trace.json.gz"
+    write_trace(path, launches, [(t, t + 2800) for t in launches])
+    trace = json.loads(gzip.open(path, "rt").read())
+    waits = [("cudaEventSynchronize", t + 1500, 1200.0) for t in launches[:3]]
+    waits.append(("cudaStreamSynchronize", 50_000, 9000.0))
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "cuda_runtime", "name": n, "ts": ts, "dur": d, "pid": 1, "tid": 1}
+        for n, ts, d in waits
+    ]
+    with gzip.open(path, "wt") as f:
+        json.dump(trace, f)
+    text = trace_digest.digest(str(path))
+    assert "CPU blocked on the GPU: 0.900 ms per graph launch (3 blocking calls)" in text
+
+
+def test_a_cpu_bound_trace_shows_no_wait(tmp_path):
+    path = tmp_path / "c.trace.json.gz"
+    write_trace(path, [0, 4000, 8000], [(t, t + 2000) for t in (0, 4000, 8000)])
+    text = trace_digest.digest(str(path))
+    assert "CPU blocked on the GPU: 0.000 ms per graph launch (0 blocking calls)" in text

@@ -12,8 +12,9 @@ SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace
   speculates, the gate's cost).
 With the overlap scheduler, a step whose GPU busy time is well below its wall time is
 CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
-without Python stacks (the timeline as served) gives the GPU's busy share and the time from
-one graph launch to the next: a decode step's time, as the stack tracing does not slow it.
+without Python stacks (the timeline as served) gives the GPU's busy share, the time from
+one graph launch to the next (a decode step's time, as the stack tracing does not slow it)
+and the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound).
 """
 import collections
 import gzip
@@ -81,6 +82,23 @@ def launch_intervals(launches):
             f"(p25 {at(0.25):.3f}, p75 {at(0.75):.3f}, {len(gaps)} intervals)\n")
 
 
+def blocking_calls(events, t0, t1):
+    """The CUDA runtime calls in [t0, t1) that block the CPU until the GPU catches up."""
+    return [e for e in events if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1
+            and any(b in e["name"] + "(" for b in BLOCKING)]
+
+
+def host_waits(events, t0, t1, launches):
+    """The time the CPU spent blocked on the GPU (synchronize, blocking copies) per graph
+    launch: under the overlap scheduler a step that waits on the GPU is GPU-bound, and one
+    whose waits are near zero is bound by the scheduler's CPU."""
+    waits = blocking_calls(events, t0, t1)
+    if not launches:
+        return ""
+    return (f"CPU blocked on the GPU: {sum(e['dur'] for e in waits) / launches / 1000:.3f} ms "
+            f"per graph launch ({len(waits)} blocking calls)\n")
+
+
 def short(name):
     # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
     if "): " in name:
@@ -102,7 +120,7 @@ def digest(path, top=22):
                           if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
         return (f"# {path.rsplit('/', 1)[-1]}\nno Python stacks: GPU busy {100 * union_us(gpu) / (t1 - t0):.0f} % "
                 f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {len(launches)} graph launches\n"
-                + launch_intervals(launches))
+                + launch_intervals(launches) + host_waits(events, t0, t1, len(launches)))
     tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
     t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
     n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
@@ -125,9 +143,8 @@ def digest(path, top=22):
         out.append(f"## the gate's module per step (ms): {union_us(gate) / n / 1000:.3f} "
                    "(a gated step's target forward included)")
     runtime = collections.Counter()
-    for e in events:
-        if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1 and any(b in e["name"] + "(" for b in BLOCKING):
-            runtime[e["name"]] += e["dur"]
+    for e in blocking_calls(events, t0, t1):
+        runtime[e["name"]] += e["dur"]
     out.append("## blocking CUDA runtime calls per step (ms)")
     out += [f"{v / n / 1000:8.3f}  {k}" for k, v in runtime.most_common(8)]
     launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and t0 <= e["ts"] < t1
