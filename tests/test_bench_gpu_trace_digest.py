@@ -128,3 +128,19 @@ def test_a_cpu_bound_trace_shows_no_wait(tmp_path):
     write_trace(path, [0, 4000, 8000], [(t, t + 2000) for t in (0, 4000, 8000)])
     text = trace_digest.digest(str(path))
     assert "CPU blocked on the GPU: 0.000 ms per graph launch (0 blocking calls)" in text
+
+
+def test_a_trace_without_stacks_lists_the_kernels_that_take_the_most_per_launch(tmp_path):
+    path = tmp_path / "k.trace.json.gz"
+    write_trace(path, [0, 3000], [])
+    trace = json.loads(gzip.open(path, "rt").read())
+    kernels = [("attn_stage1", 0, 900), ("gemm", 900, 1500), ("attn_stage1", 3000, 1100)]
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": d, "pid": 0, "tid": 7}
+        for n, ts, d in kernels
+    ]
+    with gzip.open(path, "wt") as f:
+        json.dump(trace, f)
+    text = trace_digest.digest(str(path))
+    # per launch: attention (900 + 1100) / 2, the GEMM 1500 / 2; the larger first
+    assert text.index("   1.000  attn_stage1") < text.index("   0.750  gemm")

@@ -14,7 +14,8 @@ With the overlap scheduler, a step whose GPU busy time is well below its wall ti
 CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
 without Python stacks (the timeline as served) gives the GPU's busy share, the time from
 one graph launch to the next (a decode step's time, as the stack tracing does not slow it)
-and the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound).
+the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound) and the
+kernels that take the most GPU time per launch.
 """
 import collections
 import gzip
@@ -99,6 +100,19 @@ def host_waits(events, t0, t1, launches):
             f"per graph launch ({len(waits)} blocking calls)\n")
 
 
+def kernel_times(events, launches, top=8):
+    """GPU time per graph launch of the kernels that take the most, by name (cut to 70
+    characters): two servers' profiles at one C then show which kernel a slower step spends
+    its time in (the attention kernel's grows with how the KV slots lie, a GEMM's does not)."""
+    if not launches:
+        return ""
+    times = collections.Counter()
+    for e in events:
+        if e.get("cat") == "kernel":
+            times[e["name"][:70]] += e["dur"]
+    return "".join(f"{v / launches / 1000:8.3f}  {k}\n" for k, v in times.most_common(top))
+
+
 def short(name):
     # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
     if "): " in name:
@@ -120,7 +134,8 @@ def digest(path, top=22):
                           if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
         return (f"# {path.rsplit('/', 1)[-1]}\nno Python stacks: GPU busy {100 * union_us(gpu) / (t1 - t0):.0f} % "
                 f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {len(launches)} graph launches\n"
-                + launch_intervals(launches) + host_waits(events, t0, t1, len(launches)))
+                + launch_intervals(launches) + host_waits(events, t0, t1, len(launches))
+                + kernel_times(events, len(launches)))
     tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
     t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
     n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
