@@ -297,7 +297,7 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, mon
 FAKE_LAUNCH_SERVER = '''
 """A stand-in for `python -m sglang.launch_server`: answers /health and /generate at once,
 logs the line run.py reads the running cap from, and records how it was started."""
-import json, os, sys
+import gzip, json, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 argv = sys.argv[1:]
@@ -323,6 +323,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/start_profile":  # a trace as SGLang's profiler writes one
+            launches = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch",
+                         "ts": 3000 * i, "dur": 5, "pid": 1, "tid": 1} for i in range(4)]
+            kernels = [{"ph": "X", "cat": "kernel", "name": "decode_attention", "ts": 3000 * i,
+                        "dur": 2000, "pid": 0, "tid": 7} for i in range(4)]
+            path = os.path.join(req["output_dir"], "0-TP-0.trace.json.gz")
+            with gzip.open(path, "wt") as f:
+                json.dump({"traceEvents": launches + kernels}, f)
+            self._answer({})
+            return
         n = req["sampling_params"]["max_new_tokens"]
         self._answer({"output_ids": [7] * n, "meta_info": {}})
 
@@ -351,15 +361,10 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["side by side", "together", "one after another"])
-def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
-    """The whole call, through the script, on stand-ins for SGLang. Side by side: both
-    servers up before any load, one tree folder shared, two ports, the KV cap and idle sleep
-    passed, the rows interleaved and rotated. One after another: each server's rows in turn,
-    no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged (started
-    together: the one --plain-caps gives)."""
-    side_by_side = mode != "one after another"
-    together = ["--start-together", "--plain-caps", "2048,256"] if mode == "together" else []
+def stand_in_call(run, tmp_path, args):
+    """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
+    and eaglegate in run.S: (the finished process, the out folder, the stand-ins' record of
+    how each server started)."""
     stage = Path(run.S)
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
@@ -375,24 +380,8 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     record, out = tmp_path / "started.jsonl", tmp_path / "out"
     out.mkdir()
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "run.py"),
-            *(["--side-by-side"] if side_by_side else []),
-            *together,
-            "--servers",
-            "plain-default:accept,eagle-v2:accept",
-            "--levels",
-            "1,8",
-            "--repeats",
-            "2",
-            "--tag",
-            "T",
-            "--out",
-            str(out),
-            "--deadline-s",
-            "300",
-        ],
+        [sys.executable, str(BENCH / "run.py"), *args]
+        + ["--tag", "T", "--out", str(out), "--deadline-s", "300"],
         env={
             **os.environ,
             "STAGE": str(stage),
@@ -403,11 +392,37 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
         text=True,
         timeout=240,
     )
+    return proc, out, record
+
+
+@pytest.mark.parametrize("mode", ["side by side", "together", "one after another"])
+def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
+    """The whole call, through the script, on stand-ins for SGLang. Side by side: both
+    servers up before any load, one tree folder shared, two ports, the KV cap and idle sleep
+    passed, the rows interleaved and rotated. One after another: each server's rows in turn,
+    no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged (started
+    together: the one --plain-caps gives)."""
+    side_by_side = mode != "one after another"
+    together = ["--start-together", "--plain-caps", "2048,256"] if mode == "together" else []
+    proc, out, record = stand_in_call(
+        run,
+        tmp_path,
+        [
+            *(["--side-by-side"] if side_by_side else []),
+            *together,
+            "--servers",
+            "plain-default:accept,eagle-v2:accept",
+            "--levels",
+            "1,8",
+            "--repeats",
+            "2",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((out / "rows_T.json").read_text())
     assert [s["healthy"] for s in result["servers"]] == [True, True]
     started = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [s["tree"] for s in started] == [str(stage / "run-tree")] * 2
+    assert [s["tree"] for s in started] == [str(Path(run.S) / "run-tree")] * 2
     # (started together, the two may record their start in either order)
     eagle = next(s["argv"] for s in started if "--speculative-algorithm" in s["argv"])
     # plain-default's, from its log, or --plain-caps's
@@ -464,3 +479,38 @@ def test_adaptive_runs_plans_native_config_with_plain_defaults_caps(run, release
     assert tiers["56"] == {"candidate_steps": [0]} and min(map(int, tiers)) < 56
     _, _, skip_env = run.adaptive_config("adaptive-skip", "accept", 56)
     assert skip_env == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+
+
+def test_a_profiled_level_gets_its_windows_without_stacks_then_one_with(run, tmp_path):
+    proc, out, _ = stand_in_call(
+        run,
+        tmp_path,
+        ["--servers", "plain-default:accept", "--levels", "8", "--repeats", "1"]
+        + ["--profile", "plain-default", "--profile-levels", "8", "--profile-windows", "2"],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (out / "profile_T.txt").read_text()
+    names = [line[5:] for line in text.splitlines() if line.startswith("==== ")]
+    base = "plain-default-accept-C8"
+    assert names == [f"{base}-nostack", f"{base}-nostack2", f"{base}-stack"]
+    # each window's trace digested: the stand-in's four launches 3 ms apart
+    assert text.count("graph launch to launch: median 3.000 ms") == 3
+    assert text.count("2.000  decode_attention") == 3
+
+
+def test_profile_windows_start_later_in_their_load(run):
+    windows = run.profile_windows("gated-v2", "real", 64, 3)
+    assert [(n, stack) for n, stack, _ in windows] == [
+        ("gated-v2-real-C64-nostack", False),
+        ("gated-v2-real-C64-nostack2", False),
+        ("gated-v2-real-C64-nostack3", False),
+        ("gated-v2-real-C64-stack", True),
+    ]
+    starts = [start for _, stack, start in windows if not stack]
+    assert starts == sorted(starts) and len(set(starts)) == 3
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two"])
+def test_profile_windows_must_be_a_positive_integer(tmp_path, bad):
+    says = refusal(tmp_path, "--servers", "plain-default:accept", "--profile-windows", bad)
+    assert "--profile-windows: a positive integer" in says and "Traceback" not in says

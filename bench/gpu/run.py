@@ -522,6 +522,7 @@ TEMPERATURE = {"real": 1.0}
 
 TRACES = f"{S}/traces"
 PROFILE_STEPS = 30
+PROFILE_WINDOW_GAP_S = 0.6  # about one wave of 128 decode steps at C=64, and its prefill
 
 
 def post(url, body, timeout=60):
@@ -531,20 +532,32 @@ def post(url, body, timeout=60):
         return r.status, r.read().decode(errors="replace")
 
 
+def profile_windows(server, pair, c, windows):
+    """The profiler windows at one level: (name, with Python stacks, seconds into the load
+    before it starts). `windows` without stacks, each later in its load than the one before
+    (at C=64 a gated server's decode speed was set per wave, H21-H24), then one with them."""
+    base = f"{server}-{pair}-C{c}"
+    plain = [(f"{base}-nostack" + (f"{i + 1}" if i else ""), False, 0.5 + PROFILE_WINDOW_GAP_S * i)
+             for i in range(windows)]
+    return [*plain, (f"{base}-stack", True, 0.5)]
+
+
 def profile(url, res, c, temperature, a):
-    """SGLang's torch profiler over PROFILE_STEPS steps under load at C=c, twice: without
-    Python stacks (the GPU timeline as served) and with them (where the scheduler's time
-    goes; tracing slows its Python). Appends trace_digest's summary to profile_<tag>.txt."""
+    """SGLang's torch profiler over PROFILE_STEPS steps under load at C=c: --profile-windows
+    times without Python stacks (the GPU timeline as served), then once with them (where the
+    scheduler's time goes; tracing slows its Python). Appends trace_digest's summary to
+    profile_<tag>.txt."""
     import trace_digest
 
-    for stack in (False, True):
-        name = f"{res['server']}-{res['pair']}-C{c}-{'stack' if stack else 'nostack'}"
+    for name, stack, start_s in profile_windows(res["server"], res["pair"], c, a.profile_windows):
         out_dir = f"{TRACES}/{name}"
         os.makedirs(out_dir, exist_ok=True)
+        # enough waves that the load still runs when a late window ends
         load = threading.Thread(target=loadgen.bench, args=(url, c),
-                                kwargs={"seed": 7, "temperature": temperature, "waves": 6})
+                                kwargs={"seed": 7, "temperature": temperature,
+                                        "waves": 6 + int(start_s / PROFILE_WINDOW_GAP_S)})
         load.start()
-        time.sleep(0.5)  # past the first prefills: the running batch decodes at C
+        time.sleep(start_s)  # past the first prefills: the running batch decodes at C
         try:
             post(url + "/start_profile", {"output_dir": out_dir, "num_steps": PROFILE_STEPS,
                                           "activities": ["CPU", "GPU"], "with_stack": stack,
@@ -745,6 +758,12 @@ def plain_caps_arg(text):
     return tuple(map(int, parts))
 
 
+def positive_int_arg(text):
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}")
+    return int(text)
+
+
 def order_refusal(items, threshold, plain_caps):
     """Why `items` (name, pair) cannot run in this order, or None: a server that reads what
     another measures must come after it, checked before any server starts (a refusal after
@@ -831,6 +850,9 @@ def main():
                     help="servers whose decode steps SGLang's torch profiler records, under load, "
                          "after each --profile-levels level's rows (e.g. plain-default,gated-v2)")
     ap.add_argument("--profile-levels", default="8,32")
+    ap.add_argument("--profile-windows", type=positive_int_arg, default=1,
+                    help="profiles without Python stacks per profiled level, each starting "
+                         f"{PROFILE_WINDOW_GAP_S} s later in its load than the one before")
     ap.add_argument("--deterministic", action="store_true",
                     help="context servers run SGLang's --enable-deterministic-inference")
     ap.add_argument("--plain-caps", default=None, type=plain_caps_arg,
