@@ -106,12 +106,15 @@ def test_the_digest_looks_for_the_module_the_patch_writes():
 
 def test_a_trace_without_stacks_says_how_long_the_cpu_waited_on_the_gpu(tmp_path):
     # Four launches 3 ms apart; the CPU blocked 1.2 ms after each of the first three (a
-    # GPU-bound step), and a synchronize outside the GPU's window that does not count.
+    # GPU-bound step), a free that does not block, and a synchronize outside the GPU's window
+    # that does not count.
     launches = [0, 3000, 6000, 9000]
     path = tmp_path / "w.trace.json.gz"
     write_trace(path, launches, [(t, t + 2800) for t in launches])
     trace = json.loads(gzip.open(path, "rt").read())
-    waits = [("cudaEventSynchronize", t + 1500, 1200.0) for t in launches[:3]]
+    waits = [("cudaEventSynchronize", t + 1500, 1200.0) for t in launches[:2]]
+    waits.append(("cudaFree", 7500, 1200.0))  # blocks until the device is idle
+    waits.append(("cudaFreeAsync", 7600, 500.0))  # does not
     waits.append(("cudaStreamSynchronize", 50_000, 9000.0))
     trace["traceEvents"] += [
         {"ph": "X", "cat": "cuda_runtime", "name": n, "ts": ts, "dur": d, "pid": 1, "tid": 1}
@@ -120,7 +123,10 @@ def test_a_trace_without_stacks_says_how_long_the_cpu_waited_on_the_gpu(tmp_path
     with gzip.open(path, "wt") as f:
         json.dump(trace, f)
     text = trace_digest.digest(str(path))
-    assert "CPU blocked on the GPU: 0.900 ms per graph launch (3 blocking calls)" in text
+    assert (
+        "CPU blocked on the GPU: 0.900 ms per graph launch (3 blocking calls, "
+        "cudaEventSynchronize 0.600, cudaFree 0.300)"
+    ) in text
 
 
 def test_a_cpu_bound_trace_shows_no_wait(tmp_path):

@@ -29,7 +29,8 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 # speculates, its share of a step is what the gate costs; a gated step runs the target's
 # forward inside it.
 GATE_FILE = "/speculative/batch_gate.py("
-BLOCKING = ("Synchronize", "cudaMemcpy ", "cudaMemcpy(")
+# cudaFree waits for the whole device before it returns (the caching allocator's emptying).
+BLOCKING = ("Synchronize", "cudaMemcpy ", "cudaMemcpy(", "cudaFree(")
 
 
 def load(path):
@@ -96,8 +97,12 @@ def host_waits(events, t0, t1, launches):
     waits = blocking_calls(events, t0, t1)
     if not launches:
         return ""
+    by_name = collections.Counter()
+    for e in waits:
+        by_name[e["name"]] += e["dur"]
+    names = "".join(f", {k} {v / launches / 1000:.3f}" for k, v in by_name.most_common(4))
     return (f"CPU blocked on the GPU: {sum(e['dur'] for e in waits) / launches / 1000:.3f} ms "
-            f"per graph launch ({len(waits)} blocking calls)\n")
+            f"per graph launch ({len(waits)} blocking calls{names})\n")
 
 
 def kernel_times(events, launches, top=8):
