@@ -13,7 +13,7 @@ SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace
 With the overlap scheduler, a step whose GPU busy time is well below its wall time is
 CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
 without Python stacks (the timeline as served) gives the GPU's busy share, the time from
-one graph launch to the next (a decode step's time, as the stack tracing does not slow it)
+one graph launch to the next (a decode step's time, as the stack tracing does not slow it),
 the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound) and the
 kernels that take the most GPU time per launch.
 """
