@@ -310,3 +310,35 @@ def test_plan_decides_the_launch_through_evaluate_launch():
         assert decided and all(launch.resolved.values[name] == value for name, value in decided.items())
         explicit = build_plan(a, 64, f"--speculative-algorithm {DEFAULT_ALGORITHM} {flags}")
         assert explicit.worker == plan.worker and not any("assumed" in c for c in explicit.caveats)
+
+
+def test_the_native_routes_measured_cost_is_what_the_benchmark_holds():
+    """plan's figures for the native route are results.json's: every 0.5.16 run in which it
+    ran at C >= 64 (in a call of its own, beside another call's servers, or side by side)."""
+    from pathlib import Path
+
+    from eaglegate.patches.plan import NATIVE_COST
+
+    results = Path(__file__).resolve().parent.parent / "bench" / "gpu" / "results.json"
+    newest = json.loads(results.read_text())["newest"]
+    above = [i for i, c in enumerate(newest["levels"]) if c >= 64]
+    share, ratio, native, plain, runs = [], [], [], [], set()
+    for run, medians in newest["medians"].items():
+        servers = ("plain-default", "adaptive", "gated-v2")
+        if not all(s in medians and all(medians[s][i] for i in above) for s in servers):
+            continue
+        runs.add(newest["borrowed"].get(run, {}).get("adaptive", run))
+        for i in above:
+            p, a, g = (medians[s][i] for s in servers)
+            share.append(a / p)
+            ratio.append(g / a)
+            native.append(a)
+            plain.append(p)
+    assert len(runs) >= 3
+    low, high = round(100 * min(share)), round(100 * max(share))
+    assert f"served {low}-{high} % of plain decoding" in NATIVE_COST
+    assert f"({min(native) / 1000:.1f}-{max(native) / 1000:.1f}k " in NATIVE_COST
+    assert f"against {min(plain) / 1000:.1f}-{max(plain) / 1000:.1f}k output tok/s" in NATIVE_COST
+    assert f"served {min(ratio):.1f}-{max(ratio):.1f} times as much" in NATIVE_COST
+    for run in runs:
+        assert run in NATIVE_COST
