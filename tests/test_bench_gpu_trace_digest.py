@@ -14,7 +14,11 @@ sys.path.insert(0, str(BENCH))
 import trace_digest  # noqa: E402
 
 
-def write_trace(path, launches_us, kernels):
+def event(cat, name, ts, dur, tid=1):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def write_trace(path, launches_us, kernels, extra=()):
     events = [
         {
             "ph": "X",
@@ -32,7 +36,7 @@ def write_trace(path, launches_us, kernels):
         for a, b in kernels
     ]
     with gzip.open(path, "wt") as f:
-        json.dump({"traceEvents": events}, f)
+        json.dump({"traceEvents": events + list(extra)}, f)
 
 
 def test_a_trace_without_stacks_gives_the_launch_interval_a_long_step_does_not_move(tmp_path):
@@ -109,19 +113,17 @@ def test_a_trace_without_stacks_says_how_long_the_cpu_waited_on_the_gpu(tmp_path
     # GPU-bound step), a free that does not block, and a synchronize outside the GPU's window
     # that does not count.
     launches = [0, 3000, 6000, 9000]
-    path = tmp_path / "w.trace.json.gz"
-    write_trace(path, launches, [(t, t + 2800) for t in launches])
-    trace = json.loads(gzip.open(path, "rt").read())
     waits = [("cudaEventSynchronize", t + 1500, 1200.0) for t in launches[:2]]
     waits.append(("cudaFree", 7500, 1200.0))  # blocks until the device is idle
     waits.append(("cudaFreeAsync", 7600, 500.0))  # does not
     waits.append(("cudaStreamSynchronize", 50_000, 9000.0))
-    trace["traceEvents"] += [
-        {"ph": "X", "cat": "cuda_runtime", "name": n, "ts": ts, "dur": d, "pid": 1, "tid": 1}
-        for n, ts, d in waits
-    ]
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    path = tmp_path / "w.trace.json.gz"
+    write_trace(
+        path,
+        launches,
+        [(t, t + 2800) for t in launches],
+        [event("cuda_runtime", n, ts, d) for n, ts, d in waits],
+    )
     text = trace_digest.digest(str(path))
     assert (
         "CPU blocked on the GPU: 0.900 ms per graph launch (3 blocking calls, "
@@ -137,16 +139,9 @@ def test_a_cpu_bound_trace_shows_no_wait(tmp_path):
 
 
 def test_a_trace_without_stacks_lists_the_kernels_that_take_the_most_per_launch(tmp_path):
-    path = tmp_path / "k.trace.json.gz"
-    write_trace(path, [0, 3000], [])
-    trace = json.loads(gzip.open(path, "rt").read())
     kernels = [("attn_stage1", 0, 900), ("gemm", 900, 1500), ("attn_stage1", 3000, 1100)]
-    trace["traceEvents"] += [
-        {"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": d, "pid": 0, "tid": 7}
-        for n, ts, d in kernels
-    ]
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    path = tmp_path / "k.trace.json.gz"
+    write_trace(path, [0, 3000], [], [event("kernel", n, ts, d, tid=7) for n, ts, d in kernels])
     text = trace_digest.digest(str(path))
     # per launch: attention (900 + 1100) / 2, the GEMM 1500 / 2; the larger first
     assert text.index("   1.000  attn_stage1") < text.index("   0.750  gemm")
