@@ -500,14 +500,17 @@ def test_a_profiled_level_gets_its_windows_without_stacks_then_one_with(run, tmp
 
 def test_profile_windows_start_later_in_their_load(run):
     windows = run.profile_windows("gated-v2", "real", 64, 3)
-    assert [(n, stack) for n, stack, _ in windows] == [
+    assert [(n, stack) for n, stack, _, _ in windows] == [
         ("gated-v2-real-C64-nostack", False),
         ("gated-v2-real-C64-nostack2", False),
         ("gated-v2-real-C64-nostack3", False),
         ("gated-v2-real-C64-stack", True),
     ]
-    starts = [start for _, stack, start in windows if not stack]
+    starts = [start for _, stack, start, _ in windows if not stack]
     assert starts == sorted(starts) and len(set(starts)) == 3
+    # each later window's load one wave longer: it still runs when the window ends
+    waves = [w for _, stack, _, w in windows if not stack]
+    assert waves == [6, 7, 8]
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two"])

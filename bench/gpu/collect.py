@@ -138,7 +138,9 @@ TWO_STARTS = ("G8",)
 # (plain-default and gated-v2), H17 its C=1 five times (eagle-v2 and gated-v2: C=1 starts);
 # H15 H2's greedy sets with the gate of 2026-12-03; H18 and H19 all four servers side by side
 # (adaptive too) with H14's patch, C=1-32 and C=64-256 in two calls of one machine; P4 the C=1
-# profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts).
+# profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts); H21 the real pair's four
+# servers side by side at every level in one call (started together), H22 and H24 its C >= 64
+# and C=64 again, H23 the accept pair's C=1 with the native route beside the gate.
 NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
                "H22", "H23", "H24")
 NEWEST_STARTS = ("H8", "H17", "P4")

@@ -534,12 +534,14 @@ def post(url, body, timeout=60):
 
 def profile_windows(server, pair, c, windows):
     """The profiler windows at one level: (name, with Python stacks, seconds into the load
-    before it starts). `windows` without stacks, each later in its load than the one before
-    (at C=64 a gated server's decode speed was set per wave, H21-H24), then one with them."""
+    before it starts, the load's waves). `windows` without stacks, each one wave later in its
+    load than the one before (at C=64 a gated server's decode speed changed mostly from wave
+    to wave, H21-H24) and its load a wave longer, so that it still runs when the window ends;
+    then one with stacks."""
     base = f"{server}-{pair}-C{c}"
-    plain = [(f"{base}-nostack" + (f"{i + 1}" if i else ""), False, 0.5 + PROFILE_WINDOW_GAP_S * i)
+    plain = [(f"{base}-nostack" + (f"{i + 1}" if i else ""), False, 0.5 + PROFILE_WINDOW_GAP_S * i, 6 + i)
              for i in range(windows)]
-    return [*plain, (f"{base}-stack", True, 0.5)]
+    return [*plain, (f"{base}-stack", True, 0.5, 6)]
 
 
 def profile(url, res, c, temperature, a):
@@ -549,13 +551,11 @@ def profile(url, res, c, temperature, a):
     profile_<tag>.txt."""
     import trace_digest
 
-    for name, stack, start_s in profile_windows(res["server"], res["pair"], c, a.profile_windows):
+    for name, stack, start_s, waves in profile_windows(res["server"], res["pair"], c, a.profile_windows):
         out_dir = f"{TRACES}/{name}"
         os.makedirs(out_dir, exist_ok=True)
-        # enough waves that the load still runs when a late window ends
         load = threading.Thread(target=loadgen.bench, args=(url, c),
-                                kwargs={"seed": 7, "temperature": temperature,
-                                        "waves": 6 + int(start_s / PROFILE_WINDOW_GAP_S)})
+                                kwargs={"seed": 7, "temperature": temperature, "waves": waves})
         load.start()
         time.sleep(start_s)  # past the first prefills: the running batch decodes at C
         try:
@@ -750,16 +750,20 @@ CALIBRATE_ON = {"gated": ("plain", "eagle"), "gated-v2": ("plain-default", "eagl
                 "adaptive-skip": ("plain-default", "eagle-v2")}
 
 
+def is_positive_int(text):
+    return text.strip().isdigit() and int(text) > 0
+
+
 def plain_caps_arg(text):
     """--plain-caps CAP,GRAPH_BS: two positive integers."""
     parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(map(is_positive_int, parts)):
         raise argparse.ArgumentTypeError(f"CAP,GRAPH_BS: two positive integers (e.g. 4096,256), not {text!r}")
     return tuple(map(int, parts))
 
 
 def positive_int_arg(text):
-    if not text.strip().isdigit() or int(text) < 1:
+    if not is_positive_int(text):
         raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}")
     return int(text)
 
