@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
 
@@ -145,3 +147,50 @@ def test_a_trace_without_stacks_lists_the_kernels_that_take_the_most_per_launch(
     text = trace_digest.digest(str(path))
     # per launch: attention (900 + 1100) / 2, the GEMM 1500 / 2; the larger first
     assert text.index("   1.000  attn_stage1") < text.index("   0.750  gemm")
+
+
+def host_events(launches, per_step):
+    """Per step after each launch: (category, name, offset us, duration us) events on the
+    scheduler's thread."""
+    return [event(cat, name, t + off, dur) for t in launches for cat, name, off, dur in per_step]
+
+
+def test_a_trace_without_stacks_counts_the_hosts_work_per_launch(tmp_path):
+    # Three steps 3 ms apart. Each: an aten::to that calls aten::_to_copy (one op called from
+    # Python, its caller's time only), an aten::ones, and two runtime calls. The fourth
+    # launch closes the last whole step; what follows it does not count.
+    launches = [0, 3000, 6000, 9000]
+    step = [("cpu_op", "aten::to", 100, 40.0), ("cpu_op", "aten::_to_copy", 110, 20.0),
+            ("cpu_op", "aten::ones", 300, 25.0), ("cuda_runtime", "cudaLaunchKernel", 320, 4.0),
+            ("cuda_runtime", "cudaEventQuery", 900, 2.0)]
+    path = tmp_path / "h.trace.json.gz"
+    write_trace(path, launches, [(t, t + 2000) for t in launches], host_events(launches, step))
+    text = trace_digest.digest(str(path))
+    # per launch: two outer torch ops (40 + 25 us), and the graph launch's own 5 us counts
+    # with the runtime calls (5 + 4 + 2 us, three calls)
+    assert "host per graph launch: 2.0 torch ops (0.065 ms), 3.0 CUDA runtime calls (0.011 ms)" in text
+
+
+def test_compare_lists_the_ops_one_trace_runs_more_often_first(tmp_path):
+    launches = [0, 3000, 6000]
+    common = [("cpu_op", "aten::multinomial", 100, 400.0)]
+    a, b = tmp_path / "a.trace.json.gz", tmp_path / "b.trace.json.gz"
+    write_trace(a, launches, [], host_events(launches, common))
+    write_trace(b, [0, 3500, 7000], [], host_events([0, 3500, 7000], [
+        *common, ("cpu_op", "aten::ones", 500, 25.0), ("cpu_op", "aten::index", 600, 45.0),
+        ("cpu_op", "aten::index", 700, 45.0)]))
+    text = trace_digest.compare(str(a), str(b))
+    lines = text.splitlines()
+    assert "launch to launch 3.000 ms" in lines[0] and "launch to launch 3.500 ms" in lines[1]
+    rows = [line.split() for line in lines[3:]]
+    # aten::index twice per step in B, never in A; then aten::ones; multinomial alike
+    assert [r[-1] for r in rows] == ["aten::index", "aten::ones", "aten::multinomial",
+                                     "cudaGraphLaunch"]
+    assert rows[0][:4] == ["0.00", "2.00", "0.0", "90.0"]
+
+
+def test_compare_refuses_a_trace_without_a_whole_step(tmp_path):
+    one = tmp_path / "one.trace.json.gz"
+    write_trace(one, [0], [(0, 1000)])
+    with pytest.raises(SystemExit, match="fewer than two graph launches"):
+        trace_digest.compare(str(one), str(one))

@@ -140,9 +140,11 @@ TWO_STARTS = ("G8",)
 # (adaptive too) with H14's patch, C=1-32 and C=64-256 in two calls of one machine; P4 the C=1
 # profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts); H21 the real pair's four
 # servers side by side at every level in one call (started together), H22 and H24 its C >= 64
-# and C=64 again, H23 the accept pair's C=1 with the native route beside the gate.
+# and C=64 again, H23 the accept pair's C=1 with the native route beside the gate; H25 two
+# starts each of plain-default and gated-v2 at C=64 (the second starts, `NAME@2`, count in no
+# table), H26 H21's command again and H27 its C=8 and 64 with five repeats, on one machine.
 NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
-               "H22", "H23", "H24")
+               "H22", "H23", "H24", "H25", "H26", "H27")
 NEWEST_STARTS = ("H8", "H17", "P4")
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
@@ -190,6 +192,12 @@ NEWEST_NOTES = {
            "repeats each, started together (H20's command, which did not fit)",
     "H24": "plain-default and gated-v2 side by side at C=64 only, real pair, threshold 34, seven "
            "repeats each, the next call on H22's machine",
+    "H25": "plain-default and gated-v2 each started twice (NAME@2), side by side at C=64, real "
+           "pair, threshold 34, five repeats, the four launched together: whether a slow gated "
+           "step belongs to a start; the next call on P5's machine",
+    "H26": "H21's command again (the real pair, four servers side by side, every level, three "
+           "repeats, one call), the next call on H25's machine",
+    "H27": "H26's servers at C=8 and 64, five repeats each, the next call on H26's machine",
     "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
           "profiler, 30 steps): the gate's module takes 0.021 ms of a 12.2 ms step (gate_P4.txt)",
 }

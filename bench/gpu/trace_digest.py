@@ -14,8 +14,14 @@ With the overlap scheduler, a step whose GPU busy time is well below its wall ti
 CPU-bound: its cost is the scheduler's Python, which the self-time table shows. A trace
 without Python stacks (the timeline as served) gives the GPU's busy share, the time from
 one graph launch to the next (a decode step's time, as the stack tracing does not slow it),
-the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound) and the
-kernels that take the most GPU time per launch.
+the time the CPU waited on the GPU per launch (near zero: the step is CPU-bound), the
+kernels that take the most GPU time per launch, and the host's work per launch (torch ops and
+CUDA runtime calls, their count and time).
+
+    python3 bench/gpu/trace_digest.py --compare A.json.gz B.json.gz
+
+sets two such traces side by side, op by op: where a CPU-bound step of B spends more host time
+than A's, the ops it runs more often per launch.
 """
 import collections
 import gzip
@@ -118,6 +124,73 @@ def kernel_times(events, launches, top=8):
     return "".join(f"{v / launches / 1000:8.3f}  {k}\n" for k, v in times.most_common(top))
 
 
+# The host's work a trace records without Python stacks: torch ops and CUDA runtime calls.
+HOST_CATS = ("cpu_op", "cuda_runtime")
+
+
+def host_ops(events, launches):
+    """Per op (category, name): how often the host ran it and its time (us), per graph launch,
+    from the first launch to the last: the whole steps between them."""
+    if len(launches) < 2:
+        return {}
+    t0, t1, n = launches[0], launches[-1], len(launches) - 1
+    count, time = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("cat") in HOST_CATS and t0 <= e["ts"] < t1:
+            key = (e["cat"], e["name"])
+            count[key] += 1
+            time[key] += e["dur"]
+    return {key: (count[key] / n, time[key] / n) for key in count}
+
+
+def host_line(events, launches):
+    """The host's work per graph launch: the torch ops called from Python (an op another op
+    calls is part of its caller's time) and the CUDA runtime calls."""
+    if len(launches) < 2:
+        return ""
+    t0, t1, n = launches[0], launches[-1], len(launches) - 1
+    parts = []
+    for cat, label in (("cpu_op", "torch ops"), ("cuda_runtime", "CUDA runtime calls")):
+        mine = sorted((e for e in events if e.get("cat") == cat and t0 <= e["ts"] < t1),
+                      key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+        outer, end = [], {}
+        for e in mine:
+            if e["ts"] >= end.get(e["tid"], -1.0):
+                outer.append(e)
+                end[e["tid"]] = e["ts"] + e["dur"]
+        parts.append(f"{len(outer) / n:.1f} {label} ({sum(e['dur'] for e in outer) / n / 1000:.3f} ms)")
+    return "host per graph launch: " + ", ".join(parts) + "\n"
+
+
+def graph_launches(events):
+    return sorted(e["ts"] for e in events
+                  if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
+
+
+def compare(path_a, path_b, top=25):
+    """Two stack-less traces' host work per graph launch side by side: the ops B runs more
+    often than A first (then by the time they add)."""
+    sides = []
+    for path in (path_a, path_b):
+        events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
+        launches = graph_launches(events)
+        if len(launches) < 2:
+            raise SystemExit(f"{path}: fewer than two graph launches, no whole step to compare")
+        step = statistics.median(b - a for a, b in itertools.pairwise(launches)) / 1000
+        sides.append((host_ops(events, launches), f"{path.rsplit('/', 1)[-1]}: launch to launch "
+                      f"{step:.3f} ms, " + host_line(events, launches)))
+    (a, line_a), (b, line_b) = sides
+    out = [f"A {line_a}B {line_b}per graph launch (an op's time includes the ops it calls): "
+           "count A, count B, host us A, host us B, op"]
+    none = (0.0, 0.0)
+    keys = sorted(set(a) | set(b), key=lambda k: (-(b.get(k, none)[0] - a.get(k, none)[0]),
+                                                   -(b.get(k, none)[1] - a.get(k, none)[1])))
+    for key in keys[:top]:
+        (na, ta), (nb, tb) = a.get(key, none), b.get(key, none)
+        out.append(f"{na:6.2f} {nb:6.2f} {ta:8.1f} {tb:8.1f}  {key[1][:70]}")
+    return "\n".join(out) + "\n"
+
+
 def short(name):
     # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
     if "): " in name:
@@ -135,12 +208,11 @@ def digest(path, top=22):
         if not gpu:
             return f"# {path.rsplit('/', 1)[-1]}: no GPU events\n"
         t0, t1 = min(a for a, _ in gpu), max(b for _, b in gpu)
-        launches = sorted(e["ts"] for e in events
-                          if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch")
+        launches = graph_launches(events)
         return (f"# {path.rsplit('/', 1)[-1]}\nno Python stacks: GPU busy {100 * union_us(gpu) / (t1 - t0):.0f} % "
                 f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {len(launches)} graph launches\n"
                 + launch_intervals(launches) + host_waits(events, t0, t1, len(launches))
-                + kernel_times(events, len(launches)))
+                + host_line(events, launches) + kernel_times(events, len(launches)))
     tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
     t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
     n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
@@ -174,5 +246,10 @@ def digest(path, top=22):
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        print(digest(p))
+    if sys.argv[1:2] == ["--compare"]:
+        if len(sys.argv) != 4:
+            raise SystemExit("usage: trace_digest.py --compare A.json.gz B.json.gz")
+        print(compare(sys.argv[2], sys.argv[3]))
+    else:
+        for p in sys.argv[1:]:
+            print(digest(p))
