@@ -64,6 +64,7 @@ class T:
         return T(self.a[key], device=self.device)
 
     def __setitem__(self, key, value):
+        key = tuple(map(self._raw, key)) if isinstance(key, tuple) else self._raw(key)
         self.a[key] = self._raw(value)
 
     def __len__(self):
@@ -1149,3 +1150,95 @@ def test_old_releases_gated_prefill_rows_carry_their_reservation(gate, monkeypat
     assert rows.allocate_lens.tolist() == [20, 30] and rows.new_seq_lens.tolist() == [20, 30]
     assert rows.verified_id.tolist() == [120, 130] and rows.num_tokens_per_batch == 1
     assert rows.hidden_states.shape == (2, 6)
+
+
+# ---- a gated step's FutureMap relay (0.5.13 on) ------------------------------------------
+RELAY_RELEASES = [v for v in OVERLAP_RELEASES if Version(v) >= Version("0.5.13")]
+
+
+class ReleaseCodeRan(Exception):
+    """Raised by the doubles below when the release's own relay code reads them."""
+
+
+class Strict:
+    """A double with the given attributes; reading any other raises ReleaseCodeRan (the
+    release's own code, past the gate's first statement, reads something else first)."""
+
+    def __init__(self, **values):
+        vars(self).update(values)
+
+    def __getattr__(self, name):
+        raise ReleaseCodeRan(name)
+
+
+def patched_relay(version, gate):
+    """The release's `FutureMap._resolve_spec_extras` and `stash` as the patch leaves them,
+    compiled from its own source with the gate's functions (annotations dropped)."""
+    from eaglegate.patches.codemods import spec_relay
+    from eaglegate.patches.generate import RELAY
+
+    from conftest import release
+
+    source = spec_relay.relay_where_present((release(version).root / RELAY).read_text(), RELAY)
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == spec_relay.CLASS)
+    funcs = [n for n in cls.body if isinstance(n, ast.FunctionDef)
+             and n.name in (spec_relay.RESOLVE, spec_relay.STASH)]
+    for func in funcs:
+        func.decorator_list, func.returns = [], None
+        for arg in func.args.args:
+            arg.annotation = None
+    namespace = {spec_relay.RESOLVE_HOOK: gate.resolve_gated_relay,
+                 spec_relay.STASH_HOOK: gate.stash_gated_relay,
+                 "torch": types.SimpleNamespace(Tensor=T)}
+    exec(compile(ast.Module(body=funcs, type_ignores=[]), RELAY, "exec"), namespace)
+    return namespace[spec_relay.RESOLVE], namespace[spec_relay.STASH]
+
+
+def future_map(rows=4):
+    """The FutureMap's buffers, one row per request slot: tokens 500 + row, top-k and hidden
+    rows of their own values."""
+    return Strict(
+        output_tokens_buf=T(np.arange(rows) + 500, np.int64),
+        topk_p_buf=T(np.full((rows, 1), 0.25), np.float32),
+        topk_index_buf=T(np.full((rows, 1), 3), np.int64),
+        hidden_states_buf=T(np.full((rows, 6), 2.0), np.float16),
+    )
+
+
+@pytest.mark.parametrize("version", RELAY_RELEASES)
+def test_a_gated_step_relays_its_token_alone_through_the_releases_own_future_map(gate, version):
+    """On the release's patched FutureMap methods: a gated batch gathers the last sampled
+    token of its rows and nothing else, and its step's stash writes the tokens the gated step
+    sampled and nothing else; a speculative batch and any other payload go to the release's
+    own code."""
+    resolve, stash = patched_relay(version, gate)
+    worker = make_worker(threshold=1)
+    gate.init_overlap_batch_gate(worker)
+    fmap = future_map()
+    tops = [fmap.topk_p_buf.a.copy(), fmap.topk_index_buf.a.copy(), fmap.hidden_states_buf.a.copy()]
+    spec = draft_input(3)  # the rows of the step before: to be left as they are
+    stale = (spec.topk_p, spec.topk_index, spec.hidden_states)
+    spec.future_indices = T([2, 0, 1], np.int64)
+    gate.decode_alloc_len(spec, schedule_batch(3), 4)
+    batch = worker_batch(spec, 3)
+    assert resolve(fmap, batch) is None
+    assert spec.bonus_tokens.tolist() == [502, 500, 501]  # the rows' own tokens, in batch order
+    assert (spec.topk_p, spec.topk_index, spec.hidden_states) == stale
+
+    result = gate.run_gated_decode(worker, batch)
+    sampled = result.next_draft_input.bonus_tokens
+    assert worker.target_worker.seen[-1]["input_ids"] == [502, 500, 501]
+    # 0.5.13 stashes the draft input, 0.5.15 on a payload made of its fields: either carries it
+    payload = types.SimpleNamespace(bonus_tokens=sampled, topk_p=spec.topk_p, topk_index=spec.topk_index,
+                                    hidden_states=spec.hidden_states)
+    assert stash(fmap, spec.future_indices, payload) is None
+    assert fmap.output_tokens_buf.tolist() == [112, 113, 111, 503]  # rows 2, 0, 1 took 111-113
+    assert fmap.output_tokens_buf.dtype is np.int64
+    for kept, buf in zip(tops, (fmap.topk_p_buf, fmap.topk_index_buf, fmap.hidden_states_buf), strict=True):
+        assert (buf.a == kept).all()
+
+    # The same payload again, or a speculative step's: the release's own stash.
+    with pytest.raises(ReleaseCodeRan):
+        stash(fmap, spec.future_indices, payload)
+    with pytest.raises(ReleaseCodeRan):
+        resolve(fmap, worker_batch(Strict(eaglegate_gated=False), 3))

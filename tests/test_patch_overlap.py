@@ -240,3 +240,63 @@ def test_a_backport_applied_by_git_apply_is_found_by_its_mark_and_reverted(tmp_p
     assert found.state == "patched" and f"sglang/{SPEC_ALLOC}" in {f.path for f in found.files}
     revert(parent)
     assert tree_hash(parent) == pristine
+
+
+def _relay_methods(source: str) -> dict[str, list[str]]:
+    """FutureMap's relay methods, statement by statement (docstrings and comments dropped)."""
+    from eaglegate.patches.codemods.spec_relay import CLASS, RESOLVE, STASH
+
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == CLASS)
+    return {f.name: [ast.unparse(s) for s in f.body
+                     if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            for f in cls.body if isinstance(f, ast.FunctionDef) and f.name in (RESOLVE, STASH)}
+
+
+@pytest.mark.parametrize("version", TAKES_THE_PATCH + NATIVE_ADAPTIVE)
+def test_from_0_5_13_a_gated_steps_future_map_relay_goes_to_the_gate_first(version):
+    """Where the scheduler relays the draft state through FutureMap (0.5.13 on), both relay
+    methods open by handing a gated step to the gate, with their own parameters; nothing else
+    in the module changes but the gate's import, and a second run leaves it. Before, the
+    module keeps its code."""
+    from eaglegate.patches.codemods.spec_relay import RESOLVE, STASH, relay_where_present
+    from eaglegate.patches.generate import RELAY
+
+    edits = [c for c in generate_patch(release(version), worker="v2").changes if c.path.endswith(RELAY)]
+    if Version(version) < Version("0.5.13"):
+        assert edits == []
+        return
+    (edit,) = edits
+    before, after = edit.before.decode(), edit.after.decode()
+    old, new = _relay_methods(before), _relay_methods(after)
+    assert new[RESOLVE] == ["if resolve_gated_relay(self, batch):\n    return", *old[RESOLVE]]
+    indices = ast.parse(before)  # the stash's own name for its indices (future_indices so far)
+    stash_def = next(n for n in ast.walk(indices) if isinstance(n, ast.FunctionDef) and n.name == STASH)
+    params = ", ".join(a.arg for a in stash_def.args.args)
+    assert new[STASH] == [f"if stash_gated_relay({params}):\n    return", *old[STASH]]
+    gate_import = "from sglang.srt.speculative.batch_gate import resolve_gated_relay, stash_gated_relay"
+    assert after.replace(gate_import + "\n", "", 1).count("\n") == before.count("\n") + 4
+    assert relay_where_present(after, edit.path) == after
+
+
+def test_a_future_map_of_another_shape_keeps_its_code_and_the_gate_its_patch(tmp_path):
+    """A `stash` that takes one more parameter: the relay edit stays out (it only saves time),
+    the gate's other edits go in."""
+    from eaglegate.patches.generate import RELAY
+
+    tree = _copy_with("0.5.16", tmp_path, RELAY,
+                      "def stash(self, future_indices: torch.Tensor, payload: RelayPayload) -> None:",
+                      "def stash(self, future_indices: torch.Tensor, payload: RelayPayload, extra=None) -> None:")
+    patch = generate_patch(tree, worker="v2")
+    touched = {c.path.split("/", 1)[1] for c in patch.changes}
+    assert "srt/speculative/eagle_worker_v2.py" in touched and RELAY not in touched
+
+
+def test_a_future_map_patched_by_half_is_refused():
+    from eaglegate.patches.codemods.spec_relay import relay_where_present
+    from eaglegate.patches.generate import RELAY
+
+    source = (release("0.5.16").root / RELAY).read_text()
+    after = relay_where_present(source, RELAY)
+    half = after.replace("        if stash_gated_relay(self, future_indices, payload):", "        if False:", 1)
+    with pytest.raises(UserError, match="partially patched"):
+        relay_where_present(half, RELAY)

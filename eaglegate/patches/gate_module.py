@@ -546,7 +546,8 @@ def _token_field(draft_input: Any) -> str:
     for name in _TOKEN_FIELDS:
         if getattr(draft_input, name, None) is not None:
             return name
-    return _TOKEN_FIELDS[0]
+    # Neither set: the one this release's draft input has (the newer name first).
+    return next((name for name in reversed(_TOKEN_FIELDS) if hasattr(draft_input, name)), _TOKEN_FIELDS[0])
 
 
 class _GatedStep:
@@ -668,9 +669,13 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # per request, accept length 1, and a draft input whose token is the one just sampled and
 # whose length is one longer. The token sits in a row of the width the result processing
 # reads: 1 from 0.5.12 (the result carries it), `speculative_num_draft_tokens` before. The
-# FutureMap relay and the result processing run unchanged: one token appended, one KV slot
-# committed. The draft's top-k and hidden-state rows pass through; its KV for the gated
-# positions is not written (docs/gate-patch.md has what that costs in acceptance).
+# result processing runs unchanged: one token appended, one KV slot committed. The draft's
+# top-k and hidden-state rows pass through; its KV for the gated positions is not written
+# (docs/gate-patch.md has what that costs in acceptance). From 0.5.13 the scheduler relays the
+# draft state between steps through its FutureMap (a gather before the forward, a stash
+# after); a gated step relays its sampled token alone (`resolve_gated_relay`,
+# `stash_gated_relay`): the other rows would go out and come back unchanged, and a decode
+# step as short as the host's own work pays for every op (bench/gpu P5).
 
 # The result's field for the step's reservation, up to 0.5.5.post3 (renamed in 0.5.4).
 _ALLOCATION_FIELDS = ("allocate_lens", "last_batch_allocate_lens")
@@ -684,6 +689,10 @@ AFTER_GATED_ATTR = "eaglegate_after_gated"
 
 _overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
 _last_decode_size = 0  # the running batch of the last decode step this process prepared
+# The sampled tokens of the last gated step, until the scheduler stashes that step's relay
+# (`stash_gated_relay` knows the step's payload by them: the payload carries this tensor).
+_gated_relay_tokens: Any = None
+_accept_ones: Any = None  # a gated step's accept lengths: a slice of these ones
 
 
 def _overlap_gate_off_reason(worker: Any) -> str | None:
@@ -856,6 +865,52 @@ def _publish(result: Any, on_publish: Any, new_seq_lens: Any) -> None:
         on_publish(new_seq_lens)
 
 
+def resolve_gated_relay(future_map: Any, batch: Any) -> bool:
+    """First in the FutureMap's `_resolve_spec_extras` (0.5.13 on): for a batch reserved
+    gated, gather the last sampled token only (the plain decode's input) and return True;
+    the top-k and hidden-state rows stay in the FutureMap, where a gated step leaves them.
+    False for any other batch, whose resolve then runs as the version wrote it."""
+    if not is_gated_decode(batch):
+        return False
+    draft_input = batch.spec_info
+    indices = getattr(draft_input, "future_indices", None)
+    tokens = getattr(future_map, "output_tokens_buf", None)
+    if indices is None or tokens is None:
+        return False
+    setattr(draft_input, _token_field(draft_input), tokens[indices])
+    return True
+
+
+def stash_gated_relay(future_map: Any, indices: Any, payload: Any) -> bool:
+    """First in the FutureMap's `stash` (0.5.13 on): for the relay of a gated step (its
+    payload carries the tokens `run_gated_decode` sampled), write those tokens to their rows
+    as every version's stash writes them, and return True: the payload's other rows are the
+    ones `resolve_gated_relay` did not gather, so they must not be written back. False for any
+    other payload, which the version's own stash then writes."""
+    global _gated_relay_tokens
+    tokens = getattr(payload, _token_field(payload), None)
+    if tokens is None or tokens is not _gated_relay_tokens:
+        return False
+    buffer = future_map.output_tokens_buf
+    buffer[indices] = tokens.to(buffer.dtype)
+    _gated_relay_tokens = None  # stashed once: the same payload again is the release's
+    return True
+
+
+def _ones_int32(size: int, device: Any) -> Any:
+    """`size` int32 ones on `device`: a view of a buffer made once (and again when a batch
+    outgrows it), not a new tensor and fill each step. Nothing writes a result's accept
+    lengths; they are read and copied to the host."""
+    import torch
+
+    global _accept_ones
+    ones = _accept_ones
+    if ones is None or ones.shape[0] < size or ones.device != device:
+        ones = torch.ones(max(size, 256), dtype=torch.int32, device=device)
+        _accept_ones = ones
+    return ones[:size]
+
+
 def run_gated_decode(
     worker: Any,
     batch: Any,
@@ -876,6 +931,7 @@ def run_gated_decode(
 
     import torch
 
+    global _gated_relay_tokens
     draft_input = batch.spec_info
     runner = worker.target_worker.model_runner
     device_module = torch.get_device_module(runner.device)
@@ -899,7 +955,8 @@ def run_gated_decode(
     # position seq_lens, positions from seq_lens (clamp_position), no draft tree.
     req_to_token = runner.req_to_token_pool.req_to_token
     batch.out_cache_loc = req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
-    batch.input_ids = tokens.to(torch.int64)
+    # The FutureMap's tokens are int64 already (0.5.13 on): no op for a no-op cast.
+    batch.input_ids = tokens if tokens.dtype == torch.int64 else tokens.to(torch.int64)
     batch.seq_lens = new_seq_lens
     if batch.seq_lens_cpu is not None:  # None from 0.5.13 where the backend needs none
         batch.seq_lens_cpu = batch.seq_lens_cpu + 1
@@ -923,14 +980,16 @@ def run_gated_decode(
     next_input = copy.copy(draft_input)
     vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
     setattr(next_input, AFTER_GATED_ATTR, True)
-    setattr(next_input, field, sampled.to(tokens.dtype))
+    next_tokens = sampled if sampled.dtype == tokens.dtype else sampled.to(tokens.dtype)
+    setattr(next_input, field, next_tokens)
+    _gated_relay_tokens = next_tokens  # this step's relay: its token alone (stash_gated_relay)
     if hasattr(draft_input, "new_seq_lens"):  # up to 0.5.12: the lengths ride on the input
         next_input.new_seq_lens = new_seq_lens
     if published is not None:
         next_input.verify_done = published
     _publish(result, on_publish, new_seq_lens)
     result.next_token_ids = rows.reshape(-1)
-    result.accept_lens = torch.ones(size, dtype=torch.int32, device=sampled.device)
+    result.accept_lens = _ones_int32(size, sampled.device)
     allocated = getattr(draft_input, "allocate_lens", None)
     if allocated is not None:
         # Up to 0.5.5.post3 the result processing frees a finished request's over-allocation

@@ -26,6 +26,7 @@ from eaglegate.patches.codemods import (
     server_args,
     spec_alloc_tolist,
     spec_metrics_log,
+    spec_relay,
     speculative_hook,
     v1_worker,
     v2_decode_prep,
@@ -45,6 +46,8 @@ SERVER_ARGS = "srt/server_args.py"
 # `alloc_for_spec_decode`, which the overlap worker's decode preparation calls (0.5.16 on).
 SPEC_ALLOC = "srt/mem_cache/allocation.py"
 SPECULATIVE_HOOK = "srt/arg_groups/speculative_hook.py"
+# The overlap scheduler's FutureMap, which relays the draft state between steps (0.5.13 on).
+RELAY = "srt/managers/overlap_utils.py"
 GATE = "srt/speculative/batch_gate.py"
 # Where process_batch_result_decode counts the speculative metrics, 0.5.3 to 0.5.12.post1
 # (`result_module` finds it in any release).
@@ -218,6 +221,15 @@ def spec_alloc_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], s
     return []
 
 
+def spec_relay_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
+    """A gated step's FutureMap relay cut to its token where the FutureMap relays the draft
+    state through `_resolve_spec_extras` and `stash` (0.5.13 on); none where the module is
+    missing. The transform leaves a FutureMap of another shape unchanged."""
+    if (tree.root / RELAY).is_file():
+        return [(RELAY, spec_relay.relay_where_present)]
+    return []
+
+
 def _read(tree: SourceTree, rel: str) -> bytes:
     path = tree.root / rel
     if not path.is_file():
@@ -228,7 +240,8 @@ def _read(tree: SourceTree, rel: str) -> bytes:
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
         return [(WORKER, v1_worker.patch_worker)]
-    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree), *spec_alloc_edits(tree)]
+    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree), *spec_alloc_edits(tree),
+            *spec_relay_edits(tree)]
 
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:

@@ -14,7 +14,9 @@ already-patched source unchanged:
 - `adaptive_feed`: gated steps kept out of SGLang's adaptive speculation (0.5.12 on);
 - `spec_alloc_tolist`: SGLang PR #35377 backported to the decode KV allocation that gated
   steps still run (eagle-v2 family, the releases whose `alloc_for_spec_decode` lacks it:
-  0.5.16 to 0.5.18). Not a gate edit: a speed fix, chosen by the loop it rewrites.
+  0.5.16 to 0.5.18). Not a gate edit: a speed fix, chosen by the loop it rewrites;
+- `spec_relay`: a gated step's FutureMap relay cut to its sampled token (eagle-v2 family,
+  0.5.13 on); a speed edit too, left out where the FutureMap has another shape.
 
 Edits are anchored by LibCST matchers on named classes, methods and call shapes, never by
 substrings; new imports are inserted as nodes (`common.gate_import`). The only text tests
