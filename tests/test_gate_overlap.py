@@ -1242,3 +1242,24 @@ def test_a_gated_step_relays_its_token_alone_through_the_releases_own_future_map
         stash(fmap, spec.future_indices, payload)
     with pytest.raises(ReleaseCodeRan):
         resolve(fmap, worker_batch(Strict(eaglegate_gated=False), 3))
+
+
+def test_a_deferred_stash_still_finds_its_gated_step(gate, monkeypatch):
+    """Two gated steps launched before the first one's relay is stashed: each stash finds its
+    own step (by the tensor its payload carries, never by comparing token values), once."""
+    # As torch's: `==` compares elements, and the truth of several is an error.
+    monkeypatch.setattr(T, "__eq__", lambda self, other: T(self.a == T._raw(other)), raising=False)
+    monkeypatch.setattr(T, "__bool__", lambda self: bool(self.a), raising=False)
+    worker = make_worker(threshold=1)
+    gate.init_overlap_batch_gate(worker)
+    fmap, rows = future_map(), T([0, 1, 2], np.int64)
+    spec = draft_input(3)
+    gate.decode_alloc_len(spec, schedule_batch(3), 4)
+    first = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
+    gate.decode_alloc_len(first, schedule_batch(3), 4)
+    second = gate.run_gated_decode(worker, worker_batch(first, 3)).next_draft_input
+    assert bool((first.bonus_tokens == second.bonus_tokens).a.all())  # equal, not the same
+    assert gate.stash_gated_relay(fmap, rows, second) and gate.stash_gated_relay(fmap, rows, first)
+    assert not gate.stash_gated_relay(fmap, rows, first)
+    assert not gate.stash_gated_relay(fmap, rows, spec)  # a speculative step's input
+    assert fmap.output_tokens_buf.tolist() == [111, 112, 113, 503]

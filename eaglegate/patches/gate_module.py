@@ -64,6 +64,7 @@ step is untested; the gate stays off).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -689,9 +690,11 @@ AFTER_GATED_ATTR = "eaglegate_after_gated"
 
 _overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
 _last_decode_size = 0  # the running batch of the last decode step this process prepared
-# The sampled tokens of the last gated step, until the scheduler stashes that step's relay
-# (`stash_gated_relay` knows the step's payload by them: the payload carries this tensor).
-_gated_relay_tokens: Any = None
+# The sampled tokens of the last gated steps, each until the scheduler stashes that step's
+# relay (`stash_gated_relay` knows a gated step's payload by them: it carries that tensor). A
+# few, not one: a stash the scheduler defers must still find its step's; bounded, since
+# without the overlap scheduler nothing is stashed.
+_gated_relay_tokens: collections.deque[Any] = collections.deque(maxlen=4)
 _accept_ones: Any = None  # a gated step's accept lengths: a slice of these ones
 
 
@@ -887,13 +890,14 @@ def stash_gated_relay(future_map: Any, indices: Any, payload: Any) -> bool:
     as every version's stash writes them, and return True: the payload's other rows are the
     ones `resolve_gated_relay` did not gather, so they must not be written back. False for any
     other payload, which the version's own stash then writes."""
-    global _gated_relay_tokens
     tokens = getattr(payload, _token_field(payload), None)
-    if tokens is None or tokens is not _gated_relay_tokens:
+    # By identity: `==` on tensors compares their elements.
+    mine = next((i for i, pending in enumerate(_gated_relay_tokens) if pending is tokens), None)
+    if tokens is None or mine is None:
         return False
     buffer = future_map.output_tokens_buf
     buffer[indices] = tokens.to(buffer.dtype)
-    _gated_relay_tokens = None  # stashed once: the same payload again is the release's
+    del _gated_relay_tokens[mine]  # stashed once: the same payload again is the release's
     return True
 
 
@@ -931,7 +935,6 @@ def run_gated_decode(
 
     import torch
 
-    global _gated_relay_tokens
     draft_input = batch.spec_info
     runner = worker.target_worker.model_runner
     device_module = torch.get_device_module(runner.device)
@@ -982,7 +985,7 @@ def run_gated_decode(
     setattr(next_input, AFTER_GATED_ATTR, True)
     next_tokens = sampled if sampled.dtype == tokens.dtype else sampled.to(tokens.dtype)
     setattr(next_input, field, next_tokens)
-    _gated_relay_tokens = next_tokens  # this step's relay: its token alone (stash_gated_relay)
+    _gated_relay_tokens.append(next_tokens)  # this step's relay: its token alone (stash_gated_relay)
     if hasattr(draft_input, "new_seq_lens"):  # up to 0.5.12: the lengths ride on the input
         next_input.new_seq_lens = new_seq_lens
     if published is not None:
