@@ -169,7 +169,7 @@ def graph_launches(events):
 
 def compare(path_a, path_b, top=25):
     """Two stack-less traces' host work per graph launch side by side: the ops B runs more
-    often than A first (then by the time they add)."""
+    often than A first (then by the time they add, then by name, so that ties keep one order)."""
     sides = []
     for path in (path_a, path_b):
         events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
@@ -184,7 +184,7 @@ def compare(path_a, path_b, top=25):
            "count A, count B, host us A, host us B, op"]
     none = (0.0, 0.0)
     keys = sorted(set(a) | set(b), key=lambda k: (-(b.get(k, none)[0] - a.get(k, none)[0]),
-                                                   -(b.get(k, none)[1] - a.get(k, none)[1])))
+                                                   -(b.get(k, none)[1] - a.get(k, none)[1]), k))
     for key in keys[:top]:
         (na, ta), (nb, tb) = a.get(key, none), b.get(key, none)
         out.append(f"{na:6.2f} {nb:6.2f} {ta:8.1f} {tb:8.1f}  {key[1][:70]}")
