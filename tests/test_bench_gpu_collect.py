@@ -132,3 +132,18 @@ def test_pooled_side_by_side_counts_the_native_route_among_the_others():
     pooled = collect.pooled_side_by_side(section, "accept", collect.NEWEST_SERVERS)
     assert pooled["medians"]["eagle-v2"] == [None]  # not in the call: left out of the max
     assert pooled["ratio"] == [0.8]  # against adaptive's 120, the best of the others
+
+
+def test_pooled_side_by_side_also_pools_only_the_calls_that_ran_the_leader():
+    """The native route ran in call A only; gated-v2 in A and in B, a faster machine. Pooled
+    over both calls gated-v2 looks closer to the native route than it ever was in a call
+    that ran both; `common` holds the calls that ran gated-v2 and the leader."""
+    rows = [
+        {"run": run, "server": s, "C": 8, "tok_s": v, "pair": "real", "errors": 0}
+        for run, s, v in (("A", "plain-default", 50.0), ("A", "adaptive", 120.0), ("A", "gated-v2", 96.0),
+                          ("B", "plain-default", 60.0), ("B", "gated-v2", 110.0))
+    ]
+    section = {"side_by_side": ["A", "B"], "rows": rows, "table_runs": ["A", "B"]}
+    pooled = collect.pooled_side_by_side(section, "real", collect.NEWEST_SERVERS)
+    assert pooled["ratio"] == [round(103.0 / 120.0, 3)]
+    assert pooled["common"] == {"runs": [["A"]], "ratio": [0.8]}

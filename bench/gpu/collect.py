@@ -361,17 +361,33 @@ def pooled_side_by_side(section: dict, pair: str, servers) -> dict:
     """Every timed repeat of `pair` in the side-by-side runs pooled per server and level (each
     repeat interleaved with the other servers' in its call), their medians, counts and
     gated-v2 against the best of the others: one figure per level from every call's repeats,
-    beside each call's own medians of 3."""
+    beside each call's own medians of 3. A server that ran in fewer calls (the native route)
+    is pooled over other machines than gated-v2, so `common` pools each level again over the
+    calls that ran both gated-v2 and the best of the others there (by the pooled medians)."""
     runs = [r for r in section["side_by_side"] if run_pair(section, r) == pair]
     rows = [r for r in section["rows"] if r["run"] in runs and r["pair"] == pair and not r["errors"]]
     levels = sorted({r["C"] for r in rows})
-    tok_s = {s: {c: [r["tok_s"] for r in rows if r["server"] == s and r["C"] == c] for c in levels}
-             for s in servers}
-    medians = {s: [statistics.median(v) if v else None for v in tok_s[s].values()] for s in servers}
-    best = best_of(m for k, m in medians.items() if k != "gated-v2")
+
+    def medians_of(kept):
+        tok_s = {s: {c: [r["tok_s"] for r in kept if r["server"] == s and r["C"] == c] for c in levels}
+                 for s in servers}
+        medians = {s: [statistics.median(v) if v else None for v in tok_s[s].values()] for s in servers}
+        best = best_of(m for k, m in medians.items() if k != "gated-v2")
+        ratio = [round(g / b, 3) if g and b else None for g, b in zip(medians["gated-v2"], best, strict=True)]
+        return tok_s, medians, ratio
+
+    tok_s, medians, ratio = medians_of(rows)
+    common_runs = {}
+    for i, c in enumerate(levels):
+        others = [s for s in servers if s != "gated-v2" and medians[s][i]]
+        leader = max(others, key=lambda s: medians[s][i], default=None)
+        common_runs[c] = [run for run in runs
+                          if all(any(r["run"] == run and r["server"] == s and r["C"] == c for r in rows)
+                                 for s in ("gated-v2", leader) if s)]
+    _, _, common_ratio = medians_of([r for r in rows if r["run"] in common_runs[r["C"]]])
     return {"runs": runs, "levels": levels, "medians": medians,
-            "repeats": {s: [len(v) for v in tok_s[s].values()] for s in servers},
-            "ratio": [round(g / b, 3) if g and b else None for g, b in zip(medians["gated-v2"], best, strict=True)]}
+            "repeats": {s: [len(v) for v in tok_s[s].values()] for s in servers}, "ratio": ratio,
+            "common": {"runs": [common_runs[c] for c in levels], "ratio": common_ratio}}
 
 
 def pooled_table(pooled: dict, pair: str, sglang: str) -> str:
@@ -381,6 +397,10 @@ def pooled_table(pooled: dict, pair: str, sglang: str) -> str:
     lines += [f"| {s} | " + " | ".join(f"{m:.0f} ({n})" if m else "-" for m, n in zip(med, pooled["repeats"][s], strict=True))
               + " |" for s, med in pooled["medians"].items() if any(med)]
     lines.append("| gated-v2 / max(the others) | " + " | ".join(f"{r:.1%}" if r else "-" for r in pooled["ratio"]) + " |")
+    common = pooled["common"]
+    lines.append("| the same, only the calls that ran gated-v2 and the best of the others | " + " | ".join(
+        f"{r:.1%} ({', '.join(runs)})" if r else "-" for r, runs in zip(common["ratio"], common["runs"], strict=True))
+        + " |")
     return "\n".join(lines)
 
 
