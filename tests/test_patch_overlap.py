@@ -300,3 +300,17 @@ def test_a_future_map_patched_by_half_is_refused():
     half = after.replace("        if stash_gated_relay(self, future_indices, payload):", "        if False:", 1)
     with pytest.raises(UserError, match="partially patched"):
         relay_where_present(half, RELAY)
+
+
+def test_the_hand_over_goes_after_a_methods_docstring():
+    from eaglegate.patches.codemods.spec_relay import relay_where_present
+
+    source = (
+        "import torch\n\n\nclass FutureMap:\n"
+        "    def _resolve_spec_extras(self, batch):\n        pass\n\n"
+        "    def stash(self, indices, payload):\n        \"\"\"Write the rows.\"\"\"\n        pass\n"
+    )
+    after = relay_where_present(source, "overlap_utils.py")
+    assert ('    def stash(self, indices, payload):\n        """Write the rows."""\n'
+            "        if stash_gated_relay(self, indices, payload):") in after
+    assert "    def _resolve_spec_extras(self, batch):\n        if resolve_gated_relay(self, batch):" in after

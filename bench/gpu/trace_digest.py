@@ -128,31 +128,36 @@ def kernel_times(events, launches, top=8):
 HOST_CATS = ("cpu_op", "cuda_runtime")
 
 
+def _whole_steps(events, launches, cats):
+    """The events of `cats` from the first graph launch to the last, and the number of whole
+    steps between them (0 with fewer than two launches)."""
+    if len(launches) < 2:
+        return [], 0
+    t0, t1 = launches[0], launches[-1]
+    return [e for e in events if e.get("cat") in cats and t0 <= e["ts"] < t1], len(launches) - 1
+
+
 def host_ops(events, launches):
     """Per op (category, name): how often the host ran it and its time (us), per graph launch,
-    from the first launch to the last: the whole steps between them."""
-    if len(launches) < 2:
-        return {}
-    t0, t1, n = launches[0], launches[-1], len(launches) - 1
+    over the whole steps between the first launch and the last."""
+    mine, n = _whole_steps(events, launches, HOST_CATS)
     count, time = collections.Counter(), collections.Counter()
-    for e in events:
-        if e.get("cat") in HOST_CATS and t0 <= e["ts"] < t1:
-            key = (e["cat"], e["name"])
-            count[key] += 1
-            time[key] += e["dur"]
+    for e in mine:
+        key = (e["cat"], e["name"])
+        count[key] += 1
+        time[key] += e["dur"]
     return {key: (count[key] / n, time[key] / n) for key in count}
 
 
 def host_line(events, launches):
     """The host's work per graph launch: the torch ops called from Python (an op another op
     calls is part of its caller's time) and the CUDA runtime calls."""
-    if len(launches) < 2:
-        return ""
-    t0, t1, n = launches[0], launches[-1], len(launches) - 1
     parts = []
     for cat, label in (("cpu_op", "torch ops"), ("cuda_runtime", "CUDA runtime calls")):
-        mine = sorted((e for e in events if e.get("cat") == cat and t0 <= e["ts"] < t1),
-                      key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+        mine, n = _whole_steps(events, launches, (cat,))
+        if not n:
+            return ""
+        mine.sort(key=lambda e: (e["tid"], e["ts"], -e["dur"]))
         outer, end = [], {}
         for e in mine:
             if e["ts"] >= end.get(e["tid"], -1.0):

@@ -211,23 +211,17 @@ def decode_prep_edit(tree: SourceTree) -> tuple[str, Callable[[str, str], str]]:
     return DECODE_PREP_V2_FUNCTION, v2_decode_prep.patch_prepare_function
 
 
-def spec_alloc_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
-    """The backport of SGLang PR #35377 where `alloc_for_spec_decode` still reads the new
-    KV lengths one tensor scalar per request (0.5.16 to 0.5.18); none where it does not
-    (before 0.5.16 the function does not exist, from 0.5.19 it has the list form). Chosen by
-    the loop, not the version: a gated step still runs this function."""
-    if (tree.root / SPEC_ALLOC).is_file():
-        return [(SPEC_ALLOC, spec_alloc_tolist.backport_where_present)]
-    return []
-
-
-def spec_relay_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
-    """A gated step's FutureMap relay cut to its token where the FutureMap relays the draft
-    state through `_resolve_spec_extras` and `stash` (0.5.13 on); none where the module is
-    missing. The transform leaves a FutureMap of another shape unchanged."""
-    if (tree.root / RELAY).is_file():
-        return [(RELAY, spec_relay.relay_where_present)]
-    return []
+# Speed edits, not gate edits: the gate is right without them, and each transform leaves a
+# module of another shape unchanged, so they run on every tree that has the module.
+# - SGLang PR #35377 backported where `alloc_for_spec_decode` still reads the new KV lengths
+#   one tensor scalar per request (0.5.16 to 0.5.18; chosen by the loop, not the version: a
+#   gated step still runs this function);
+# - a gated step's FutureMap relay cut to its token, where the FutureMap relays the draft
+#   state through `_resolve_spec_extras` and `stash` (0.5.13 on).
+SPEED_EDITS: tuple[tuple[str, Callable[[str, str], str]], ...] = (
+    (SPEC_ALLOC, spec_alloc_tolist.backport_where_present),
+    (RELAY, spec_relay.relay_where_present),
+)
 
 
 def _read(tree: SourceTree, rel: str) -> bytes:
@@ -240,8 +234,8 @@ def _read(tree: SourceTree, rel: str) -> bytes:
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
         return [(WORKER, v1_worker.patch_worker)]
-    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree), *spec_alloc_edits(tree),
-            *spec_relay_edits(tree)]
+    speed = [(rel, transform) for rel, transform in SPEED_EDITS if (tree.root / rel).is_file()]
+    return [(WORKER_V2, v2_worker.patch_worker), decode_prep_edit(tree), *speed]
 
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:

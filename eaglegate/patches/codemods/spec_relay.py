@@ -49,22 +49,12 @@ def relays_draft_state(source: str) -> bool:
     return f"class {CLASS}" in source and all(f"def {name}(" in source for name in (RESOLVE, STASH))
 
 
-def _first_is_docstring(body: cst.IndentedBlock) -> bool:
-    first = body.body[0] if body.body else None
-    return (
-        isinstance(first, cst.SimpleStatementLine)
-        and len(first.body) == 1
-        and isinstance(first.body[0], cst.Expr)
-        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
 def _hand_over(func: cst.FunctionDef, hook: str) -> cst.FunctionDef:
     """`func` opening with `if <hook>(<its parameters>): return`."""
     names = ", ".join(p.name.value for p in func.params.params)
     guard = cst.parse_statement(f"if {hook}({names}):  {MARK}\n    return\n")
     body = cst.ensure_type(func.body, cst.IndentedBlock)
-    at = 1 if _first_is_docstring(body) else 0
+    at = 1 if func.get_docstring() is not None else 0
     return func.with_changes(body=body.with_changes(body=[*body.body[:at], guard, *body.body[at:]]))
 
 
