@@ -142,11 +142,14 @@ TWO_STARTS = ("G8",)
 # servers side by side at every level in one call (started together), H22 and H24 its C >= 64
 # and C=64 again, H23 the accept pair's C=1 with the native route beside the gate; H25 two
 # starts each of plain-default and gated-v2 at C=64 (the second starts, `NAME@2`, count in no
-# table), H26 H21's command again and H27 its C=8 and 64 with five repeats, on one machine.
+# table), H26 H21's command again and H27 its C=8 and 64 with five repeats, on one machine;
+# H28 H21's command with the relay edit (a gated step's token alone through the FutureMap),
+# H29 H15's greedy sets with it.
 NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
-               "H22", "H23", "H24", "H25", "H26", "H27")
+               "H22", "H23", "H24", "H25", "H26", "H27", "H28")
 NEWEST_STARTS = ("H8", "H17", "P4")
-NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference"}
+NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference",
+                           "H29": "--enable-deterministic-inference"}
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 NEWEST_NOTES = {
     "H1": "accept pair, every level; adaptive did not fit the call",
@@ -198,6 +201,12 @@ NEWEST_NOTES = {
     "H26": "H21's command again (the real pair, four servers side by side, every level, three "
            "repeats, one call), the next call on H25's machine",
     "H27": "H26's servers at C=8 and 64, five repeats each, the next call on H26's machine",
+    "H28": "H21's command with the gate of 2026-12-04 (a gated step relays its token alone through "
+           "SGLang's FutureMap: no top-k or hidden-state rows gathered or written), threshold 34, "
+           "every level, three repeats, four servers started together, in one call, on another "
+           "machine than P6's",
+    "H29": "H15's command (context pair, deterministic inference, threshold 16) with H28's gate, "
+           "the next call on H28's machine",
     "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
           "profiler, 30 steps): the gate's module takes 0.021 ms of a 12.2 ms step (gate_P4.txt)",
 }

@@ -41,7 +41,7 @@ NATIVE_COST = (
     "against 12.8-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE, because "
     "a steps=0 step still runs a one-token TARGET_VERIFY, not the decode kernels; the overlap "
     "worker's code patch served 2.1-3.7 times as much there (bench/gpu/results.json, runs H4 and H5, "
-    "and H19, H21, H22 and H26 with the servers up side by side)"
+    "and H19, H21, H22, H26 and H28 with the servers up side by side)"
 )
 
 
