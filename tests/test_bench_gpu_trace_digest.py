@@ -194,3 +194,24 @@ def test_compare_refuses_a_trace_without_a_whole_step(tmp_path):
     write_trace(one, [0], [(0, 1000)])
     with pytest.raises(SystemExit, match="fewer than two graph launches"):
         trace_digest.compare(str(one), str(one))
+
+
+def test_command_line_names_a_bad_trace_in_one_line(tmp_path, capsys):
+    missing, not_a_trace = tmp_path / "missing.json.gz", tmp_path / "other.json"
+    not_a_trace.write_text("{}")
+    for path, words in ((missing, "No such file"), (not_a_trace, "not a torch profiler trace")):
+        with pytest.raises(SystemExit) as exit_info:
+            trace_digest.main([str(path)])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err
+        assert err.startswith("trace_digest.py: error: ") and words in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_info:
+        trace_digest.main(["--compare", str(missing)])
+    assert exit_info.value.code == 2 and "--compare takes two traces" in capsys.readouterr().err
+
+
+def test_command_line_prints_each_trace_with_its_top(tmp_path, capsys):
+    path = tmp_path / "p.trace.json.gz"
+    write_trace(path, [0, 3000, 6000], [(0, 2000), (3000, 5000)])
+    trace_digest.main(["--top", "3", str(path)])
+    assert capsys.readouterr().out == trace_digest.digest(str(path), top=3) + "\n"

@@ -1,6 +1,6 @@
 """Where a decode step's time goes, from a torch profiler trace of an SGLang server.
 
-    python3 bench/gpu/trace_digest.py TRACE.json.gz [TRACE ...]
+    python3 bench/gpu/trace_digest.py [--top N] TRACE.json.gz [TRACE ...]
 
 SGLang writes the trace on `/start_profile` (run.py's --profile). For each trace this prints:
 - steps: the scheduler's `run_batch` calls in the window, and the wall time per step;
@@ -23,12 +23,12 @@ CUDA runtime calls, their count and time).
 sets two such traces side by side, op by op: where a CPU-bound step of B spends more host time
 than A's, the ops it runs more often per launch.
 """
+import argparse
 import collections
 import gzip
 import itertools
 import json
 import statistics
-import sys
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 # The gate's module in a patched tree (eaglegate.patches.behaviour.GATE_PATH). Where the gate
@@ -42,7 +42,10 @@ BLOCKING = ("Synchronize", "cudaMemcpy ", "cudaMemcpy(", "cudaFree(")
 def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
-        return json.load(f)["traceEvents"]
+        trace = json.load(f)
+    if not isinstance(trace, dict) or "traceEvents" not in trace:
+        raise ValueError(f"{path}: not a torch profiler trace (no traceEvents)")
+    return trace["traceEvents"]
 
 
 def union_us(intervals):
@@ -250,11 +253,24 @@ def digest(path, top=22):
     return "\n".join(out) + "\n"
 
 
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Where a decode step's time goes, from torch "
+                                     "profiler traces of an SGLang server.")
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="a trace (.json or .json.gz)")
+    parser.add_argument("--compare", action="store_true", help="set two traces side by side, op by op")
+    parser.add_argument("--top", type=int, default=22, help="rows of the self- and inclusive-time tables")
+    args = parser.parse_args(argv)
+    if args.compare and len(args.traces) != 2:
+        parser.error("--compare takes two traces")
+    try:
+        if args.compare:
+            print(compare(*args.traces))
+        else:
+            for path in args.traces:
+                print(digest(path, top=args.top))
+    except (OSError, ValueError) as e:
+        parser.exit(1, f"trace_digest.py: error: {e}\n")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--compare"]:
-        if len(sys.argv) != 4:
-            raise SystemExit("usage: trace_digest.py --compare A.json.gz B.json.gz")
-        print(compare(sys.argv[2], sys.argv[3]))
-    else:
-        for p in sys.argv[1:]:
-            print(digest(p))
+    main()
