@@ -192,8 +192,18 @@ def test_compare_lists_the_ops_one_trace_runs_more_often_first(tmp_path):
 def test_compare_refuses_a_trace_without_a_whole_step(tmp_path):
     one = tmp_path / "one.trace.json.gz"
     write_trace(one, [0], [(0, 1000)])
-    with pytest.raises(SystemExit, match="fewer than two graph launches"):
+    with pytest.raises(ValueError, match="fewer than two graph launches"):
         trace_digest.compare(str(one), str(one))
+
+
+def test_command_line_refuses_a_trace_without_a_whole_step_in_one_line(tmp_path, capsys):
+    one = tmp_path / "one.trace.json.gz"
+    write_trace(one, [0], [(0, 1000)])
+    with pytest.raises(SystemExit) as exit_info:
+        trace_digest.main(["--compare", str(one), str(one)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith("trace_digest.py: error: ") and "fewer than two graph launches" in err
 
 
 def test_command_line_names_a_bad_trace_in_one_line(tmp_path, capsys):

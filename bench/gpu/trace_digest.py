@@ -183,7 +183,7 @@ def compare(path_a, path_b, top=25):
         events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
         launches = graph_launches(events)
         if len(launches) < 2:
-            raise SystemExit(f"{path}: fewer than two graph launches, no whole step to compare")
+            raise ValueError(f"{path}: fewer than two graph launches, no whole step to compare")
         step = statistics.median(b - a for a, b in itertools.pairwise(launches)) / 1000
         sides.append((host_ops(events, launches), f"{path.rsplit('/', 1)[-1]}: launch to launch "
                       f"{step:.3f} ms, " + host_line(events, launches)))

@@ -896,9 +896,15 @@ def stash_gated_relay(future_map: Any, indices: Any, payload: Any) -> bool:
     if tokens is None or mine is None:
         return False
     buffer = future_map.output_tokens_buf
-    buffer[indices] = tokens.to(buffer.dtype)
+    buffer[indices] = _cast(tokens, buffer.dtype)
     del _gated_relay_tokens[mine]  # stashed once: the same payload again is the release's
     return True
+
+
+def _cast(tensor: Any, dtype: Any) -> Any:
+    """`tensor` in `dtype`; itself where it already is, without the op a no-op `.to` still
+    dispatches (a gated step is as short as the host's work, bench/gpu P5)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 def _ones_int32(size: int, device: Any) -> Any:
@@ -957,9 +963,8 @@ def run_gated_decode(
     # A plain decode batch: the last sampled token in the slot the preparation reserved at
     # position seq_lens, positions from seq_lens (clamp_position), no draft tree.
     req_to_token = runner.req_to_token_pool.req_to_token
-    batch.out_cache_loc = req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
-    # The FutureMap's tokens are int64 already (0.5.13 on): no op for a no-op cast.
-    batch.input_ids = tokens if tokens.dtype == torch.int64 else tokens.to(torch.int64)
+    batch.out_cache_loc = _cast(req_to_token[batch.req_pool_indices, seq_lens], torch.int64)
+    batch.input_ids = _cast(tokens, torch.int64)  # the FutureMap's are int64 already (0.5.13 on)
     batch.seq_lens = new_seq_lens
     if batch.seq_lens_cpu is not None:  # None from 0.5.13 where the backend needs none
         batch.seq_lens_cpu = batch.seq_lens_cpu + 1
@@ -983,7 +988,7 @@ def run_gated_decode(
     next_input = copy.copy(draft_input)
     vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
     setattr(next_input, AFTER_GATED_ATTR, True)
-    next_tokens = sampled if sampled.dtype == tokens.dtype else sampled.to(tokens.dtype)
+    next_tokens = _cast(sampled, tokens.dtype)
     setattr(next_input, field, next_tokens)
     _gated_relay_tokens.append(next_tokens)  # this step's relay: its token alone (stash_gated_relay)
     if hasattr(draft_input, "new_seq_lens"):  # up to 0.5.12: the lengths ride on the input
