@@ -398,7 +398,7 @@ def stand_in_call(run, tmp_path, args):
 @pytest.mark.parametrize("mode", ["side by side", "together", "one after another"])
 def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     """The whole call, through the script, on stand-ins for SGLang. Side by side: both
-    servers up before any load, one tree folder shared, two ports, the KV cap and idle sleep
+    servers up before any load, one tree folder shared, ports of their own, the KV cap and idle sleep
     passed, the rows interleaved and rotated. One after another: each server's rows in turn,
     no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged (started
     together: the one --plain-caps gives)."""
@@ -441,8 +441,8 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     assert result["side_by_side"]["started"] == ("together" if together else "one after another")
     if together:  # the stand-in logs a running cap of 4096, not --plain-caps's 2048
         assert result["servers"][0]["caps_not_plain_caps"]["max_running_requests"] == 4096
-    ports = [s["argv"][s["argv"].index("--port") + 1] for s in started]
-    assert len(set(ports)) == 2
+    ports = [s["argv"][s["argv"].index(flag) + 1] for s in started for flag in ("--port", "--nccl-port")]
+    assert len(set(ports)) == 4  # each server's HTTP and rendezvous ports its own
     for s in started:
         assert "--sleep-on-idle" in s["argv"]
         assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(run.SIDE_BY_SIDE_TOKENS)

@@ -144,9 +144,12 @@ TWO_STARTS = ("G8",)
 # starts each of plain-default and gated-v2 at C=64 (the second starts, `NAME@2`, count in no
 # table), H26 H21's command again and H27 its C=8 and 64 with five repeats, on one machine;
 # H28 H21's command with the relay edit (a gated step's token alone through the FutureMap),
-# H29 H15's greedy sets with it.
+# H29 H15's greedy sets with it; H30 the accept pair's four servers with it at every level in one
+# call, H31 H28's command again on another machine; H32 and H33 eagle-v2 and gated-v2 started
+# twice each on the real pair at C=1 and 8 (how far two starts of one server differ there).
 NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
-               "H22", "H23", "H24", "H25", "H26", "H27", "H28")
+               "H22", "H23", "H24", "H25", "H26", "H27", "H28",
+               "H30", "H31", "H32", "H33")
 NEWEST_STARTS = ("H8", "H17", "P4")
 NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference",
                            "H29": "--enable-deterministic-inference"}
@@ -207,6 +210,14 @@ NEWEST_NOTES = {
            "machine than P6's",
     "H29": "H15's command (context pair, deterministic inference, threshold 16) with H28's gate, "
            "the next call on H28's machine",
+    "H30": "the accept pair, the four servers side by side (H18's and H19's) with H28's gate, "
+           "threshold 56, every level, three repeats, started together, in one call (cold machine)",
+    "H31": "H28's command again (the real pair, threshold 34), on another machine (cold)",
+    "H32": "eagle-v2 and gated-v2 each started twice (NAME@2), side by side, real pair, threshold "
+           "34, C=1 and 8, five repeats, the four launched together (cold machine): gated-v2@2 "
+           "did not start (SGLang's rendezvous port, picked free by each server, taken by "
+           "another: run.py gives each its own since)",
+    "H33": "H32's command with a rendezvous port per server, on another machine (cold)",
     "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
           "profiler, 30 steps): the gate's module takes 0.021 ms of a 12.2 ms step (gate_P4.txt)",
 }
@@ -544,8 +555,8 @@ def main() -> None:
     result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
     result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
                                     NEWEST_SERVERS, NEWEST_BORROWED, extra_runs=NEWEST_STARTS)
-    result["newest"]["c1_every_start"] = c1_every_start(result["newest"], "accept",
-                                                        [*NEWEST_RUNS, *NEWEST_STARTS])
+    result["newest"]["c1_every_start"] = {pair: c1_every_start(result["newest"], pair, [*NEWEST_RUNS, *NEWEST_STARTS])
+                                          for pair in ("accept", "real")}
     result["newest"]["steady_decode"] = steady_section(result["newest"])
     result["newest"]["pooled_side_by_side"] = {
         pair: pooled_side_by_side(result["newest"], pair, NEWEST_SERVERS)
@@ -562,8 +573,9 @@ def main() -> None:
     print(c1_table(result["overlap_worker"]["repeatability"]["c1_every_start"], "real",
                    result["overlap_worker"]["sglang"]))
     print()
-    print(c1_table(result["newest"]["c1_every_start"], "accept", result["newest"]["sglang"]))
-    print()
+    for pair, c1 in result["newest"]["c1_every_start"].items():
+        print(c1_table(c1, pair, result["newest"]["sglang"]))
+        print()
     for pair, pooled in result["newest"]["pooled_side_by_side"].items():
         print(pooled_table(pooled, pair, result["newest"]["sglang"]))
         print()

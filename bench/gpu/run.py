@@ -636,6 +636,7 @@ def throughput(a, rows):
 SIDE_BY_SIDE_TOKENS = 200_000
 SIDE_BY_SIDE_MAX = 4
 SIDE_BY_SIDE_PORT = 30100
+SIDE_BY_SIDE_NCCL_PORT = 31100
 
 
 def side_by_side_order(servers, rep):
@@ -702,8 +703,11 @@ def side_by_side(a, items, rows):
     servers, copied = [], set()
     try:
         for i, ((name, pair), tree_dir) in enumerate(zip(items, side_by_side_dirs([n for n, _ in items]), strict=True)):
+            # A port of its own for torch.distributed's rendezvous too: left to SGLang, each
+            # picks a free one, and two launched together can pick the same (H32: EADDRINUSE).
+            nccl_port = ["--nccl-port", str(SIDE_BY_SIDE_NCCL_PORT + i)]
             server = launch(name, pair, threshold, a, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
-                            extra_args=extra, copy_tree=tree_dir not in copied)
+                            extra_args=extra + nccl_port, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             servers.append(server)
             if not a.start_together:

@@ -37,11 +37,11 @@ CAP_SETTINGS = ("max_running_requests", "cuda_graph_max_bs")
 # What the native route's steps=0 state costs, measured (the H200 runs of bench/gpu).
 NATIVE_COST = (
     "measured on SGLang 0.5.16 (H200, EAGLE-3, plan's native config with plain decoding's caps, two "
-    "draft/target pairs): its steps=0 state served 27-41 % of plain decoding under load (5.3-6.0k "
+    "draft/target pairs): its steps=0 state served 27-42 % of plain decoding under load (5.3-6.0k "
     "against 12.8-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE, because "
     "a steps=0 step still runs a one-token TARGET_VERIFY, not the decode kernels; the overlap "
     "worker's code patch served 2.1-3.7 times as much there (bench/gpu/results.json, runs H4 and H5, "
-    "and H19, H21, H22, H26 and H28 with the servers up side by side)"
+    "and H19, H21, H22, H26, H28, H30 and H31 with the servers up side by side)"
 )
 
 
