@@ -1,0 +1,147 @@
+"""The README's tables of the 0.5.16 runs say what bench/gpu/results.json holds: every tok/s
+figure is a run's median there, every ratio is computed from those medians (or is the pooled
+figure of `pooled_side_by_side`), to the precision the README prints."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SECTION = "### On today's releases"
+SERVERS = {
+    "plain-default": "plain-default",
+    "eagle-v2": "eagle-v2",
+    "native adaptive": "adaptive",
+    "gated-v2": "gated-v2",
+    "adaptive": "adaptive",
+}
+# A run named as itself, not as a possessive ("H22's machine" names where a run ran).
+RUN = re.compile(r"\bH\d+\b(?!')")
+
+
+def newest() -> dict:
+    return json.loads((REPO / "bench" / "gpu" / "results.json").read_text())["newest"]
+
+
+def section_rows() -> list[list[str]]:
+    """The table rows of the README's 0.5.16 section, their cells stripped of bold."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert SECTION in text
+    body = text.split(SECTION, 1)[1].split("\n### ", 1)[0]
+    rows = []
+    for line in body.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip().replace("**", "") for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def runs_of(cell: str) -> list[str]:
+    """The runs a row names in its second cell, before any `:` that qualifies them."""
+    inside = re.search(r"\((.*)\)", cell)
+    if not inside:
+        return []
+    head = inside.group(1).split(":")[0]
+    head = re.sub(
+        r"H(\d+) to H(\d+)",
+        lambda m: ", ".join(f"H{i}" for i in range(int(m[1]), int(m[2]) + 1)),
+        head,
+    )
+    return RUN.findall(head)
+
+
+def medians_of(data: dict, run: str, pair: str) -> dict:
+    """A run's medians. A run whose servers another run borrowed (H4, H5) is found there; a run
+    kept only for its C=1 starts (H17) in `c1_every_start`."""
+    if run in data["medians"]:
+        return data["medians"][run]
+    lender = next((r for r, b in data["borrowed"].items() if run in b.values()), None)
+    if lender:
+        server = next(s for s, r in data["borrowed"][lender].items() if r == run)
+        return {server: data["medians"][lender][server]}
+    starts = data["c1_every_start"][pair]
+    return {
+        kind: [starts[kind]["starts"][f"{run} {kind}"]] + [None] * (len(data["levels"]) - 1)
+        for kind in ("eagle-v2", "gated-v2")
+    }
+
+
+def run_at(data: dict, runs: list[str], pair: str, server: str, i: int) -> str | None:
+    """The first named run with a median of `server` at level `i` (H18 holds C <= 32, H19 the
+    rest)."""
+    return next(
+        (run for run in runs if (medians_of(data, run, pair).get(server) or [None] * (i + 1))[i]),
+        None,
+    )
+
+
+def percent(cell: str) -> tuple[float, float]:
+    """A printed percentage and half its last digit: what rounding may have moved it by."""
+    digits = cell.rstrip("%").strip()
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return float(digits), 0.5 * 10**-decimals + 1e-9
+
+
+def ratio_against(row_label: str, medians: dict, i: int) -> float:
+    """gated-v2 over the server(s) a ratio row names: `max(the others)` is every other server of
+    the run with a figure at that level."""
+    named = re.search(r"gated-v2 / (max\(([^)]*)\)|[\w-]+)", row_label)
+    names = named.group(2) if named.group(2) else named.group(1)
+    if names == "the others":
+        others = [s for s in medians if s != "gated-v2"]
+    else:
+        others = [SERVERS[n.strip()] for n in names.split(",")]
+    best = max(medians[s][i] for s in others if s in medians and medians[s][i])
+    return medians["gated-v2"][i] / best
+
+
+def figure_rows():
+    return [row for row in section_rows() if not row[0].startswith("server (")]  # not a header
+
+
+def test_the_section_has_the_tables_it_is_checked_by():
+    rows = figure_rows()
+    assert sum(1 for r in rows if r[0].startswith("gated-v2 /")) >= 15
+    assert sum(1 for r in rows if r[0].split(",")[0] in SERVERS) >= 20
+    assert sum(1 for r in rows if "pooled" in r[0] or r[0].startswith("the same, only")) == 4
+
+
+@pytest.mark.parametrize("row", figure_rows(), ids=lambda r: f"{r[0][:30]}|{r[1][:30]}")
+def test_every_figure_is_the_benchmarks(row):
+    data = newest()
+    levels = data["levels"]
+    label, where, cells = row[0], row[1], row[2 : 2 + len(levels)]
+    pair = where.split()[0]
+    runs = runs_of(where)
+    if "pooled" in label or label.startswith("the same, only"):
+        pooled = data["pooled_side_by_side"][pair]
+        if "pooled" in label:
+            assert sorted(runs) == sorted(pooled["runs"])
+        expected = pooled["ratio"] if "pooled" in label else pooled["common"]["ratio"]
+        for cell, value in zip(cells, expected, strict=True):
+            shown, slack = percent(cell)
+            assert abs(100 * value - shown) <= slack, (label, cell, value)
+        return
+    if not runs:  # the sequential table's ratio rows name no run: its rows above say which
+        return
+    if label.startswith("gated-v2 /"):
+        for i, cell in enumerate(cells):
+            if not cell or cell == "-":
+                continue
+            shown_values = [c.strip() for c in cell.split(",")]
+            # one figure a run (H32, H33), or one for the run that measured the level
+            cell_runs = runs if len(shown_values) > 1 else [run_at(data, runs, pair, "gated-v2", i)]
+            for run, shown_cell in zip(cell_runs, shown_values, strict=True):
+                shown, slack = percent(shown_cell)
+                measured = 100 * ratio_against(label, medians_of(data, run, pair), i)
+                assert abs(measured - shown) <= slack, (label, run, levels[i], shown, measured)
+        return
+    server = SERVERS[next(k for k in SERVERS if label.startswith(k))]
+    for i, cell in enumerate(cells):
+        run = run_at(data, runs, pair, server, i)
+        assert run, (label, runs, levels[i])
+        measured = medians_of(data, run, pair)[server][i]
+        assert abs(measured - int(cell)) <= 0.5, (label, run, levels[i], cell, measured)
