@@ -310,7 +310,7 @@ def repeatability(section: dict) -> dict:
         levels = sorted({r["C"] for r in rows if r["run"] == run})
         starts[run] = {"levels": levels,
                        "medians": {s: [median(rows, s, c, run) for c in levels] for s in servers}}
-    c1 = c1_every_start(section, "real", [*section["table_runs"], *TWO_STARTS])
+    c1 = {"real": c1_every_start(section, "real", [*section["table_runs"], *TWO_STARTS])}
     return {"repeated": repeated, "two_starts": starts, "c1_every_start": c1}
 
 
@@ -570,12 +570,12 @@ def main() -> None:
     print()
     print(repeatability_table(result["overlap_worker"]))
     print()
-    print(c1_table(result["overlap_worker"]["repeatability"]["c1_every_start"], "real",
-                   result["overlap_worker"]["sglang"]))
-    print()
-    for pair, c1 in result["newest"]["c1_every_start"].items():
-        print(c1_table(c1, pair, result["newest"]["sglang"]))
-        print()
+    overlap, newest = result["overlap_worker"], result["newest"]
+    for starts, sglang in ((overlap["repeatability"]["c1_every_start"], overlap["sglang"]),
+                           (newest["c1_every_start"], newest["sglang"])):
+        for pair, c1 in starts.items():
+            print(c1_table(c1, pair, sglang))
+            print()
     for pair, pooled in result["newest"]["pooled_side_by_side"].items():
         print(pooled_table(pooled, pair, result["newest"]["sglang"]))
         print()
