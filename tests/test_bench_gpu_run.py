@@ -432,6 +432,10 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     assert (out / "log_plain-default-accept.txt").exists() and (
         out / "log_eagle-v2-accept.txt"
     ).exists()
+    for s in started:  # every server's rendezvous port fixed beside its HTTP port
+        argv = s["argv"]
+        http = int(argv[argv.index("--port") + 1])
+        assert int(argv[argv.index("--nccl-port") + 1]) == http + run.NCCL_PORT_OFFSET
     if not side_by_side:
         assert order == SEQUENTIAL_ORDER and "side_by_side" not in result
         assert not any("--sleep-on-idle" in s["argv"] for s in started)

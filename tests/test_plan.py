@@ -228,6 +228,7 @@ def test_from_0_5_14_the_patch_is_the_route_and_the_native_config_the_alternativ
     assert native["family"] == "native-adaptive"
     assert native["adaptive_config"] == {"1": {"candidate_steps": [3]}, "50": {"candidate_steps": [0]}}
     assert native["cost"].endswith(NATIVE_COST) and "% of plain decoding" in native["cost"]
+    assert "0.5.16" in native["cost"]
     assert all(cap["value"] is None for cap in native["caps"])
     assert "--max-running-requests" in {cap["flag"] for cap in native["caps"]}
     assert not any(flag.startswith(("--max-running", "--cuda-graph")) for flag in native["launch_flags"])

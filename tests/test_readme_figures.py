@@ -77,10 +77,11 @@ def medians_of(data: dict, run: str, pair: str) -> dict:
 def run_at(data: dict, runs: list[str], pair: str, server: str, i: int) -> str | None:
     """The first named run with a median of `server` at level `i` (H18 holds C <= 32, H19 the
     rest)."""
-    return next(
-        (run for run in runs if (medians_of(data, run, pair).get(server) or [None] * (i + 1))[i]),
-        None,
-    )
+    for run in runs:
+        medians = medians_of(data, run, pair).get(server)
+        if medians and medians[i]:
+            return run
+    return None
 
 
 def percent(cell: str) -> tuple[float, float]:
@@ -137,12 +138,12 @@ def test_every_figure_is_the_benchmarks(row):
     if not runs:  # the sequential table's ratio rows name no run: its rows above say which
         return
     if RATIO.match(label):
+        server = SERVERS[RATIO.match(label).group(1)]
         for i, cell in enumerate(cells):
             if not cell or cell == "-":
                 continue
             shown_values = [c.strip() for c in cell.split(",")]
             # one figure a run (H32, H33), or one for the run that measured the level
-            server = SERVERS[RATIO.match(label).group(1)]
             cell_runs = runs if len(shown_values) > 1 else [run_at(data, runs, pair, server, i)]
             for run, shown_cell in zip(cell_runs, shown_values, strict=True):
                 shown, slack = percent(shown_cell)

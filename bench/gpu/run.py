@@ -411,6 +411,10 @@ def digest(logp, name, outdir):
             }
 
 
+# A server's torch.distributed rendezvous port: its HTTP port (30000-30999) plus this.
+NCCL_PORT_OFFSET = 1000
+
+
 def start(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
     """Launch one server and wait until it is healthy or the call's deadline nears (`launch`,
     `wait_healthy`). Returns the handle `stop` takes."""
@@ -440,8 +444,10 @@ def launch(name, pair, threshold, a, tree_dir="run-tree", port=None, extra_args=
     path = f"{run_tree}:{S}/site"
     env = {**os.environ, **extra_env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     port = port or 30000 + hash(name + pair) % 1000
+    # The rendezvous port too: left to SGLang, each server picks a free one, and two launched
+    # together can pick the same (H32: EADDRINUSE).
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", f"{W}/{pair}-target",
-           "--port", str(port)] + args
+           "--port", str(port), "--nccl-port", str(port + NCCL_PORT_OFFSET)] + args
     logp = f"{S}/logs/{name}-{pair}.log"
     res = {"server": name, "pair": pair, "args": args[len(COMMON):], "env": extra_env}
     print(f"== {name} ({pair}): starting at t={time.time() - T0:.0f}s", flush=True)
@@ -636,7 +642,6 @@ def throughput(a, rows):
 SIDE_BY_SIDE_TOKENS = 200_000
 SIDE_BY_SIDE_MAX = 4
 SIDE_BY_SIDE_PORT = 30100
-SIDE_BY_SIDE_NCCL_PORT = 31100
 
 
 def side_by_side_order(servers, rep):
@@ -703,11 +708,8 @@ def side_by_side(a, items, rows):
     servers, copied = [], set()
     try:
         for i, ((name, pair), tree_dir) in enumerate(zip(items, side_by_side_dirs([n for n, _ in items]), strict=True)):
-            # A port of its own for torch.distributed's rendezvous too: left to SGLang, each
-            # picks a free one, and two launched together can pick the same (H32: EADDRINUSE).
-            nccl_port = ["--nccl-port", str(SIDE_BY_SIDE_NCCL_PORT + i)]
             server = launch(name, pair, threshold, a, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
-                            extra_args=extra + nccl_port, copy_tree=tree_dir not in copied)
+                            extra_args=extra, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             servers.append(server)
             if not a.start_together:
