@@ -13,6 +13,7 @@ command line may (a venv whose files link into a shared store is a real layout).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,15 +135,22 @@ def locate(args: TreeArgs, on_fetch: Callable[[str], None] | None = None,
 
 
 def writable_parent(tree: source.SourceTree, action: str) -> Path:
-    """The directory holding the `sglang` package, refusing trees eaglegate must not write."""
-    if tree.origin == "release":
-        # The release cache is the shared read-only reference every analysis reads.
-        raise UserError(
-            f"{tree.label} is eaglegate's cached read-only reference, not a tree to {action}; "
-            f"copy it (cp -r {tree.root.parent} ./sglang-{tree.version}) and pass --path (path=) to the copy")
+    """The directory holding the `sglang` package, refusing trees eaglegate must not write.
+
+    Every route that writes (apply and revert, from the CLI, `eaglegate tool` and MCP, by
+    --version, --path or --git) passes here: the cache is refused by where the package
+    lies, not by how it was named."""
     if tree.origin == "git" and tree.detail.get("rev"):
         raise UserError(f"--rev (rev=) reads an exported snapshot; check out {tree.detail['rev']} and "
                         f"{action} the checkout with --git (git=) alone")
+    package, cache = tree.root.resolve(), source.cache_dir().expanduser().resolve()
+    if tree.origin == "release" or package.is_relative_to(cache) or cache.is_relative_to(package):
+        # The cache is the shared read-only reference every analysis reads: a patched copy
+        # there would be read as the release from then on.
+        raise UserError(
+            f"{package.parent} is in eaglegate's cache ({cache}), its read-only reference, not a tree to "
+            f"{action}; copy it (cp -r {shlex.quote(str(package.parent))} ./sglang-{tree.version}) and "
+            "pass --path (path=) to the copy")
     return tree.root.parent
 
 
@@ -473,10 +481,10 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
             raise UserError(
                 f"patched by another eaglegate's gate patch (applied {manifest.time}), which may lack "
                 "edits this one makes: `eaglegate revert`, then `eaglegate apply`, installs this one's")
-        # The same patch again: nothing to do, and the patched files are no input to the
+        # The same patch again: no file to write, and the patched files are no input to the
         # generator, which reads the original anchors. The threshold is read at launch, so
-        # another one changes no byte: only the flags.
-        outcome = transaction.Outcome("apply", [], transaction.ALREADY_APPLIED)
+        # another one changes no byte of the tree: the manifest records it, for `status`.
+        outcome = transaction.reapply(parent, checked)
         flags = generate.launch_flags(tree, checked, generate.default_worker(tree))
         return Applied(outcome, flags, transaction.status(parent))
     # Generation must read original bytes: finish an interrupted transaction first.

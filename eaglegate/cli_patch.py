@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from eaglegate import app
-from eaglegate.analyzer.source import portable_text
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
@@ -95,10 +94,11 @@ def register(root: typer.Typer) -> None:
             console.print(f"{label}: {where}, {len(files)} file(s)")
             for f in files:
                 console.print(f"  {f['action']:<6} {f['path']}")
-            # A release lives in eaglegate's cache, which apply refuses to touch: copy it out.
+            # A release lives in eaglegate's cache, which apply refuses to touch: copy it out
+            # (from where this machine's cache is, $EAGLEGATE_CACHE honoured).
             where = (
                 f"copy the release out first (mkdir sglang-{patch_set.version} && cp -r "
-                f"{portable_text(str(tree.root), None)} sglang-{patch_set.version}/), "
+                f"{shlex.quote(str(tree.root))} sglang-{patch_set.version}/), "
                 f"then apply from sglang-{patch_set.version}"
                 if tree.origin == "release"
                 else f"apply from {tree.root.parent}"

@@ -20,8 +20,14 @@ What a caller may rely on:
   the branch or commit it came from and deletes the gate branch when its tip is still the
   patch commit. No revert commit is added to the user's history.
 - The threshold is no part of a patch: the patched code reads it at launch. The manifest
-  records the one the apply was made for (a launch parameter, for `status`), and an apply
-  over the same patch for another threshold changes nothing.
+  records the one the latest apply was made for (a launch parameter, for `status`), and
+  an apply over the same patch for another threshold changes no byte of the tree: it
+  only records that threshold.
+- Every write keeps the owner (uid, gid) and mode of the file it replaces; a file or
+  folder the patch creates, and eaglegate's own state files, get the owner of the folder
+  they are made in. Root applying to another user's tree leaves nothing owned by root.
+- Leftovers of a killed transaction (a stale lock, a journal temp file) are reported by
+  `status` and removed by the next apply or revert, the same patch applied again included.
 """
 
 from __future__ import annotations
@@ -182,7 +188,7 @@ def apply(
             recovered = _recover(layout, repo, force=False)
         current = load(layout)
         if current is not None:
-            return _already_applied(layout, current, patch, recovered)
+            return _already_applied(layout, current, patch, recovered, threshold)
         if repo is not None and not allow_dirty and repo.is_dirty(untracked_files=True):
             raise UserError(
                 f"the checkout {repo.working_tree_dir} has uncommitted changes; "
@@ -197,6 +203,28 @@ def apply(
         return _apply_fresh(layout, patch, repo, recovered, threshold)
 
 
+def reapply(package_parent: Path, threshold: int | None) -> Outcome:
+    """The recorded patch is the one the caller would apply: write no byte of the tree, record
+    `threshold` for `status` and clear what a killed transaction left. Writes nothing (a
+    read-only tree is fine) when there is nothing to record or clear."""
+    parent = Path(package_parent).resolve()
+    layout, _repo = _find_layout(parent)
+    manifest = load(layout)
+    if manifest is None or manifest.state != APPLIED:
+        raise UserError("the recorded patch changed while eaglegate read it; run `eaglegate status`")
+    if not _debris(layout) and threshold in (None, manifest.threshold):
+        return _already(manifest)
+    _check_writable(layout, [])
+    with _locked(layout, "apply"):
+        _drop_manifest_temps(layout)
+        manifest = load(layout)
+        if manifest is None or manifest.state != APPLIED:
+            raise UserError("the recorded patch changed while eaglegate waited for its lock; "
+                            "run `eaglegate status`")
+        _record_threshold(layout, manifest, threshold)
+    return _already(manifest)
+
+
 def revert(package_parent: Path, *, force: bool = False) -> Outcome:
     """Restore every byte the recorded patch changed, delete files it created, drop the manifest.
 
@@ -208,7 +236,8 @@ def revert(package_parent: Path, *, force: bool = False) -> Outcome:
     layout, repo = _find_layout(parent)
     manifest = load(layout)
     found = find_marks(parent) if manifest is None else Marks()
-    if manifest is None and not found.files and not layout.backups.exists() and not layout.lock.exists():
+    if (manifest is None and not found.files and not layout.backups.exists() and not layout.lock.exists()
+            and not _journal_temps(layout)):
         # Nothing recorded, nothing running: answer without writing (a read-only tree is fine).
         return Outcome("revert", [], "nothing to revert: no eaglegate patch is recorded here")
     _check_writable(layout, [r.path for r in manifest.files] if manifest else found.files)
@@ -294,6 +323,16 @@ def status(package_parent: Path) -> Status:
     """What the tree holds now, per file; reads only, takes no lock."""
     parent = Path(package_parent).resolve()
     layout, _repo = _find_layout(parent)
+    found_status = _status(parent, layout)
+    leftovers = [] if found_status.busy else _debris(layout)
+    if leftovers:
+        found_status.note = "; ".join(filter(None, (
+            found_status.note, f"left by a killed apply or revert: {', '.join(map(str, leftovers))} "
+            "(removed by the next apply or revert)")))
+    return found_status
+
+
+def _status(parent: Path, layout: Layout) -> Status:
     busy = _lock_holder(layout)
     manifest = load(layout)
     if manifest is None:
@@ -411,12 +450,30 @@ def _classify_for_apply(layout: Layout, patch: PatchSet) -> int:
     return len(at_after)
 
 
-ALREADY_APPLIED = "already applied; nothing changed (the threshold is read at launch, from its flag)"
+ALREADY_APPLIED = "already applied; no file changed (the threshold is read at launch, from its flag)"
 
 
-def _already_applied(layout: Layout, manifest: Manifest, patch: PatchSet, recovered: str) -> Outcome:
-    """The same patch again (same files, same bytes) changes nothing; another patch is
-    refused. The recorded threshold takes no part: it is a launch parameter."""
+def _already(manifest: Manifest, recovered: str = "") -> Outcome:
+    return Outcome("apply", [], ALREADY_APPLIED, recovered, manifest.git.get("branch", ""),
+                   manifest.git.get("commit", ""))
+
+
+def _record_threshold(layout: Layout, manifest: Manifest, threshold: int | None) -> None:
+    """The latest apply's threshold, for `status` (held: the caller has the lock)."""
+    if threshold is None or threshold == manifest.threshold:
+        return
+    manifest.threshold = threshold
+    try:
+        _write_atomic(layout.manifest, encode(manifest))
+    except OSError as exc:
+        raise UserError(f"{_describe(exc)}; the patch is in place, but `eaglegate status` still "
+                        "names the earlier threshold") from None
+
+
+def _already_applied(layout: Layout, manifest: Manifest, patch: PatchSet, recovered: str,
+                     threshold: int | None) -> Outcome:
+    """The same patch again (same files, same bytes) writes no byte of the tree, only the
+    threshold it is for; another patch is refused."""
     same = (manifest.family == patch.family
             and [(r.path, r.sha256_after) for r in manifest.files]
             == [(c.path, sha256(c.after)) for c in patch.changes])
@@ -428,8 +485,8 @@ def _already_applied(layout: Layout, manifest: Manifest, patch: PatchSet, recove
     modified = [r.path for r in manifest.files if _state_of(layout, r) != "patched"]
     if modified:
         raise UserError(f"patched, but {_names(modified)} changed since; see `eaglegate status`")
-    return Outcome("apply", [], ALREADY_APPLIED,
-                   recovered, manifest.git.get("branch", ""), manifest.git.get("commit", ""))
+    _record_threshold(layout, manifest, threshold)
+    return _already(manifest, recovered)
 
 
 # ---------------------------------------------------------------- durable writes
@@ -445,8 +502,35 @@ def _makedirs(folder: Path) -> list[Path]:
     for path in reversed(missing):
         with _naming(path):
             path.mkdir()
+            above = path.parent.stat()
+            _own(path, above.st_uid, above.st_gid)
+            os.chmod(path, stat.S_IMODE(above.st_mode) & 0o777)  # reads like its parent
             fsync_dir(path.parent)
     return list(reversed(missing))
+
+
+def _own(path: Path | int, uid: int, gid: int, follow_symlinks: bool = True) -> None:
+    """Give what we write the owner it must keep (a path or an open descriptor): root would
+    leave its own files in another user's tree. Another user may give away nothing: its
+    writes stay its own, as any editor's would."""
+    have = os.stat(path, follow_symlinks=follow_symlinks)
+    if (have.st_uid, have.st_gid) == (uid, gid):
+        return
+    try:
+        os.chown(path, uid, gid, follow_symlinks=follow_symlinks)
+    except PermissionError:
+        pass
+
+
+def _keeps(path: Path) -> tuple[int, int, int]:
+    """The uid, gid and mode a write to `path` keeps: the file's own, or for a new file its
+    folder's owner and 0o644."""
+    try:
+        st = path.stat()
+        return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+    except FileNotFoundError:
+        above = path.parent.stat()
+        return above.st_uid, above.st_gid, 0o644
 
 
 @contextmanager
@@ -463,16 +547,14 @@ def _naming(path: Path) -> Iterator[None]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     with _naming(path):
-        try:
-            mode = stat.S_IMODE(path.stat().st_mode)
-        except FileNotFoundError:
-            mode = 0o644
+        uid, gid, mode = _keeps(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+            _own(Path(tmp), uid, gid)  # before the mode: a chown clears set-id bits
             os.chmod(tmp, mode)
             _step(f"temp {path.name}")
             os.replace(tmp, path)
@@ -487,8 +569,10 @@ def _symlink_atomic(path: Path, link: str) -> None:
     with _naming(path):
         tmp = path.with_name(f".{path.name}{TEMP_MARK}link")
         tmp.unlink(missing_ok=True)
+        owner = path.lstat() if os.path.lexists(path) else path.parent.stat()
         os.symlink(link, tmp)
         try:
+            _own(tmp, owner.st_uid, owner.st_gid, follow_symlinks=False)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -515,6 +599,8 @@ def _locked(layout: Layout, action: str) -> Iterator[None]:
     while True:
         with _naming(path):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            above = layout.state_dir.stat()
+            _own(fd, above.st_uid, above.st_gid)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -552,6 +638,15 @@ def _lock_holder(layout: Layout) -> str:
     finally:
         os.close(fd)
     return ""
+
+
+def _debris(layout: Layout) -> list[Path]:
+    """What a killed apply or revert left that no journal records: a lock no process holds
+    and journal temp files (a write killed before its rename)."""
+    found = _journal_temps(layout)
+    if layout.lock.exists() and not _lock_holder(layout):
+        found.insert(0, layout.lock)
+    return found
 
 
 def _now() -> str:
@@ -767,9 +862,13 @@ def _drop_orphan_backups(layout: Layout) -> None:
     _drop_manifest_temps(layout)
 
 
-def _drop_manifest_temps(layout: Layout) -> None:
+def _journal_temps(layout: Layout) -> list[Path]:
     # A journal write killed before its rename; the manifest itself is still whole.
-    for leftover in layout.state_dir.glob(f".{layout.manifest.name}{TEMP_MARK}*"):
+    return sorted(layout.state_dir.glob(f".{layout.manifest.name}{TEMP_MARK}*"))
+
+
+def _drop_manifest_temps(layout: Layout) -> None:
+    for leftover in _journal_temps(layout):
         leftover.unlink(missing_ok=True)
 
 
