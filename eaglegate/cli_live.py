@@ -42,7 +42,9 @@ ApiOpt = Annotated[
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait on one request.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait and stream).")
+]
 
 
 def _progress(enabled: bool) -> Progress:

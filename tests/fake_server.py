@@ -8,7 +8,10 @@ One engine thread steps the batch like a real server: every step takes
 so the throughput-vs-concurrency curve is whatever `step_time` makes it. Answers are
 deterministic: the tokens depend only on the prompt (`alter` may change them, to play a
 server that decodes differently). `die_after` requests, the server drops every connection
-and stops listening, to play a crash.
+and stops listening, to play a crash. `reshape` rewrites every streamed event's JSON value
+before it is sent, to play a server that streams other shapes. `stall` answers a completion
+with its headers and then nothing ("silent") or an SSE comment every 0.2 s ("pings") until
+the server stops, to play a server that never finishes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 WORDS = (
     " the", " a", " gate", " token", " batch", " draft", " verify", " step", " server",
@@ -65,12 +68,17 @@ class FakeServer:
         alter: Callable[[str, list[str]], list[str]] | None = None,
         die_after: int | None = None,
         models: bool = True,
+        reshape: Callable[[dict[str, Any]], Any] | None = None,
+        stall: Literal["silent", "pings"] | None = None,
     ) -> None:
         self.step_time = step_time
         self.tokens_per_step = tokens_per_step
         self.alter = alter
         self.die_after = die_after
         self.models = models
+        self.reshape = reshape
+        self.stall = stall
+        self._closing = threading.Event()
         self.admitted = 0
         self.max_batch = 0
         self.dead = False
@@ -110,15 +118,17 @@ class FakeServer:
                 if body.get("temperature", 1.0) != 0.0:
                     self._json(400, {"error": {"message": "the fake server is greedy only"}})
                     return
+                if fake.stall is not None:
+                    self._stream_headers()
+                    while not fake._closing.wait(0.2):
+                        if fake.stall == "pings":
+                            self._write(b": ping\n\n")
+                    return
                 req = fake._admit(body, chat)
                 if req is None:
                     self.close_connection = True
                     return
-                self.send_response(200)
-                self.send_header("Connection", "close")
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._stream_headers()
                 want_lp = body.get("logprobs") is not None and body.get("logprobs") is not False
                 ids: list[int] = []
                 while True:
@@ -142,8 +152,16 @@ class FakeServer:
                 self._write(b"")
                 self.close_connection = True
 
+            def _stream_headers(self) -> None:
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
             def _event(self, data: dict[str, Any]) -> None:
-                self._write(f"data: {json.dumps(data)}\n\n".encode())
+                sent = data if fake.reshape is None else fake.reshape(data)
+                self._write(f"data: {json.dumps(sent)}\n\n".encode())
 
             def _write(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -229,6 +247,7 @@ class FakeServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         with self._cond:
             self._stop = True
             self._cond.notify_all()

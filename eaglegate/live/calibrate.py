@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 
 # Dense peak BF16 tensor FLOP/s (TFLOP/s) and HBM bandwidth (TB/s), from vendor data sheets.
 GPUS: dict[str, tuple[float, float]] = {
@@ -39,20 +39,31 @@ GPUS: dict[str, tuple[float, float]] = {
 SPEC_RUNNING_CAP = 48
 
 
+def is_rate(value: object) -> bool:
+    """A throughput as a file or a model may hold it: a finite number above 0. JSON allows
+    NaN and Infinity, and a bool is an int to Python; none of them is a measurement."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value) and value > 0)
+
+
 @dataclass(frozen=True)
 class Curve:
-    """Output tokens/s by concurrency, sorted by concurrency, concurrencies unique and >= 1."""
+    """Output tokens/s by concurrency, sorted by concurrency, concurrencies unique and >= 1,
+    every throughput a finite number above 0."""
 
     label: str
     points: tuple[tuple[float, float], ...]
 
     @classmethod
     def of(cls, label: str, points: Sequence[tuple[float, float]]) -> Curve:
+        for c, t in points:
+            if not (is_rate(c) and c >= 1):
+                raise UserError(f"{label}: concurrency {c!r} is not a finite number from 1 on")
+            if not is_rate(t):
+                raise UserError(f"{label}: throughput {t!r} at concurrency {c:g} is not a finite number above 0")
         merged = dict(sorted((float(c), float(t)) for c, t in points))
         if not merged:
             raise UserError(f"{label}: no measurements")
-        if min(merged) < 1:
-            raise UserError(f"{label}: concurrency must be at least 1")
         return cls(label, tuple(sorted(merged.items())))
 
     @property
@@ -133,10 +144,8 @@ def calibrate(base: Curve, spec: Curve, margin: float = 0.05) -> Calibration:
         )
     grid = sorted({c for c in base.levels + spec.levels if lo <= c <= hi})
     rows = []
-    for c in grid:
+    for c in grid:  # both curves' throughputs are above 0 (Curve.of)
         b, s = base.at(c), spec.at(c)
-        if b <= 0:
-            raise UserError(f"{base.label}: zero throughput at concurrency {c:g}")
         rows.append({"concurrency": c, "baseline": b, "spec": s, "ratio": s / b})
     gains = [r["ratio"] - 1 for r in rows]
     notes: list[str] = []
@@ -262,6 +271,9 @@ class Roofline:
     overhead_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise UsageError(f"--{name.replace('_', '-')} must be a finite number, not {value!r}")
         checks = [
             (self.params_b > 0, "--params-b must be positive"),
             (self.draft_tokens >= 2, "--draft-tokens must be at least 2"),
@@ -273,10 +285,12 @@ class Roofline:
              "efficiencies must be in (0, 1]"),
             (self.num_steps is None or self.num_steps >= 1, "--num-steps must be at least 1"),
             (self.overhead_ms >= 0, "--overhead-ms must not be negative"),
+            (self.draft_params_b is None or self.draft_params_b > 0, "--draft-params-b must be positive"),
+            (self.kv_kib_per_token is None or self.kv_kib_per_token > 0, "--kv-kib-per-token must be positive"),
         ]
         for ok, message in checks:
             if not ok:
-                raise UserError(message)
+                raise UsageError(message)
 
     @property
     def draft_b(self) -> float:

@@ -16,7 +16,11 @@ import hashlib
 import http.client
 import json
 import random
+import reprlib
+import socket
+import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -90,7 +94,6 @@ class Generation:
     text: str = ""
     tokens: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float | None] = field(default_factory=list)
     ttft_s: float = 0.0
     itls_s: list[float] = field(default_factory=list)
     latency_s: float = 0.0
@@ -188,6 +191,52 @@ def _connection(endpoint: Endpoint, timeout: float) -> http.client.HTTPConnectio
     return http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
 
 
+class _Deadline:
+    """A whole request within `seconds`. A socket timeout bounds one read only, so a server
+    that sends a byte now and then would hold a request for ever: when the time is up, a
+    timer shuts the request's socket down, which ends the read blocked on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.passed = False
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def watch(self, conn: http.client.HTTPConnection) -> None:
+        """Connect `conn` and hold its socket (http.client lets go of it once a response says
+        `Connection: close`, while the response still reads from it)."""
+        conn.connect()
+        self._sock = conn.sock
+        if self.passed:  # the timer ran before the socket was here
+            self._shutdown()
+
+    def _expire(self) -> None:
+        # Set before reading the socket, which `watch` sets before reading this: one of the
+        # two shuts it down.
+        self.passed = True
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is not None:
+            with suppress(OSError):  # closed meanwhile: the request is over anyway
+                # The plain socket's shutdown, also under TLS: SSLSocket's own would drop
+                # the TLS state under the reading thread.
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+    def error(self, endpoint: Endpoint) -> LiveRequestError:
+        return LiveRequestError(
+            f"{endpoint.url} did not answer within {self.seconds:g} s (--timeout bounds each request)"
+        )
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -212,16 +261,20 @@ def first_model(endpoint: Endpoint, timeout: float = 10.0) -> str | None:
         if endpoint.native
         else endpoint.models_path
     )
-    try:
-        conn.request("GET", models_path, headers={"Accept": "application/json"})
-        resp = conn.getresponse()
-        body = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise LiveRequestError(
-            f"cannot reach {endpoint.scheme}://{endpoint.host}:{endpoint.port}: {_describe(exc)}"
-        ) from None
-    finally:
-        conn.close()
+    with _Deadline(timeout) as deadline:
+        try:
+            deadline.watch(conn)
+            conn.request("GET", models_path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            if deadline.passed:
+                raise deadline.error(endpoint) from None
+            raise LiveRequestError(
+                f"cannot reach {endpoint.scheme}://{endpoint.host}:{endpoint.port}: {_describe(exc)}"
+            ) from None
+        finally:
+            conn.close()
     if resp.status != 200:
         return None
     try:
@@ -289,31 +342,64 @@ def _error_message(data: Any) -> str | None:
     return None
 
 
+class _Malformed(ValueError):
+    """A stream chunk that is JSON but not of the shape the API streams; the message names
+    the field, for the one line the user sees."""
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is not an object")
+    return value
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    """A list; absent (null) is empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(f"{what} is not a list")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    """A string; absent (null) is empty."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Malformed(f"{what} is not a string")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    """A whole number from 0 on: not a bool, NaN, a fraction or a string."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Malformed(f"{what} is {reprlib.repr(value)}, not a count")
+    return value
+
+
 def _absorb(gen: Generation, choice: dict[str, Any], chat: bool) -> bool:
     """Add one stream choice to the generation; True when it carried content."""
     if chat:
-        delta = choice.get("delta") or {}
-        text = delta.get("content") or ""
+        delta = choice.get("delta")
+        text = _text(_object(delta, "delta").get("content") if delta is not None else None, "delta.content")
     else:
-        text = choice.get("text") or ""
+        text = _text(choice.get("text"), "text")
     gen.text += text
     got = bool(text)
     lp = choice.get("logprobs")
-    if isinstance(lp, dict):
+    if isinstance(lp, dict):  # else absent, or a form the comparison does not read
         if chat:
-            for item in lp.get("content") or []:
-                gen.tokens.append(str(item.get("token", "")))
-                gen.logprobs.append(item.get("logprob"))
+            for item in _array(lp.get("content"), "logprobs.content"):
+                gen.tokens.append(_text(_object(item, "a logprobs.content item").get("token"), "token"))
                 got = True
         else:
-            tokens = lp.get("tokens") or []
-            gen.tokens.extend(str(t) for t in tokens)
-            gen.logprobs.extend(lp.get("token_logprobs") or [None] * len(tokens))
+            tokens = [_text(t, "a logprobs token") for t in _array(lp.get("tokens"), "logprobs.tokens")]
+            gen.tokens.extend(tokens)
             got = got or bool(tokens)
-    ids = choice.get("token_ids")
-    if isinstance(ids, list):
-        gen.token_ids.extend(int(i) for i in ids)
-        got = got or bool(ids)
+    ids = [_count(i, "a token id") for i in _array(choice.get("token_ids"), "token_ids")]
+    gen.token_ids.extend(ids)
+    got = got or bool(ids)
     if choice.get("finish_reason"):
         gen.finish_reason = str(choice["finish_reason"])
     return got
@@ -324,26 +410,41 @@ def _absorb_native(gen: Generation, data: dict[str, Any]) -> bool:
 
     SGLang streams `output_ids` whole by default and as deltas with
     `--incremental-streaming-output`; `meta_info.completion_tokens` tells which."""
-    meta = data.get("meta_info") or {}
+    meta = data.get("meta_info")
+    meta = {} if meta is None else _object(meta, "meta_info")
     done_before = gen.output_tokens
     total = meta.get("completion_tokens")
-    ids = data.get("output_ids")
-    if isinstance(ids, list):
-        ids = [int(i) for i in ids]
-        if isinstance(total, int) and len(ids) == total:
+    if total is not None:
+        total = _count(total, "meta_info.completion_tokens")
+    if data.get("output_ids") is not None:
+        ids = [_count(i, "a token id") for i in _array(data["output_ids"], "output_ids")]
+        if len(ids) == total:
             gen.token_ids = ids
         else:
             gen.token_ids.extend(ids)
-    if isinstance(total, int):
-        gen.output_tokens = total
-    else:
-        gen.output_tokens = len(gen.token_ids)
+    gen.output_tokens = len(gen.token_ids) if total is None else total
     finish = meta.get("finish_reason")
     if finish:
         gen.finish_reason = str(finish.get("type", finish) if isinstance(finish, dict) else finish)
     if isinstance(data.get("text"), str):
         gen.text = data["text"]
     return gen.output_tokens > done_before
+
+
+def _absorb_chunk(gen: Generation, data: Any, endpoint: Endpoint) -> bool:
+    """Add one decoded stream chunk of any API; True when it carried content."""
+    chunk = _object(data, "the chunk")
+    if endpoint.native:
+        return _absorb_native(gen, chunk)
+    usage = chunk.get("usage")
+    if usage is not None:
+        tokens = _object(usage, "usage").get("completion_tokens")
+        if tokens is not None:
+            gen.output_tokens = _count(tokens, "usage.completion_tokens")
+    got = False
+    for choice in _array(chunk.get("choices"), "choices"):
+        got = _absorb(gen, _object(choice, "a choice"), endpoint.chat) or got
+    return got
 
 
 def generate(
@@ -356,10 +457,12 @@ def generate(
     ignore_eos: bool = False,
     timeout: float = 300.0,
 ) -> Generation:
-    """Stream one greedy completion; raise LiveRequestError on any failure.
+    """Stream one greedy completion within `timeout` seconds in all; raise LiveRequestError
+    on any failure.
 
     A stream that stops before `[DONE]` and before a finish reason (the server died or
-    dropped the connection) is a failure, not a short answer.
+    dropped the connection) is a failure, not a short answer; so is a chunk of another
+    shape than the API's, and a count of tokens above `max_tokens`.
     """
     body = json.dumps(
         request_body(endpoint, prompt, model, max_tokens, logprobs=logprobs, ignore_eos=ignore_eos)
@@ -370,69 +473,73 @@ def generate(
     conn = _connection(endpoint, timeout)
     start = time.perf_counter()
     last = start
-    try:
-        conn.request(
-            "POST",
-            endpoint.path,
-            body=body,
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        )
-        resp = conn.getresponse()
-        if resp.status != 200:
-            detail = resp.read(2000).decode("utf-8", "replace")
-            try:
-                detail = _error_message(json.loads(detail)) or detail
-            except ValueError:
-                pass
-            detail = " ".join(detail.split())[:200]
-            raise LiveRequestError(f"HTTP {resp.status} from {endpoint.url}: {detail}")
-        while True:
-            raw = resp.readline()
-            if not raw:
-                break
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                done = True
-                resp.read()  # the rest of the body, so closing does not reset the connection
-                break
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                raise LiveRequestError(
-                    f"bad stream chunk from {endpoint.url}: {payload[:80]!r}"
-                ) from None
-            message = _error_message(data)
-            if message:
-                raise LiveRequestError(f"server error from {endpoint.url}: {message[:200]}")
-            if endpoint.native:
-                got = _absorb_native(gen, data)
-            else:
-                usage = data.get("usage")
-                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                    gen.output_tokens = int(usage["completion_tokens"])
-                got = False
-                for choice in data.get("choices") or []:
-                    got = _absorb(gen, choice, endpoint.chat) or got
-            if got:
-                now = time.perf_counter()
-                if chunks == 0:
-                    gen.ttft_s = now - start
-                else:
-                    gen.itls_s.append(now - last)
-                last = now
-                chunks += 1
-    except LiveRequestError:
-        raise
-    except (TimeoutError, OSError, http.client.HTTPException) as exc:
-        raise LiveRequestError(f"request to {endpoint.url} failed: {_describe(exc)}") from None
-    finally:
-        conn.close()
+    with _Deadline(timeout) as deadline:
+        try:
+            deadline.watch(conn)
+            conn.request(
+                "POST",
+                endpoint.path,
+                body=body,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            )
+            resp = conn.getresponse()
+            if resp.status != 200:
+                detail = resp.read(2000).decode("utf-8", "replace")
+                try:
+                    detail = _error_message(json.loads(detail)) or detail
+                except ValueError:
+                    pass
+                detail = " ".join(detail.split())[:200]
+                raise LiveRequestError(f"HTTP {resp.status} from {endpoint.url}: {detail}")
+            while True:
+                raw = resp.readline()
+                if not raw:
+                    break
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    resp.read()  # the rest of the body, so closing does not reset the connection
+                    break
+                try:
+                    data = json.loads(payload)
+                    message = _error_message(data)
+                    if message:
+                        raise LiveRequestError(f"server error from {endpoint.url}: {message[:200]}")
+                    got = _absorb_chunk(gen, data, endpoint)
+                except (ValueError, RecursionError) as exc:  # not JSON, or JSON of another shape
+                    why = f"{exc}: " if isinstance(exc, _Malformed) else ""
+                    raise LiveRequestError(
+                        f"bad stream chunk from {endpoint.url}: {why}{payload[:80]!r}"
+                    ) from None
+                if got:
+                    now = time.perf_counter()
+                    if chunks == 0:
+                        gen.ttft_s = now - start
+                    else:
+                        gen.itls_s.append(now - last)
+                    last = now
+                    chunks += 1
+        except LiveRequestError:
+            raise
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            if deadline.passed:
+                raise deadline.error(endpoint) from None
+            raise LiveRequestError(f"request to {endpoint.url} failed: {_describe(exc)}") from None
+        finally:
+            conn.close()
     if not done and gen.finish_reason is None:
+        if deadline.passed:  # the shut-down socket reads as the end of the stream
+            raise deadline.error(endpoint)
         raise LiveRequestError(f"stream from {endpoint.url} ended before the answer was complete")
     gen.latency_s = time.perf_counter() - start
     if not gen.output_tokens:
         gen.output_tokens = len(gen.token_ids) or len(gen.tokens) or chunks
+    if gen.output_tokens > max_tokens:
+        raise LiveRequestError(
+            f"{endpoint.url} reported {gen.output_tokens} generated tokens for a request of at "
+            f"most {max_tokens}"
+        )
     return gen

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import queue
+import reprlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 
 from eaglegate import __version__
 from eaglegate.errors import UserError
+from eaglegate.live.calibrate import is_rate
 from eaglegate.live.client import (
     Endpoint,
     Generation,
@@ -157,7 +159,11 @@ def run_level(
         if isinstance(error, UserError):
             raise error
         raise LiveRequestError(f"request failed: {type(error).__name__}: {error}")
-    return LevelRun(concurrency, [g for g in results if g is not None], duration)
+    generations = [g for g in results if g is not None]
+    if not any(g.output_tokens for g in generations):
+        # Every count is checked (0 to max_tokens): none at all would be a throughput of 0.
+        raise LiveRequestError(f"{endpoint.url} reported no generated tokens in {requests} requests")
+    return LevelRun(concurrency, generations, duration)
 
 
 def summarize(run: LevelRun) -> dict[str, Any]:
@@ -299,6 +305,8 @@ def read_results(path: str | Path) -> list[Point]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{p}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        except RecursionError:
+            raise UserError(f"{p}: not a results file: nested too deep to read") from None
         rows = [(i + 1, obj) for i, obj in enumerate(data)]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -308,6 +316,8 @@ def read_results(path: str | Path) -> list[Point]:
                 rows.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{p}:{lineno}: not valid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise UserError(f"{p}:{lineno}: not a measurement: nested too deep to read") from None
     by_level: dict[int, list[dict[str, Any]]] = {}
     for lineno, obj in rows:
         if not isinstance(obj, dict):
@@ -317,15 +327,21 @@ def read_results(path: str | Path) -> list[Point]:
             raise UserError(
                 f"{p}:{lineno}: no max_concurrency (run bench_serving with --max-concurrency)"
             )
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise UserError(f"{p}:{lineno}: max_concurrency is {reprlib.repr(level)}, not an integer from 1 on")
         throughput = obj.get("output_throughput")
-        if not isinstance(throughput, (int, float)):
-            raise UserError(f"{p}:{lineno}: no numeric output_throughput")
-        by_level.setdefault(int(level), []).append(obj)
+        if not is_rate(throughput):
+            raise UserError(
+                f"{p}:{lineno}: output_throughput is {reprlib.repr(throughput)}, not a finite number above 0"
+            )
+        by_level.setdefault(level, []).append(obj)
     if not by_level:
         raise UserError(f"{p}: no measurements")
 
     def mean(objs: list[dict[str, Any]], key: str) -> float | None:
-        vals = [float(o[key]) for o in objs if isinstance(o.get(key), (int, float))]
+        # Latencies only annotate a level: one that is not a finite number is left out.
+        vals = [float(v) for o in objs if not isinstance(v := o.get(key), bool)
+                and isinstance(v, (int, float)) and math.isfinite(v)]
         return sum(vals) / len(vals) if vals else None
 
     points = []
@@ -335,7 +351,7 @@ def read_results(path: str | Path) -> list[Point]:
         points.append(
             Point(
                 concurrency=level,
-                output_throughput=mean(objs, "output_throughput") or 0.0,
+                output_throughput=sum(o["output_throughput"] for o in objs) / len(objs),
                 source=source,
                 mean_itl_ms=mean(objs, "mean_itl_ms"),
                 mean_ttft_ms=mean(objs, "mean_ttft_ms"),
