@@ -24,7 +24,7 @@ from eaglegate.cli_common import (
     out,
     print_json,
 )
-from eaglegate.patches.diff import render_patch
+from eaglegate.patches.diff import encode_patch, render_patch
 
 
 def register(root: typer.Typer) -> None:
@@ -62,7 +62,7 @@ def register(root: typer.Typer) -> None:
         patch_set = made.files
         diff = render_patch(patch_set)
         if output is not None:
-            Path(output).write_text(diff, encoding="utf-8")
+            Path(output).write_bytes(encode_patch(diff))
         files = [
             {"path": c.path, "action": "create" if c.before is None else "modify"}
             for c in patch_set.changes
@@ -85,7 +85,7 @@ def register(root: typer.Typer) -> None:
         # Without -o the diff owns stdout (so `> gate.patch` works); the rest goes to stderr.
         console = out if output is not None else err
         if output is None:
-            typer.echo(diff, nl=False)
+            typer.echo(encode_patch(diff), nl=False)  # bytes: each file's lines as it holds them
         label = f"SGLang {patch_set.version} ({patch_set.family}), threshold {threshold}"
         if not patch_set.changes:
             console.print(f"{label}: already patched, nothing to change")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
+import tokenize
 from collections.abc import Callable
 from pathlib import Path
 
@@ -125,7 +127,7 @@ def check_family(tree: SourceTree) -> str:
 
 
 def _flag_exists(tree: SourceTree, flag: str) -> bool:
-    return f'"{flag}"' in (tree.root / SERVER_ARGS).read_text(encoding="utf-8")
+    return f'"{flag}"' in _text(tree, SERVER_ARGS)[0]
 
 
 def launch_flags(tree: SourceTree, threshold: int, worker: str = "v1") -> list[str]:
@@ -231,6 +233,21 @@ def _read(tree: SourceTree, rel: str) -> bytes:
     return path.read_bytes()
 
 
+def _text(tree: SourceTree, rel: str) -> tuple[str, str]:
+    """The module's text as Python decodes it (PEP 263: a BOM, a coding line, else UTF-8)
+    and that encoding, in which the patched text is written back: `utf-8-sig` keeps a BOM,
+    a latin-1 module stays latin-1."""
+    return _decoded(_read(tree, rel), rel)
+
+
+def _decoded(data: bytes, rel: str) -> tuple[str, str]:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError) as exc:  # an unknown coding, bytes not in it
+        raise UserError(f"sglang/{rel} cannot be decoded as Python decodes it: {exc}") from None
+
+
 def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str], str]]]:
     if family == FAMILY_V1:
         return [(WORKER, v1_worker.patch_worker)]
@@ -240,8 +257,12 @@ def _edits(tree: SourceTree, family: str) -> list[tuple[str, Callable[[str, str]
 
 def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) -> FileChange | None:
     before = _read(tree, rel)
+    text, encoding = _decoded(before, rel)
     path = f"{tree.root.name}/{rel}"
-    after = transform(before.decode("utf-8"), path).encode("utf-8")
+    try:
+        after = transform(text, path).encode(encoding)
+    except UnicodeEncodeError:
+        raise UserError(f"{path} is {encoding}, which cannot hold the gate's edits; nothing was written") from None
     return FileChange(path=path, before=before, after=after) if after != before else None
 
 
@@ -258,11 +279,11 @@ def default_worker(tree: SourceTree) -> str:
 def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
     """The gate's server argument and the running-cap guard, where this release has them."""
     hook = tree.root / SPECULATIVE_HOOK
-    if not (hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in hook.read_text(encoding="utf-8")):
+    if not (hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in _text(tree, SPECULATIVE_HOOK)[0]):
         return [(SERVER_ARGS, server_args.patch_server_args)]
     # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
     guard = (SPECULATIVE_HOOK, speculative_hook.patch_speculative_hook)
-    if not server_args.declares_annotated_anchor(_read(tree, SERVER_ARGS).decode("utf-8")):
+    if not server_args.declares_annotated_anchor(_text(tree, SERVER_ARGS)[0]):
         found = _one_module(tree, "srt/arg_groups", "speculative_num_draft_tokens's declaration",
                             "speculative_num_draft_tokens: A[")
         if found is not None:  # 0.5.21 on: a namespace of its own declares the field
