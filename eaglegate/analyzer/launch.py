@@ -10,6 +10,8 @@ couplings` both decide through it, so they agree on what a launch runs.
 from __future__ import annotations
 
 import ast
+import copy
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from eaglegate.analyzer.settings import (
     Resolved,
     Settings,
     evaluate,
+    in_server,
     parse_env,
     parse_flags,
     resolve,
@@ -33,16 +36,19 @@ DEFAULT_ALGORITHM = "EAGLE3"
 
 
 def selection_atoms(spec_map: SpecMap, codebase: Codebase) -> set[str]:
-    """The settings the workers' selection conditions read."""
+    """The settings the workers' selection conditions read (the algorithm's setting too:
+    its `is_*()` atoms are read from it)."""
+    algorithm = find_algorithm(codebase)
     return {atom for w in spec_map.workers if w.present
             for _, formulas in selection_formulas(codebase, w) for f in formulas
-            for atom in atoms_of(f)}
+            for atom in atoms_of(f)} | ({algorithm.setting} if algorithm else set())
 
 
 def selected_workers(spec_map: SpecMap, codebase: Codebase, resolved: Resolved) -> tuple[list[WorkerMap], list[str]]:
     """Workers whose selection conditions can all hold under the resolved settings, and a
     line for each present worker they rule out."""
     known = {atom: bool(value) for atom, value in resolved.values.items() if value is not UNKNOWN}
+    known.update(algorithm_predicates(codebase, resolved))
     chosen, excluded = [], []
     for worker in spec_map.workers:
         if not worker.present:
@@ -50,6 +56,10 @@ def selected_workers(spec_map: SpecMap, codebase: Codebase, resolved: Resolved) 
         if not worker.reachable:
             if worker.note:
                 excluded.append(f"{worker.name} ({worker.label}): {worker.note}")
+            continue
+        refused = _not_registered_for(codebase, worker, resolved)
+        if refused:
+            excluded.append(refused)
             continue
         alternatives = selection_formulas(codebase, worker)
         if any(satisfiable(formulas, known) for _, formulas in alternatives):
@@ -60,6 +70,155 @@ def selected_workers(spec_map: SpecMap, codebase: Codebase, resolved: Resolved) 
             excluded.append(f"{worker.name} ({worker.label}) is not built under these settings: "
                             f"{conditions} cannot all hold")
     return chosen, excluded
+
+
+@dataclass
+class Algorithm:
+    """The version's algorithm class (`SpeculativeAlgorithm`): built by `from_string` from a
+    setting, its members, and its one-line `is_*` predicates."""
+
+    cls: str  # its qualified name
+    setting: str  # what `from_string(server_args.<setting>)` reads
+    members: list[str]
+    predicates: dict[str, ast.expr]
+
+
+_algorithms: weakref.WeakKeyDictionary[Codebase, Algorithm | None] = weakref.WeakKeyDictionary()
+
+
+def find_algorithm(codebase: Codebase) -> Algorithm | None:
+    """The class whose `from_string(server_args.<setting>)` the scheduler builds the algorithm
+    with (found once per codebase: it scans every scope)."""
+    if codebase not in _algorithms:
+        _algorithms[codebase] = _find_algorithm(codebase)
+    return _algorithms[codebase]
+
+
+def _find_algorithm(codebase: Codebase) -> Algorithm | None:
+    for qn in codebase.find("from_string"):
+        if not in_server(codebase.scope_module[qn].name):
+            continue
+        cls_qn = qn.rsplit(".", 1)[0]
+        cls_name = cls_qn.rsplit(".", 1)[-1]
+        setting = _from_string_setting(codebase, cls_name)
+        module = codebase.scope_module.get(cls_qn)
+        tree = files.tree(Path(codebase.root) / module.path) if module is not None else None
+        node = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name), None) \
+            if tree is not None else None
+        if setting is None or node is None:
+            continue
+        members = [t.id for stmt in node.body if isinstance(stmt, ast.Assign)
+                   for t in stmt.targets if isinstance(t, ast.Name) and t.id.isupper()]
+        predicates = {stmt.name: stmt.body[-1].value for stmt in node.body
+                      if isinstance(stmt, ast.FunctionDef) and [a.arg for a in stmt.args.args] == ["self"]
+                      and isinstance(stmt.body[-1], ast.Return) and stmt.body[-1].value is not None
+                      and all(isinstance(s, (ast.Return, ast.Expr)) for s in stmt.body)}
+        return Algorithm(cls_qn, setting, members, predicates)
+    return None
+
+
+def _from_string_setting(codebase: Codebase, cls_name: str) -> str | None:
+    """`self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)`."""
+    built = ("c", ("a", ("n", cls_name), "from_string"))
+    for qn, scope in codebase.scopes.items():
+        for assign in scope.assigns:
+            if assign.value != built:
+                continue
+            tree = files.tree(Path(codebase.root) / codebase.scope_module[qn].path)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.Call) and node.lineno == assign.lineno and node.args \
+                        and isinstance(node.func, ast.Attribute) and node.func.attr == "from_string" \
+                        and isinstance(node.args[0], ast.Attribute):
+                    return node.args[0].attr
+    return None
+
+
+def algorithm_member(algorithm: Algorithm, value: Any) -> str | None:
+    """The member `from_string` returns for a setting's value: `None` → NONE, else the name
+    upper-cased when it is a member; None where the version maps it otherwise (an alias, a plugin)."""
+    name = "NONE" if value is None else value.upper() if isinstance(value, str) else None
+    return name if name in algorithm.members else None
+
+
+def algorithm_predicates(codebase: Codebase, resolved: Resolved) -> dict[str, bool]:
+    """`is_eagle()`, `is_ngram()`… (as the selection conditions' atoms name them) for the
+    algorithm the launch builds, evaluated from the class's own method bodies."""
+    algorithm = find_algorithm(codebase)
+    if algorithm is None or algorithm.setting in resolved.uncertain:
+        return {}
+    member = algorithm_member(algorithm, resolved.values.get(algorithm.setting))
+    if member is None:
+        return {}
+    cls_name = algorithm.cls.rsplit(".", 1)[-1]
+    known = {}
+    for name, body in algorithm.predicates.items():
+        value = evaluate(_AsMember(member, cls_name, algorithm.predicates).visit(copy.deepcopy(body)), {}, {})
+        if isinstance(value, bool):
+            known[f"{name}()"] = value
+    return known
+
+
+class _AsMember(ast.NodeTransformer):
+    """A predicate's body for one member: `self` and `Cls.MEMBER` become the members' names,
+    `self.is_x()` the body of `is_x` (to a small depth)."""
+
+    def __init__(self, member: str, cls_name: str, predicates: dict[str, ast.expr], depth: int = 0):
+        self.member, self.cls_name, self.predicates, self.depth = member, cls_name, predicates, depth
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Constant(self.member) if node.id == "self" else node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == self.cls_name:
+            return ast.Constant(node.attr)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and func.attr in self.predicates and not node.args and self.depth < 3:
+            inner = _AsMember(self.member, self.cls_name, self.predicates, self.depth + 1)
+            return inner.visit(copy.deepcopy(self.predicates[func.attr]))
+        return self.generic_visit(node)
+
+
+def _not_registered_for(codebase: Codebase, worker: WorkerMap, resolved: Resolved) -> str:
+    """Where the worker's factory is registered by algorithm name (0.5.6's
+    `register_speculative_algorithm("EAGLE", aliases=("NEXTN",), worker_cls=_create_eagle_worker)`),
+    a launch whose algorithm is not one of those names does not build it: a line saying so."""
+    algorithm = find_algorithm(codebase)
+    value = resolved.values.get(algorithm.setting) if algorithm else None
+    if not isinstance(value, str) or algorithm is None or algorithm.setting in resolved.uncertain:
+        return ""
+    for selection in worker.selection:
+        names = registered_names(codebase, selection.function)
+        if names and value.upper() not in names[0]:
+            return (f"{worker.name} ({worker.label}) is not built for --{algorithm.setting.replace('_', '-')} "
+                    f"{value}: its factory is registered for {', '.join(sorted(names[0]))} only ({names[1]})")
+    return ""
+
+
+def registered_names(codebase: Codebase, function_qn: str) -> tuple[set[str], str] | None:
+    """The algorithm names (aliases too) a module-level call registers `function_qn` under,
+    with the first call's file:line; None when nothing registers it."""
+    module = codebase.scope_module.get(function_qn)
+    tree = files.tree(Path(codebase.root) / module.path) if module is not None else None
+    short = function_qn.rsplit(".", 1)[-1]
+    names: set[str] = set()
+    where = ""
+    for stmt in tree.body if tree is not None else ():
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not isinstance(call, ast.Call) or not call.args or not isinstance(call.args[0], ast.Constant) \
+                or not isinstance(call.args[0].value, str):
+            continue
+        passed = [*call.args[1:], *(k.value for k in call.keywords)]
+        if not any(isinstance(a, ast.Name) and a.id == short for a in passed):
+            continue
+        aliases = next((k.value for k in call.keywords if k.arg == "aliases"), None)
+        listed = ast.literal_eval(aliases) if isinstance(aliases, (ast.Tuple, ast.List)) else ()
+        names |= {call.args[0].value.upper(), *(a.upper() for a in listed if isinstance(a, str))}
+        where = where or f"{module.path}:{stmt.lineno}"
+    return (names, where) if names else None
 
 
 @dataclass

@@ -38,8 +38,9 @@ _ARG_MODULE_HINTS = ("server_args", "arg_groups")
 _SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
 _STR_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
 # A launch always names a model; conditions that only test it against placeholders
-# ("none", "dummy") then decide instead of staying unknown.
-LAUNCH_PLACEHOLDERS = {"model_path": "<model>"}
+# ("none", "dummy") then decide instead of staying unknown. The gate is for NVIDIA GPUs: a
+# launch without --device is SGLang's auto-detected "cuda" there.
+LAUNCH_PLACEHOLDERS = {"model_path": "<model>", "device": "cuda"}
 _ENV_TYPES = {"EnvBool": bool, "EnvInt": int, "EnvFloat": float, "EnvStr": str}
 
 
@@ -68,12 +69,31 @@ class Settings:
     closed_choices: set[str] = field(default_factory=set)
     # The settings class's methods that only return an expression (`is_attention_backend_not_set`).
     predicates: dict[str, ast.expr] = field(default_factory=dict)
+    dests: dict[str, str] = field(default_factory=dict)  # flag → the setting it stores (`dest`)
+    types: dict[str, str] = field(default_factory=dict)  # setting → "int" | "float" its `type=` checks
+    multi: set[str] = field(default_factory=set)  # flags that take one or more values (`nargs="+"`)
+    consts: dict[str, Any] = field(default_factory=dict)  # switch flag → what it stores (store_false)
 
     def flag_for(self, setting: str) -> str:
         return "--" + setting.replace("_", "-")
 
     def declares(self, flag: str) -> bool:
         return flag in self.flags
+
+    def dest(self, flag: str) -> str:
+        return self.dests.get(flag) or flag[2:].replace("-", "_")
+
+    def option(self, given: str) -> str:
+        """The declared flag `given` names, as the server's argparse finds it (`allow_abbrev`):
+        the exact flag, else the one flag it is a prefix of; refused when none or several."""
+        if given in self.flags:
+            return given
+        candidates = sorted(f for f in self.flags if f.startswith(given))
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            raise UserError(f"ambiguous option in --flags: {given} could match {', '.join(candidates)}")
+        raise UserError(f"this SGLang does not declare {given}")
 
 
 @dataclass
@@ -85,8 +105,14 @@ class Resolved:
     wanted: set[str] = field(default_factory=set)  # the settings whose post-processing was applied
 
 
+def in_server(module: str) -> bool:
+    """Whether a module is the LLM server's (`sglang.srt`): the diffusion server
+    (`sglang.multimodal_gen`) has a parser and settings of its own (`--dp`, `from_string`)."""
+    return module.split(".")[1:2] == ["srt"]
+
+
 def _is_arg_module(name: str) -> bool:
-    return any(hint in name for hint in _ARG_MODULE_HINTS)
+    return in_server(name) and any(hint in name for hint in _ARG_MODULE_HINTS)
 
 
 def _constant(node: ast.expr | None) -> Any:
@@ -101,8 +127,7 @@ def _constant(node: ast.expr | None) -> Any:
 def read_settings(codebase: Codebase) -> Settings:
     """Collect declared flags and defaults from the argument modules, env defaults from any module."""
     defaults: dict[str, Any] = {}
-    flags: set[str] = set()
-    switches: set[str] = set()
+    options: dict[str, _Option] = {}
     env_defaults: dict[str, Any] = {}
     assignments: list[Assignment] = []
     choices: dict[str, tuple[str, ...]] = {}
@@ -131,7 +156,7 @@ def read_settings(codebase: Codebase) -> Settings:
                     if arg_module and isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                         if not stmt.target.id.startswith("_"):
                             defaults.setdefault(stmt.target.id, _constant(stmt.value))
-                            flags.add("--" + stmt.target.id.replace("_", "-"))
+                            _declare_field(options, stmt)
                             # Newer versions declare the argument in the annotation: `A[str, Arg(choices=…)]`.
                             for inner in ast.walk(stmt.annotation):
                                 listed = _choices(inner, tree) if isinstance(inner, ast.Call) else ()
@@ -146,18 +171,12 @@ def read_settings(codebase: Codebase) -> Settings:
                                 if isinstance(target, ast.Name):
                                     env_defaults[target.id] = _constant(stmt.value.args[0])
             elif arg_module and isinstance(node, ast.Call) and _call_name(node.func) == "add_argument":
-                options = {k.arg: _constant(k.value) for k in node.keywords}
-                switch = options.get("action") in _SWITCH_ACTIONS or options.get("nargs") in ("?", "*")
-                declared = [arg.value for arg in node.args if isinstance(arg, ast.Constant)
-                            and isinstance(arg.value, str) and arg.value.startswith("--")]
-                flags.update(declared)
-                if switch:
-                    switches.update(declared)
+                declared = _declare_argument(options, node)
                 listed = _choices(node, tree)
                 for flag in declared if listed else ():
-                    choices[flag[2:].replace("-", "_")] = listed
+                    choices[options[flag].dest] = listed
                     if _literal_choices(node):
-                        closed.add(flag[2:].replace("-", "_"))
+                        closed.add(options[flag].dest)
         if not arg_module:
             continue
         for qual, scope in module.scopes.items():
@@ -171,8 +190,92 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(stored[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
-    return Settings(defaults, flags, env_defaults, assignments, switches=switches, choices=choices,
-                    predicates=predicates, closed_choices=closed)
+    return Settings(defaults, set(options), env_defaults, assignments,
+                    switches={f for f, o in options.items() if o.nargs in (0, "?")},
+                    choices=choices, predicates=predicates, closed_choices=closed,
+                    dests={f: o.dest for f, o in options.items()},
+                    types={o.dest: o.type for o in options.values() if o.type},
+                    multi={f for f, o in options.items() if o.nargs in ("+", "*")},
+                    consts={f: o.const for f, o in options.items() if o.nargs == 0})
+
+
+@dataclass
+class _Option:
+    """One option of the server's parser, as `add_argument` declares it."""
+
+    dest: str
+    nargs: Any = None  # None: one value; 0: none (a switch); "?", "+", "*" as argparse
+    type: str = ""  # "int" | "float" where argparse converts (and refuses) the value
+    const: Any = True  # what a switch stores
+
+
+_TYPES = ("int", "float")
+
+
+def _declare_argument(options: dict[str, _Option], call: ast.Call) -> list[str]:
+    """`parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, ...)`."""
+    kw = {k.arg: k.value for k in call.keywords if k.arg}
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+             and a.value.startswith("--")]
+    if not names:
+        return []
+    dest = _constant(kw.get("dest"))
+    kind = kw.get("type")
+    option = _Option(dest if isinstance(dest, str) else names[0][2:].replace("-", "_"),
+                     _nargs(kw, False), kind.id if isinstance(kind, ast.Name) and kind.id in _TYPES else "",
+                     _constant(kw.get("action")) != "store_false")
+    for name in names:
+        options.setdefault(name, option)
+    return names
+
+
+def _declare_field(options: dict[str, _Option], stmt: ast.AnnAssign) -> None:
+    """A settings field the parser is generated from (0.5.14 on): `tp_size: A[int, Arg(aliases=…)]`
+    or `A[int, "help"]`; a plain `x: int = 1`, or `Arg(no_cli=True)`, declares no flag."""
+    ann = stmt.annotation
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.slice, ast.Tuple) and len(ann.slice.elts) >= 2):
+        return
+    kind, meta = ann.slice.elts[0], ann.slice.elts[1]
+    kw: dict[str, ast.expr] = {}
+    if isinstance(meta, ast.Call) and _call_name(meta.func) == "Arg":
+        kw = {k.arg: k.value for k in meta.keywords if k.arg}
+    elif not (isinstance(meta, ast.Constant) and isinstance(meta.value, str)):
+        return
+    if _constant(kw.get("no_cli")) is True:
+        return
+    field_name = stmt.target.id if isinstance(stmt.target, ast.Name) else ""
+    cli = _constant(kw.get("cli_name"))
+    aliases = _constant(kw.get("aliases"))
+    names = [cli if isinstance(cli, str) else "--" + field_name.replace("_", "-")]
+    names += [a for a in aliases if isinstance(a, str)] if isinstance(aliases, (list, tuple)) else []
+    inner = _unwrap_optional(kind)
+    type_name = inner.id if isinstance(inner, ast.Name) else ""
+    listed = isinstance(inner, ast.Subscript) and _call_name(inner.value) in ("List", "list") \
+        and "type_parser" not in kw
+    option = _Option(field_name, _nargs(kw, type_name == "bool", "+" if listed else None),
+                     type_name if type_name in _TYPES and "type_parser" not in kw else "")
+    for name in names:
+        options.setdefault(name, option)
+
+
+def _nargs(kw: dict[str, ast.expr], boolean: bool, otherwise: Any = None) -> Any:
+    """How many values an option takes: 0 for a switch (`store_true`, a bool field, a custom
+    action without `nargs` such as `DeprecatedStoreTrueAction`), else its `nargs`."""
+    action, nargs = kw.get("action"), _constant(kw.get("nargs"))
+    if _constant(action) in _SWITCH_ACTIONS or (boolean and action is None) \
+            or (isinstance(action, ast.Name) and "nargs" not in kw):
+        return 0
+    return nargs if nargs in ("?", "+", "*") else otherwise
+
+
+def _unwrap_optional(node: ast.expr) -> ast.expr:
+    """`Optional[int]`, `int | None` → `int`."""
+    if isinstance(node, ast.Subscript) and _call_name(node.value) == "Optional":
+        return node.slice
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [n for n in (node.left, node.right) if not (isinstance(n, ast.Constant) and n.value is None)]
+        return sides[0] if len(sides) == 1 else node
+    return node
 
 
 def _literal_choices(call: ast.Call) -> bool:
@@ -241,7 +344,9 @@ def _call_name(func: ast.expr) -> str:
 
 
 def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
-    """`--speculative-algorithm EAGLE3 --disable-overlap-schedule` → settings, checked against the declared flags."""
+    """`--speculative-algorithm EAGLE3 --disable-overlap-schedule` → settings, read as the
+    server's own argparse reads them: its declared options (an unambiguous prefix names one),
+    each stored under its `dest`, its value converted (and refused) as its `type=` does."""
     values: dict[str, Any] = {}
     try:
         tokens = shlex.split(text or "")
@@ -250,32 +355,45 @@ def parse_flags(settings: Settings, text: str) -> dict[str, Any]:
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if not token.startswith("--"):
+        if not token.startswith("--") or token == "--":
             raise UserError(f"unexpected argument {token!r} in --flags (expected --name [value])")
-        flag, _, inline = token.partition("=")
-        if not settings.declares(flag):
-            raise UserError(f"this SGLang does not declare {flag}")
-        setting = flag[2:].replace("-", "_")
-        if inline:
-            raw: str | None = inline
-        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            raw = tokens[i + 1]
+        given, has_inline, inline = token.partition("=")
+        flag = settings.option(given)
+        setting = settings.dest(flag)
+        taken: list[str] = [inline] if has_inline else []
+        if flag in settings.switches and settings.consts.get(flag) is not None:
+            if taken:  # argparse: "ignored explicit argument"
+                raise UserError(f"{flag} takes no value in --flags, got {token!r}")
+            values[setting] = settings.consts[flag]
             i += 1
-        else:
-            raw = None
-        default = settings.defaults.get(setting)
-        if raw is None and flag not in settings.switches and not isinstance(default, bool):
+            continue
+        wanted = "+" if flag in settings.multi else ("?" if flag in settings.switches else 1)
+        while not taken or (wanted == "+" and not has_inline):
+            if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
+                break
+            taken.append(tokens[i + 1])
+            i += 1
+        if not taken and wanted != "?":
             raise UserError(f"{flag} needs a value in --flags ({flag} VALUE or {flag}=VALUE)")
         allowed = settings.choices.get(setting, ())
-        if raw is not None and setting in settings.closed_choices and raw not in allowed:
-            # What SGLang's own argparse answers: the version declares its choices.
-            raise UserError(f"{flag} {raw!r} is not one of this SGLang's choices: {', '.join(allowed)}")
-        values[setting] = True if raw is None else _typed(raw, default)
+        for raw in taken if setting in settings.closed_choices else ():
+            if raw not in allowed:
+                # What SGLang's own argparse answers: the version declares its choices.
+                raise UserError(f"{flag} {raw!r} is not one of this SGLang's choices: {', '.join(allowed)}")
+        typed = [_typed(raw, settings.defaults.get(setting), settings.types.get(setting), flag) for raw in taken]
+        values[setting] = True if not typed else typed if wanted == "+" else typed[0]
         i += 1
     return values
 
 
-def _typed(raw: str, default: Any) -> Any:
+def _typed(raw: str, default: Any, declared: str | None = None, flag: str = "") -> Any:
+    """`raw` as the option's `type=` converts it (argparse refuses what does not convert);
+    without one, as its default's type suggests."""
+    if declared:
+        try:
+            return {"int": int, "float": float}[declared](raw)
+        except ValueError:
+            raise UserError(f"{flag} in --flags: invalid {declared} value: {raw!r}") from None
     if isinstance(default, bool):
         return raw.lower() in ("1", "true", "yes", "on")
     for kind in (int, float):
@@ -307,10 +425,11 @@ def parse_env(settings: Settings, items: list[str]) -> dict[str, Any]:
 
 def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], wanted: set[str]) -> Resolved:
     """Values of the `wanted` settings after the version's own post-processing."""
-    values = {**settings.defaults, **{k: v for k, v in LAUNCH_PLACEHOLDERS.items() if k in settings.defaults},
-              **flags}
+    values = {**settings.defaults, **{k: v for k, v in LAUNCH_PLACEHOLDERS.items()
+                                      if settings.defaults.get(k, 0) in (None, UNKNOWN)}, **flags}
     environment = {**settings.env_defaults, **env}
-    result = Resolved(values, environment, wanted=set(wanted))
+    wanted = _read_by(settings, set(wanted))
+    result = Resolved(values, environment, wanted=wanted)
     for assignment in settings.assignments:
         if assignment.setting not in wanted:
             continue
@@ -321,6 +440,32 @@ def resolve(settings: Settings, flags: dict[str, Any], env: dict[str, Any], want
         elif verdict is UNKNOWN:
             result.uncertain.setdefault(assignment.setting, []).append(assignment)
     return result
+
+
+def _read_by(settings: Settings, wanted: set[str]) -> set[str]:
+    """`wanted` and every setting the conditions of their assignments read, transitively: a
+    setting the post-processing rewrites before it tests it (`speculative_algorithm` NEXTN →
+    EAGLE, then `if self.speculative_algorithm in ("EAGLE", …)`) must be rewritten first."""
+    closure, todo = set(wanted), list(wanted)
+    while todo:
+        setting = todo.pop()
+        for assignment in settings.assignments:
+            if assignment.setting != setting:
+                continue
+            for text in assignment.context + assignment.site.cond:
+                for name in _settings_read(text, settings):
+                    if name not in closure:
+                        closure.add(name)
+                        todo.append(name)
+    return closure
+
+
+def _settings_read(text: str, settings: Settings) -> set[str]:
+    try:
+        node = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return set()
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in settings.defaults}
 
 
 def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any],
