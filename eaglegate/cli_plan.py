@@ -66,3 +66,7 @@ def register(root: typer.Typer) -> None:
             print_json(plan.to_json())
         else:
             out.print(render_plan(plan))
+        if plan.worker is None:
+            # Nothing to gate (NGRAM, a multi-layer EAGLE worker…): the plan says why, and
+            # the exit status says there is no gate to apply, for scripts that only read it.
+            raise UserError(f"no gate for this launch: {plan.caveats[0]}")

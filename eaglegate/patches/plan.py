@@ -24,7 +24,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.launch import evaluate_launch, selected_workers, selection_atoms
+from eaglegate.analyzer.launch import (
+    evaluate_launch,
+    find_algorithm,
+    selected_workers,
+    selection_atoms,
+)
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
@@ -129,7 +134,13 @@ def build_plan(
     plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
     plan.caveats += assumed
     if not chosen:
-        plan.caveats.append("no EAGLE worker is selected under these flags")
+        algorithm = find_algorithm(analysis.codebase)
+        named = resolved.values.get(algorithm.setting) if algorithm else None
+        plan.caveats.append("no EAGLE worker is selected under these flags"
+                            + (f" (--{algorithm.setting.replace('_', '-')} {named} after this version's "
+                               "post-processing)" if isinstance(named, str) and algorithm else "")
+                            + ": eaglegate's gate covers EAGLEWorker and EAGLEWorkerV2 only, so there is "
+                            "nothing to gate")
         plan.caveats += excluded
         return plan
     v1 = next((w for w in chosen if w.label == "v1"), None)
@@ -142,6 +153,8 @@ def build_plan(
     native = v2 is not None and all(settings.declares(f) for f in ADAPTIVE_FLAGS) \
         and _gate_config_accepted(analysis)
     worker = v1 or v2
+    if worker is v2:
+        plan.caveats += gate_off_caveats(settings, resolved)
     patch_refused: list[str] = []
     if worker is not None:
         _plan_code_patch(analysis, plan, worker)
@@ -168,6 +181,31 @@ def build_plan(
         plan.blocked_by = patch_refused + plan.blocked_by
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
     return plan
+
+
+def gate_off_caveats(settings: Settings, resolved: Resolved) -> list[str]:
+    """A caveat where the overlap worker's gate switches itself off under this launch
+    (attention DP in each of its spellings, pipeline parallelism), asked of the gate's own
+    check (`gate_module.parallel_off_reason`) with the launch's settings after the version's
+    post-processing; or may, where one it reads is decided only at launch."""
+    from types import SimpleNamespace
+
+    from eaglegate.patches import gate_module
+
+    read = (*gate_module.DP_ATTENTION_FLAGS, *gate_module.DP_ATTENTION_SIZES, *gate_module.PIPELINE_SIZES)
+    values = {k: v for k, v in resolved.values.items() if v is not UNKNOWN and k not in resolved.uncertain}
+    given = ", ".join(settings.flag_for(k) if values[k] is True else f"{settings.flag_for(k)} {values[k]}"
+                      for k in read if values.get(k) is True
+                      or (isinstance(values.get(k), int) and not isinstance(values[k], bool) and values[k] > 1))
+    reason = gate_module.parallel_off_reason(None, [SimpleNamespace(**values)])
+    if reason is not None:
+        return [f"the overlap worker's gate switches itself off under this launch ({given}): {reason}; "
+                "the server then runs as without the patch"]
+    undecided = [k for k in read if k in resolved.values and k not in values]
+    if undecided:
+        return [f"the overlap worker's gate switches itself off under attention DP or pipeline parallelism, "
+                f"which this launch leaves undecided ({', '.join(undecided)} set at launch): it may stay off"]
+    return []
 
 
 def _patch_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[str]:
