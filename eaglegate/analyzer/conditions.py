@@ -140,7 +140,10 @@ def _alias(cb: Codebase, node: ast.expr, scope_qn: str) -> tuple[str, str] | Non
                 found = [(a.text, qn) for a, qn in assigns]
                 if len(found) > 1:  # resets to False only narrow when it holds
                     found = [f for f in found if f[0] != "False"]
-                if len(found) == 1 and found[0][0]:
+                # A flag only ever set to True or False says nothing beyond its own name: read as
+                # the constant, every such flag (`_engine_paused`, `disable_overlap_schedule`)
+                # became one shared atom `True`, and unrelated conditions agreed through it.
+                if len(found) == 1 and found[0][0] and found[0][0] != "True":
                     return found[0]
     return None
 

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from eaglegate.analyzer.callgraph import CallGraph, load_codebase
-from eaglegate.analyzer.conditions import Formula, Literal, conflicts, formula, literals
+from eaglegate.analyzer.conditions import Formula, Literal, atoms_of, conflicts, formula, literals, satisfiable
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.analyzer.step_calls import Call, StepCalls, capturing_functions, graph_runner_classes
@@ -68,10 +68,14 @@ class Hop:
     caller: str
     callee: str
     site: Site
+    # The caller's other sites of this call whose conditions can hold on the same way here
+    # (0.5.23's non-overlap run_batch calls the worker at two, one per pipeline stage kind).
+    also: list[Site] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"caller": self.caller, "callee": self.callee, "site": self.site.where,
-                "condition": list(self.site.cond)}
+                "condition": list(self.site.cond),
+                "also_at": [{"site": s.where, "condition": list(s.cond)} for s in self.also]}
 
 
 @dataclass
@@ -343,23 +347,54 @@ def selection_formulas(cb: Codebase, worker: WorkerMap) -> list[tuple[list[Site]
     return [(c[0] + b[0], c[1] + b[1]) for c in choices or [([], [])] for b in builds or [([], [])]]
 
 
-def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Literal]) -> tuple[Site, set[Literal]] | None:
+def _choose_site(cb: Codebase, caller: str, sites: list[Site], state: set[Literal],
+                 held: list[Formula]) -> tuple[list[Site], set[Literal], list[Formula]] | None:
+    """The sites whose conditions can hold with those on the way here, the first one's
+    literals and formulas added: no literal conflicts, and the whole conditions are
+    satisfiable together (`not self.enable_overlap`, an `or` once the alias is followed,
+    leaves no literal, yet rules out `self.enable_overlap`)."""
+    fitting = []
     for site in sites:
         lits = _cond_literals(cb, site, caller)
-        if not conflicts(lits, state):
-            return site, state | lits
-    return None
+        if conflicts(lits, state):
+            continue
+        own = [formula(cb, text, caller) for text in site.cond]
+        if _compatible(held, own):
+            fitting.append((site, lits, own))
+    if not fitting:
+        return None
+    _, lits, own = fitting[0]
+    return [f[0] for f in fitting], state | lits, held + own
 
 
-def _feasible(cg: CallGraph, path: list[str], start: set[Literal]) -> tuple[list[Hop], set[Literal]] | None:
+def _compatible(held: list[Formula], new: list[Formula]) -> bool:
+    """Whether `new` can hold with `held`, trying only the formulas that share atoms with
+    `new`, directly or through one another (the rest cannot make it false)."""
+    relevant, atoms = list(new), set().union(set(), *(atoms_of(f) for f in new))
+    rest = [f for f in held if f not in relevant]
+    grown = True
+    while grown:
+        grown = False
+        for f in rest:
+            if atoms_of(f) & atoms:
+                relevant.append(f)
+                atoms |= atoms_of(f)
+                grown = True
+        rest = [f for f in rest if f not in relevant]
+    return satisfiable(relevant, {})
+
+
+def _feasible(cg: CallGraph, path: list[str], start: set[Literal],
+              held: list[Formula] | None = None) -> tuple[list[Hop], set[Literal]] | None:
     hops: list[Hop] = []
     state = set(start)
+    formulas = list(held or [])
     for caller, callee in zip(path, path[1:], strict=False):
-        chosen = _choose_site(cg.codebase, caller, cg.sites(caller, callee), state)
+        chosen = _choose_site(cg.codebase, caller, cg.sites(caller, callee), state, formulas)
         if chosen is None:
             return None
-        site, state = chosen
-        hops.append(Hop(caller, callee, site))
+        sites, state, formulas = chosen
+        hops.append(Hop(caller, callee, sites[0], sites[1:]))
     return hops, state
 
 
@@ -555,14 +590,15 @@ def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: se
         sub = cg.graph.subgraph((nx.descendants(cg.graph, loop.function) | {loop.function}) & ancestors)
         if worker.entry not in sub:
             continue
-        starts = [_cond_literals(cb, s, caller) for caller, s in loop.dispatch] or [set()]
+        starts = [(_cond_literals(cb, s, caller), [formula(cb, text, caller) for text in s.cond])
+                  for caller, s in loop.dispatch] or [(set(), [])]
         found = None
         for candidate in _bounded_paths(sub, loop.function, worker.entry, 20):
-            for start in starts:
+            for start, held in starts:
                 for sel in selection_lits:
                     if conflicts(start, sel):
                         continue
-                    feasible = _feasible(cg, candidate, start | sel)
+                    feasible = _feasible(cg, candidate, start | sel, held)
                     if feasible is not None:
                         found = WorkerPath(loop.function, feasible[0], feasible[1])
                         break
