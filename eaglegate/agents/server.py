@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -284,59 +285,116 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 
 
-def protocol_error(line: str) -> dict[str, Any] | None:
-    """The JSON-RPC error answer to a line the SDK cannot take as a message, or None.
+def read_line(line: str) -> tuple[Any, dict[str, Any] | None]:
+    """A wire line's JSON value, and the JSON-RPC error answer to it when the SDK cannot
+    take it as a message (None: the SDK takes it).
 
-    The SDK drops such a line without a word, and a client waiting on its id hangs: every
-    request that carries an id gets an answer. A notification (no id) gets none."""
-    if not line.strip():
-        return None
+    The SDK drops such a line without a word (one whose id is no string or integer it takes
+    for a notification), and a client waiting on its id hangs: every request gets an answer,
+    with id null when its id cannot be read or is invalid, as JSON-RPC 2.0 says. A
+    notification (no id) gets none."""
+    try:
+        tools.check_nesting(line, "the message")
+    except UserError as exc:  # before parsing, which recurses (tools.MAX_JSON_DEPTH)
+        return None, _error(None, INVALID_REQUEST, f"Invalid Request: {exc}")
     try:
         message = json.loads(line)
     except ValueError as exc:
-        return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+        return None, _error(None, PARSE_ERROR, f"Parse error: {exc}")
+    if not isinstance(message, dict):
+        return message, _error(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+    ident = message.get("id")
+    valid_id = isinstance(ident, (str, int)) and not isinstance(ident, bool)
+    if "id" in message and not valid_id:
+        return message, _error(None, INVALID_REQUEST,
+                               f"Invalid Request: an id is a string or an integer, not {json.dumps(ident)[:40]}")
     try:
         mcp_types.jsonrpc_message_adapter.validate_python(message, by_name=False)
-        return None
+        return message, None
     except ValidationError:
         pass
-    if not isinstance(message, dict):
-        return _error(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
-    ident = message.get("id")
-    if not isinstance(ident, (str, int)) or isinstance(ident, bool):
-        if "id" not in message and isinstance(message.get("method"), str):
-            return None  # a notification: JSON-RPC answers none
-        return _error(None, INVALID_REQUEST, "Invalid Request: no valid id")
+    if not valid_id:
+        if isinstance(message.get("method"), str):
+            return message, None  # a notification: JSON-RPC answers none
+        return message, _error(None, INVALID_REQUEST, "Invalid Request: no valid id")
     if isinstance(message.get("method"), str) and "params" in message \
             and not isinstance(message["params"], dict):
-        return _error(ident, INVALID_PARAMS, "Invalid params: MCP takes params as an object")
-    return _error(ident, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request")
+        return message, _error(ident, INVALID_PARAMS, "Invalid params: MCP takes params as an object")
+    return message, _error(ident, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request")
 
 
 def _error(ident: str | int | None, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
 
 
-class _CheckedLines:
-    """The wire's lines for the SDK, less those it cannot take: each of those is answered
-    here (through the SDK's own writer, so answers never interleave mid-line)."""
+class _Wire:
+    """Between stdin and the SDK. The lines the SDK can take go on; the others are answered
+    here, through the SDK's own writer, so answers never interleave mid-line. The end of
+    input is passed on only once every request read has its answer: the SDK cancels the
+    handlers still running when its input ends, and their requests would go unanswered."""
 
     def __init__(self, lines: Any) -> None:
         self.lines = lines
         self.write_stream: Any = None
         self.ready = anyio.Event()
+        self.unanswered: Counter[str | int] = Counter()
+        self.answered = anyio.Event()
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
         async for line in self.lines:
-            answer = protocol_error(line)
-            if answer is None:
-                yield line
+            if not line.strip():
                 continue
-            await self.ready.wait()
-            await self.write_stream.send(SessionMessage(mcp_types.jsonrpc_message_adapter.validate_python(answer)))
+            message, answer = read_line(line)
+            if answer is not None:
+                await self.ready.wait()
+                await self.write_stream.send(SessionMessage(mcp_types.jsonrpc_message_adapter.validate_python(answer)))
+                continue
+            if "method" in message and "id" in message:
+                self.unanswered[message["id"]] += 1
+            elif message.get("method") == "notifications/cancelled":
+                params = message.get("params")
+                cancelled = params.get("requestId") if isinstance(params, dict) else None
+                if isinstance(cancelled, (str, int)):  # a cancelled request is answered no more
+                    self.unanswered.pop(cancelled, None)
+            yield line
+        while self.unanswered:
+            self.answered = anyio.Event()
+            await self.answered.wait()
+
+    def settle(self, ident: str | int) -> None:
+        """The request `ident` has its answer."""
+        self.unanswered[ident] -= 1
+        if self.unanswered[ident] <= 0:
+            del self.unanswered[ident]
+        self.answered.set()
+
+    def counting(self, stream: Any) -> "_CountedAnswers":
+        """`stream`, the SDK's writer, counting the answers the server sends through it."""
+        return _CountedAnswers(self, stream)
+
+
+class _CountedAnswers:
+    def __init__(self, wire: _Wire, stream: Any) -> None:
+        self.wire = wire
+        self.stream = stream
+
+    async def send(self, item: SessionMessage) -> None:
+        await self.stream.send(item)
+        message = item.message
+        if isinstance(message, (mcp_types.JSONRPCResponse, mcp_types.JSONRPCError)) and message.id is not None:
+            self.wire.settle(message.id)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def __aenter__(self) -> "_CountedAnswers":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def _serve_stdio(server: MCPServer) -> None:
@@ -350,12 +408,12 @@ async def _serve_stdio(server: MCPServer) -> None:
     os.close(null)
     try:
         text = io.TextIOWrapper(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")
-        lines = _CheckedLines(anyio.wrap_file(text))
+        lines = _Wire(anyio.wrap_file(text))
         async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
             lines.write_stream = write_stream
             lines.ready.set()
             lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            await lowlevel.run(read_stream, lines.counting(write_stream), lowlevel.create_initialization_options())
     finally:
         os.dup2(wire, 0)
         os.close(wire)

@@ -21,6 +21,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import re
 import threading
@@ -76,6 +77,34 @@ class AgentError(UserError):
 
 
 # ---------------------------------------------------------------- arguments
+
+# JSON nested deeper than this is refused before it is parsed: Python's parser recurses, so
+# nesting near its recursion limit ends in a RecursionError, and the MCP SDK's parser drops
+# a message nested 200 deep without a word. Arguments nest 2 deep, MCP messages about 5.
+MAX_JSON_DEPTH = 64
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"|[][{}]')  # a string (skipped whole) or a bracket
+
+
+def check_nesting(text: str, what: str) -> None:
+    """Refuse JSON `text` nested deeper than MAX_JSON_DEPTH, by counting its brackets outside
+    strings: no recursion, so any depth is measured."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        if token.group() in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise AgentError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels in {what}")
+        elif token.group() in ("]", "}"):
+            depth -= 1
+
+
+def load_arguments(text: str) -> Any:
+    """`eaglegate tool`'s arguments: JSON nested at most MAX_JSON_DEPTH deep."""
+    check_nesting(text, "the arguments")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise AgentError(f"arguments are not JSON: {exc}") from None
 
 
 def check_detail(detail: int) -> int:
