@@ -33,7 +33,9 @@ def register(root: typer.Typer) -> None:
         threshold: ThresholdOpt,
         allow_dirty: Annotated[
             bool,
-            typer.Option("--allow-dirty", help="With --git: start from uncommitted changes (kept out of the commit)."),
+            typer.Option("--allow-dirty", help="With --git: start from uncommitted changes. They stay "
+                         "uncommitted, also in a file the patch edits; changes on the lines the patch "
+                         "edits are refused."),
         ] = False,
         path: PathOpt = None,
         python: PythonOpt = None,

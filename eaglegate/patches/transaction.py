@@ -18,7 +18,10 @@ What a caller may rely on:
   only while held; a killed holder releases it with its last file descriptor.
 - Git mode commits the patch on a new branch `eaglegate/gate`; revert moves HEAD back to
   the branch or commit it came from and deletes the gate branch when its tip is still the
-  patch commit. No revert commit is added to the user's history.
+  patch commit. No revert commit is added to the user's history. The commit holds the
+  patch and nothing else: uncommitted edits (`allow_dirty`) stay uncommitted in the work
+  tree, also in a file the patch edits (its HEAD version, with the patch merged in, is
+  committed); edits on the lines the patch edits are refused before any write.
 - The threshold is no part of a patch: the patched code reads it at launch. The manifest
   records the one the latest apply was made for (a launch parameter, for `status`), and
   an apply over the same patch for another threshold changes no byte of the tree: it
@@ -37,6 +40,7 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -154,7 +158,7 @@ def apply(
     distribution metadata); without it the package's version files are read. A second
     apply of the same patch changes nothing, whatever its threshold. `git_mode` commits on
     a new branch; `allow_dirty` lets it start from a work tree with uncommitted changes
-    (they are neither committed nor lost).
+    (they are neither committed nor lost; refused where they touch the patch's lines).
     """
     parent = Path(package_parent).resolve()
     paths = _check_paths(patch)
@@ -200,7 +204,8 @@ def apply(
                 "apply", [], "the files already hold this patch (no eaglegate manifest: "
                 "it was applied by other means); nothing changed", recovered
             )
-        return _apply_fresh(layout, patch, repo, recovered, threshold)
+        kept = _kept_out(repo, layout, patch) if repo is not None else {}
+        return _apply_fresh(layout, patch, repo, recovered, threshold, kept)
 
 
 def reapply(package_parent: Path, threshold: int | None) -> Outcome:
@@ -657,7 +662,7 @@ def _now() -> str:
 
 
 def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recovered: str,
-                 threshold: int | None) -> Outcome:
+                 threshold: int | None, kept: dict[str, tuple[str, bytes]]) -> Outcome:
     records = [FileRecord(c.path, sha256(c.before), hashlib.sha256(c.after).hexdigest(), c.before is None,
                           _link_of(layout.target(c.path)))
                for c in patch.changes]
@@ -702,7 +707,7 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
             _write_atomic(target, change.after)
             _step(f"write {change.path}")
         if repo is not None:
-            manifest.git["commit"] = _git_commit(repo, layout, patch)
+            manifest.git["commit"] = _git_commit(repo, layout, patch, kept)
             _step("git commit")
 
         manifest.state = APPLIED
@@ -933,7 +938,55 @@ def _git_plan(repo: git.Repo, layout: Layout, branch: str) -> dict[str, str]:
             "parent": layout.parent.relative_to(root).as_posix()}
 
 
-def _git_commit(repo: git.Repo, layout: Layout, patch: PatchSet) -> str:
+def _kept_out(repo: git.Repo, layout: Layout, patch: PatchSet) -> dict[str, tuple[str, bytes]]:
+    """What the gate commit holds of each patched file with uncommitted edits (--allow-dirty),
+    by repository path: (mode, the file as HEAD holds it with the patch's edits merged in).
+    The user's edits then stay uncommitted in the work tree, beside the patch. Refuses,
+    writing nothing, where the two cannot be told apart."""
+    paths = _repo_paths(repo, layout, [c.path for c in patch.changes])
+    dirty = set(repo.git.diff("--name-only", "HEAD", "--", *paths).splitlines())
+    kept: dict[str, tuple[str, bytes]] = {}
+    for change, path in zip(patch.changes, paths):
+        head = _head_entry(repo, path)
+        if path not in dirty and (head is not None or change.before is None):
+            continue  # committed as it is, or a file the patch creates
+        why = ("is not committed" if head is None else "was deleted" if change.before is None
+               else "has uncommitted edits where the patch edits it")
+        merged = _merged(head[1], change.before, change.after) if head and change.before is not None else None
+        if head is None or merged is None:
+            raise UserError(f"{change.path} {why}, which the gate's commit would take in: commit or "
+                            "stash that first; nothing was written")
+        kept[path] = (head[0], merged)
+    return kept
+
+
+def _head_entry(repo: git.Repo, path: str) -> tuple[str, bytes] | None:
+    """(mode, bytes) of a repository path in HEAD, None when HEAD lacks it."""
+    try:
+        blob = repo.head.commit.tree / path
+    except KeyError:
+        return None
+    return f"{blob.mode:o}", bytes(blob.data_stream.read())
+
+
+def _merged(head: bytes, before: bytes, after: bytes) -> bytes | None:
+    """`head` with the edits that turn `before` into `after` (a three-way merge), None when
+    they touch the same lines."""
+    import git
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [Path(tmp) / name for name in ("head", "before", "after")]
+        for file, data in zip(files, (head, before, after)):
+            file.write_bytes(data)
+        proc = subprocess.run([git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", "merge-file", "-p", "-q",
+                               *map(str, files)], capture_output=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _git_commit(repo: git.Repo, layout: Layout, patch: PatchSet, kept: dict[str, tuple[str, bytes]]) -> str:
+    """Commit the patch on the gate branch: HEAD's tree with the patched files (those in
+    `kept` as merged there), built in a scratch index, so nothing else of the user's, staged
+    or not, is taken in. The index then holds what was committed."""
     import git
 
     paths = _repo_paths(repo, layout, [c.path for c in patch.changes])
@@ -946,11 +999,24 @@ def _git_commit(repo: git.Repo, layout: Layout, patch: PatchSet) -> str:
     message = (f"{COMMIT_MARK}batch-size gate for EAGLE\n\n"
                f"SGLang {patch.version}, strategy {patch.family}. Written by `eaglegate apply --git`;\n"
                "undo with `eaglegate revert`.\n")
-    repo.git.add("--", *paths)
-    # --only: the user's other staged changes (with --allow-dirty) stay out of our commit;
-    # --no-verify: hooks could rewrite generated files and break the recorded hashes.
-    repo.git.commit("-q", "--no-verify", "-m", message, "--only", "--", *paths, env=env)
-    return repo.head.commit.hexsha
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = {**env, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        repo.git.read_tree("HEAD", env=scratch)
+        plain = [p for p in paths if p not in kept]
+        if plain:
+            repo.git.add("--", *plain, env=scratch)
+        for path, (mode, data) in kept.items():
+            blob = Path(tmp) / "blob"
+            blob.write_bytes(data)
+            sha = repo.git.hash_object("-w", "--no-filters", str(blob))
+            repo.git.update_index("--add", "--cacheinfo", f"{mode},{sha},{path}", env=scratch)
+        tree = repo.git.write_tree(env=scratch)
+    # No hooks run (commit-tree has none): they could rewrite generated files and break the
+    # recorded hashes.
+    commit = repo.git.commit_tree(tree, "-p", "HEAD", "-m", message, env=env)
+    repo.git.update_ref("-m", COMMIT_MARK + "gate commit", "HEAD", commit)
+    repo.git.reset("-q", "HEAD", "--", *paths)
+    return commit
 
 
 def _check_git_revert(repo: git.Repo, manifest: Manifest) -> None:
@@ -1051,10 +1117,10 @@ def _head_bytes(repo: git.Repo | None, target: Path) -> bytes | None:
         return None
     root = Path(repo.working_tree_dir or ".").resolve()
     try:
-        blob = repo.head.commit.tree / target.resolve().relative_to(root).as_posix()
-        return bytes(blob.data_stream.read())
-    except (KeyError, ValueError):
+        entry = _head_entry(repo, target.resolve().relative_to(root).as_posix())
+    except ValueError:
         return None
+    return entry[1] if entry is not None else None
 
 
 def _release_reference(parent: Path) -> tuple[Path | None, list[tuple[str, bytes]], str]:
