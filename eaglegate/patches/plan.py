@@ -359,23 +359,61 @@ def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, setting
     else:
         plan.blocked_by = ["the couplings analysis gave no verdict for this worker path"]
     # Find the flag or variable that makes this version select v1 instead.
+    found = switch_to(analysis, "v1", user_flags, user_env, wanted)
+    if found is not None:
+        label = found[0]
+        plan.route = {"change": label, "then": "v1-code-patch",
+                      "note": f"with {label} this SGLang selects the v1 EAGLEWorker, which the gate patch covers"}
+        return
+    plan.route = None
+    plan.caveats.append("no flag or variable found that selects the v1 worker in this version")
+
+
+def switch_to(analysis: Analysis, label: str, flags: dict[str, Any], env: dict[str, Any],
+              wanted: set[str]) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """The one change (a speculation variable flipped, a boolean flag the selection reads
+    set) under which this version selects the worker `label` alone: what it is, and the
+    flags and environment with it."""
+    settings = analysis.settings
     candidates: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for name, default in sorted(settings.env_defaults.items()):
         if isinstance(default, bool) and "SPEC" in name:
-            current = user_env.get(name, default)
-            candidates.append((f"{name}={int(not current)}", user_flags, {**user_env, name: not current}))
+            current = env.get(name, default)
+            candidates.append((f"{name}={int(not current)}", flags, {**env, name: not current}))
     for atom in sorted(wanted):
         if isinstance(settings.defaults.get(atom), bool) and settings.declares(settings.flag_for(atom)):
-            candidates.append((settings.flag_for(atom), {**user_flags, atom: True}, user_env))
-    for label, flags, env in candidates:
-        resolved = resolve(settings, flags, env, wanted)
-        chosen, excluded = _selected(analysis, resolved)
-        if any(w.label == "v1" for w in chosen) and not any(w.label == "v2" for w in chosen):
-            plan.route = {"change": label, "then": "v1-code-patch",
-                          "note": f"with {label} this SGLang selects the v1 EAGLEWorker, which the gate patch covers"}
-            return
-    plan.route = None
-    plan.caveats.append("no flag or variable found that selects the v1 worker in this version")
+            candidates.append((settings.flag_for(atom), {**flags, atom: True}, env))
+    for change, new_flags, new_env in candidates:
+        chosen, _ = _selected(analysis, resolve(settings, new_flags, new_env, wanted))
+        if [w.label for w in chosen] == [label]:
+            return change, new_flags, new_env
+    return None
+
+
+def worker_plans(analysis: Analysis, threshold: int | None = None) -> dict[str, tuple[GatePlan, str]]:
+    """A plan for each worker this version can build, under the launch that selects it: the
+    default EAGLE launch, else that launch with the one change `switch_to` finds (0.5.9's v2
+    with SGLANG_ENABLE_SPEC_V2=1), with that change ("" for the default). A worker no such
+    launch selects has no plan."""
+    settings = analysis.settings
+    default = build_plan(analysis, threshold)
+    plans = {}
+    for worker in analysis.spec_map.workers:
+        if not (worker.present and worker.reachable):
+            continue
+        if default.worker == worker.name:
+            plans[worker.label] = default, ""
+            continue
+        launch = evaluate_launch(settings, analysis.spec_map, analysis.codebase)
+        found = switch_to(analysis, worker.label, launch.flags, launch.env, _atoms(analysis))
+        if found is None:
+            continue
+        change, flags, env = found
+        text = " ".join(settings.flag_for(k) if v is True else f"{settings.flag_for(k)} {v}"
+                        for k, v in flags.items() if v is not False)
+        entries = [f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in env.items()]
+        plans[worker.label] = build_plan(analysis, threshold, text, entries), change
+    return plans
 
 
 def _cap_settings(settings: Settings) -> list[str]:

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from eaglegate.analyzer.couplings.model import COUPLINGS_SCHEMA_VERSION, CouplingReport
-from eaglegate.patches.plan import build_plan
+from eaglegate.patches.codemods.server_args import FLAG as THRESHOLD_FLAG
+from eaglegate.patches.plan import DEFAULT_THRESHOLD, build_plan, worker_plans
+
+THRESHOLD = "THRESHOLD"  # what a report shows for the threshold it was not given
 
 REPORT_SCHEMA = "eaglegate.report/1"
 NOT_AVAILABLE = "not yet available in this eaglegate"
@@ -253,13 +256,15 @@ class Couplings(Section):
 
 @dataclass
 class Plan(Section):
-    """The recommended gate plan; `summary` is one line, `detail` the plan's own JSON."""
+    """The recommended gate plan; `summary` is one line, `detail` the plan's own JSON;
+    `workers`: worker label → its own one-line plan (a row per worker shows its own)."""
 
     summary: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    workers: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.header_json(), "summary": self.summary, "detail": self.detail}
+        return {**self.header_json(), "summary": self.summary, "detail": self.detail, "workers": self.workers}
 
 
 @dataclass
@@ -367,7 +372,8 @@ class Report:
             event_loops=[EventLoop(e["function"], e["main"], Where.parse(e["defined_at"]) or Where("?", 0),
                                    [where(s) for s in e["started_at"]]) for e in data["event_loops"]],
             workers=workers, couplings=couplings,
-            plan=Plan(p["available"], p["note"], p.get("summary", ""), p.get("detail") or {}),
+            plan=Plan(p["available"], p["note"], p.get("summary", ""), p.get("detail") or {},
+                      dict(p.get("workers") or {})),
             parse_failures=list(data["parse_failures"]), short=dict(data.get("names") or {}),
         )
 
@@ -385,14 +391,40 @@ def register_plan_provider(provider: PlanProvider) -> None:
 
 
 def gate_plan_section(analysis: Any) -> Plan | None:
-    """A provider over `eaglegate.patches.plan.build_plan` at its defaults (the version's own
-    defaults, no user flags); `eaglegate plan --flags …` gives the plan for other launches."""
-    detail = build_plan(analysis).to_json()
-    family, worker = detail.get("family", "?"), detail.get("worker") or "no worker"
-    summary = f"{family} ({worker}, threshold {detail.get('threshold')})"
+    """A provider over `eaglegate.patches.plan.worker_plans`: each worker's plan under the
+    launch that selects it (the default EAGLE launch, or the one change that selects the
+    worker), with no threshold: a report is asked for none, so the threshold's value is shown
+    as THRESHOLD (`eaglegate plan --threshold N --flags …` gives the plan for one launch)."""
+    plans = worker_plans(analysis, DEFAULT_THRESHOLD)
+    default = next((plan for plan, change in plans.values() if not change), None) \
+        or build_plan(analysis, DEFAULT_THRESHOLD)
+    detail = _without_threshold(default.to_json())
+    lines, others = {}, {}
+    for label, (plan, change) in plans.items():
+        own = _without_threshold(plan.to_json())
+        line = f"{own['family']} ({own['worker']}" + (f", with {change})" if change else ")")
+        if own.get("launch_flags"):
+            line += ": launch with " + " ".join(str(f) for f in own["launch_flags"])
+        lines[label] = line
+        if change:
+            others[label] = {**own, "selected_by": change}
+    summary = f"{detail.get('family')} ({detail.get('worker') or 'no worker'})"
     if detail.get("launch_flags"):
         summary += ": launch with " + " ".join(str(f) for f in detail["launch_flags"])
-    return Plan(True, "", summary, detail)
+    summary += "".join(f"; for {label}: {lines[label]}" for label in others)
+    return Plan(True, "", summary, {**detail, "other_workers": others}, lines)
+
+
+def _without_threshold(detail: dict[str, Any]) -> dict[str, Any]:
+    """The plan's JSON with the threshold it was built for shown as THRESHOLD."""
+    given = str(detail.get("threshold"))
+    flags = detail.get("launch_flags") or []
+    detail["launch_flags"] = [THRESHOLD if i and flags[i - 1] == THRESHOLD_FLAG and f == given else f
+                              for i, f in enumerate(flags)]
+    if detail.get("patch"):
+        detail["patch"]["apply"] = detail["patch"]["apply"].replace(f"--threshold {given}", f"--threshold {THRESHOLD}")
+    detail["threshold"] = None
+    return detail
 
 
 register_plan_provider(gate_plan_section)
