@@ -9,7 +9,10 @@ torch and CUDA, so versions come from distribution metadata or the package's own
 from __future__ import annotations
 
 import ast
+import base64
+import csv
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -251,6 +254,23 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
 
 
 @contextmanager
+def _entry_lock(target: Path) -> Iterator[None]:
+    """The cache entry's exclusive lock (one fetch or check of it at a time)."""
+    try:
+        with (target.parent / f".{target.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+    except OSError as exc:
+        raise _cache_error(exc) from None
+
+
+def _cache_error(exc: OSError) -> SourceError:
+    return SourceError(f"cannot use the cache folder {cache_dir()}: {exc.strerror}"
+                       f"{f' ({exc.filename})' if exc.filename else ''}; "
+                       "set EAGLEGATE_CACHE to a writable folder")
+
+
+@contextmanager
 def _cache_entry(target: Path) -> Iterator[Path | None]:
     """Fill the cache entry `target` once, safely against concurrent runs.
 
@@ -273,9 +293,7 @@ def _cache_entry(target: Path) -> Iterator[Path | None]:
             with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
                 yield Path(tmp)
     except OSError as exc:
-        raise SourceError(f"cannot use the cache folder {cache_dir()}: {exc.strerror}"
-                          f"{f' ({exc.filename})' if exc.filename else ''}; "
-                          "set EAGLEGATE_CACHE to a writable folder") from None
+        raise _cache_error(exc) from None
 
 
 def download_commands(version: str, dest: Path) -> list[list[str]]:
@@ -310,7 +328,8 @@ def _looks_offline(stderr: str) -> bool:
 
 
 def from_release(version: str, on_fetch: Callable[[str], None] | None = None) -> SourceTree:
-    """A released version, fetched as a wheel with `pip download --no-deps` and cached.
+    """A released version, fetched as a wheel with `pip download --no-deps` and cached, and
+    checked against the wheel's RECORD before it is trusted (`_check_release`).
 
     `on_fetch` is told, in one line, when a download starts (it takes seconds)."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
@@ -321,16 +340,107 @@ def from_release(version: str, on_fetch: Callable[[str], None] | None = None) ->
         if tmp is not None:
             if on_fetch:
                 on_fetch(f"fetching sglang {version} (pip download --no-deps) into {target}")
-            wheel = _pip_download(version, tmp)
-            staging = tmp / "tree"
-            with zipfile.ZipFile(wheel) as archive:
-                members = [m for m in archive.namelist() if m.startswith(f"{PACKAGE}/")]
-                archive.extractall(staging, members)
-            if not is_sglang_package(staging / PACKAGE):
-                raise SourceError(f"the wheel for sglang {version} holds no sglang/srt package")
-            staging.rename(target)  # atomic: a half-extracted tree never looks complete
+            _fetch_release(version, tmp).rename(target)  # atomic: a half-extracted tree never looks complete
+    _check_release(version, target, on_fetch)
     declared = read_package_version(package) or version
     return SourceTree(package.resolve(), declared, "release", {"cache": str(target)})
+
+
+def _fetch_release(version: str, tmp: Path) -> Path:
+    """The wheel's sglang package and its RECORD, extracted under `tmp`; the folder to rename."""
+    wheel = _pip_download(version, tmp)
+    staging = tmp / "tree"
+    with zipfile.ZipFile(wheel) as archive:
+        members = [m for m in archive.namelist()
+                   if m.startswith(f"{PACKAGE}/") or re.fullmatch(rf"{PACKAGE}-[^/]+\.dist-info/RECORD", m)]
+        archive.extractall(staging, members)
+    if not is_sglang_package(staging / PACKAGE):
+        raise SourceError(f"the wheel for sglang {version} holds no sglang/srt package")
+    return staging
+
+
+# A cached release's stamp: written once its files matched the wheel's RECORD, it holds the
+# digest of its folders' modification times (`_folders_stamp`). Adding, deleting or renaming
+# a file (an atomic write included) changes its folder's time, and the next run checks again.
+_VERIFIED = ".eaglegate-verified"
+
+
+def _folders_stamp(package: Path) -> str:
+    """A digest of every folder's path and modification time under the package: about 600
+    `stat` calls on 0.5.23, where reading every file would cost a warm `map` seconds."""
+    hasher = hashlib.blake2b(digest_size=16)
+    stack = [package]
+    while stack:
+        folder = stack.pop()
+        hasher.update(f"{folder}\0{folder.stat().st_mtime_ns}\n".encode())
+        with os.scandir(folder) as entries:
+            stack += sorted((Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)), reverse=True)
+    return hasher.hexdigest()
+
+
+def _record_of(target: Path) -> Path | None:
+    return next(iter(sorted(target.glob(f"{PACKAGE}-*.dist-info/RECORD"))), None)
+
+
+def release_damage(target: Path, record: Path) -> str:
+    """What differs between a cached release and its wheel's RECORD (sha256 and size per
+    file): a file missing or changed, or a module the wheel does not hold; "" when none."""
+    expected: dict[str, tuple[str, str]] = {}
+    for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+        if len(row) >= 3 and row[0].startswith(f"{PACKAGE}/"):
+            expected[row[0]] = (row[1], row[2])
+    for rel, (digest, size) in sorted(expected.items()):
+        path = target / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if size and path.stat().st_size != int(size):
+            return f"{rel} differs from the wheel"
+        algorithm, _, want = digest.partition("=")
+        if algorithm == "sha256":
+            got = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+            if got != want:
+                return f"{rel} differs from the wheel"
+    for path in sorted((target / PACKAGE).rglob("*.py")):
+        rel = path.relative_to(target).as_posix()
+        if rel not in expected:
+            return f"{rel} is not in the wheel"
+    return ""
+
+
+def _check_release(version: str, target: Path, on_fetch: Callable[[str], None] | None) -> None:
+    """Trust a cached release only once its files match its wheel's RECORD: checked in full
+    when its folders changed since the last check (or it has never been checked), else by
+    the stamp alone. A damaged entry is fetched again; one an older eaglegate cached without
+    its RECORD is checked against the RECORD of the wheel fetched again, and kept when whole
+    (one line to `on_fetch` either way); a fetch that fails says why in one line."""
+    stamp_file = target / _VERIFIED
+    try:
+        record = _record_of(target)
+        if record is not None and stamp_file.read_text(encoding="utf-8") == _folders_stamp(target / PACKAGE):
+            return
+    except OSError:
+        pass  # no stamp yet, or unreadable: check in full
+    with _entry_lock(target):
+        record = _record_of(target)
+        damage = release_damage(target, record) if record is not None else ""
+        if record is None or damage:
+            if on_fetch:
+                on_fetch(f"cached sglang {version} does not match its wheel ({damage}): fetching it again" if damage
+                         else f"fetching sglang {version}'s RECORD to check the copy an older eaglegate cached")
+            with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
+                fresh = _fetch_release(version, Path(tmp))
+                record = _record_of(fresh)
+                if record is None:
+                    raise SourceError(f"the wheel for sglang {version} has no RECORD to check the cached copy against")
+                if not damage and not release_damage(target, record):
+                    record.parent.rename(target / record.parent.name)  # the old copy is whole: keep it
+                else:  # the damaged tree moves aside in one rename, the fresh one in in another
+                    os.rename(target, Path(tmp) / "damaged")
+                    fresh.rename(target)
+        try:
+            (target / _VERIFIED).write_text(_folders_stamp(target / PACKAGE), encoding="utf-8")
+        except OSError:
+            pass  # a cache that cannot keep the stamp is checked in full next time
 
 
 def locate(
