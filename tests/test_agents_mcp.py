@@ -222,12 +222,15 @@ def test_apply_refused_then_applied_then_reverted(release_0_5_9, tmp_path):
         assert again["already_applied"]
         other = await call(s, "generate_patch", {"path": str(site), "threshold": 64})
         assert other["already_applied"] and other["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
-        # Re-applying with another threshold is no error: nothing is written, the flags follow.
+        # Re-applying with another threshold is no error: no file of the tree changes, the flags
+        # and the status follow (the threshold the latest apply was made for).
         reapplied = await call(s, "apply_patch", {**where, "threshold": 64, "confirm": True})
         assert reapplied["changed"] == [] and reapplied["message"].startswith("already applied")
         assert reapplied["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "64"]
-        assert reapplied["status"]["state"] == "patched" and reapplied["status"]["threshold"] == 32
-        assert _digest(site) == patched
+        assert reapplied["status"]["state"] == "patched" and reapplied["status"]["threshold"] == 64
+        # Only the manifest beside the package changed: it records the threshold.
+        assert _digest(site / "sglang") == {k.removeprefix("sglang/"): v for k, v in patched.items()
+                                            if k.startswith("sglang/")}
 
         assert "confirm" in await refused(s, "revert_patch", {"path": str(site)})
         reverted = await call(s, "revert_patch", {"path": str(site), "confirm": True})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +99,15 @@ def test_timeout_bounds_the_whole_request(tmp_path, command, stall):
         line = error_line(eaglegate(*args, "--timeout", "1"))
     assert line == (f"error: {stuck.url}/v1/completions did not answer within 1 s "
                     "(--timeout bounds each request)")
+
+
+@pytest.mark.parametrize("command", ["sweep", "verify-live"])
+def test_a_timeout_no_timer_can_wait_is_a_usage_error(tmp_path, command):
+    with FakeServer() as server:
+        args = (["sweep", "--url", server.url, "-c", "1", "-o", str(tmp_path / "s.jsonl")] if command == "sweep"
+                else ["verify-live", "--url", server.url, "--baseline-url", server.url])
+        line = error_line(eaglegate(*args, "--timeout", "inf"), 2)
+    assert line == f"error: --timeout must be a number of seconds above 0 and at most {threading.TIMEOUT_MAX:.0f}, not inf"
 
 
 # ---------------------------------------------------------------- calibrate: files that hold no measurement

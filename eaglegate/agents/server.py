@@ -5,7 +5,9 @@ Built on the official SDK's `MCPServer`. Each tool is a thin wrapper over
 types), the TypedDicts of `schemas.py` as structured output, and every refusal turned
 into an MCP tool error (`is_error`) with one line for the model; the server keeps
 serving after it. Nothing but protocol reaches stdout: the SDK points fd 1 at stderr
-while it serves, and our logging goes to stderr.
+while it serves, and our logging goes to stderr. The SDK reads the lines `_Wire` hands it:
+those it would drop unanswered are answered there as JSON-RPC 2.0 says, JSON is bounded
+before it is parsed, and the end of input waits for the requests in flight.
 """
 
 import io

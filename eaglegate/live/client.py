@@ -197,6 +197,10 @@ class _Deadline:
     timer shuts the request's socket down, which ends the read blocked on it."""
 
     def __init__(self, seconds: float) -> None:
+        # What a timer and a socket can wait (infinity would overflow both).
+        if not 0 < seconds <= threading.TIMEOUT_MAX:
+            raise UsageError(f"--timeout must be a number of seconds above 0 and at most "
+                             f"{threading.TIMEOUT_MAX:.0f}, not {seconds!r}")
         self.seconds = seconds
         self.passed = False
         self._sock: socket.socket | None = None
