@@ -23,7 +23,7 @@ from rich.table import Table
 from eaglegate import app
 from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
 from eaglegate.live import calibrate as cal
-from eaglegate.live.sweep import SweepProgress
+from eaglegate.live.sweep import MAX_CONCURRENCY, SweepProgress
 from eaglegate.reports import charts
 
 PromptsOpt = Annotated[
@@ -83,7 +83,7 @@ class _RichSweepProgress(SweepProgress):
 def sweep(
     url: Annotated[str, typer.Option("--url", help="The server: host:port, base URL or full completions URL.")],
     concurrency: Annotated[
-        str, typer.Option("--concurrency", "-c", help="Levels: 1,2,4,8 or 1-256 (powers of two).")
+        str, typer.Option("--concurrency", "-c", help=f"Levels: 1,2,4,8 or 1-256 (powers of two), at most {MAX_CONCURRENCY}.")
     ] = "1-256",
     prompts: PromptsOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 256,

@@ -110,6 +110,21 @@ def test_a_timeout_no_timer_can_wait_is_a_usage_error(tmp_path, command):
     assert line == f"error: --timeout must be a number of seconds above 0 and at most {threading.TIMEOUT_MAX:.0f}, not inf"
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["sweep", "-c", "0-8"], "bad concurrency list '0-8': levels must be integers from 1 to 8192, each range from "
+                             "low to high"),  # it used to double 0 for ever
+    (["sweep", "-c", "1-100000"], "bad concurrency list '1-100000': levels must be integers from 1 to 8192, each "
+                                  "range from low to high"),
+    (["verify-live", "--baseline-url", "localhost:2", "--high", "100000"],
+     "--high must be an integer from 1 to 8192, not 100000"),
+], ids=["zero-range", "sweep-too-high", "verify-too-high"])
+def test_a_concurrency_out_of_range_is_refused_before_any_request(tmp_path, args, message):
+    command, *rest = args
+    line = error_line(eaglegate(command, "--url", "localhost:1", *rest, "-o" if command == "sweep" else "--model",
+                                str(tmp_path / "s.jsonl") if command == "sweep" else "m"), 2)
+    assert line == f"error: {message}"
+
+
 # ---------------------------------------------------------------- calibrate: files that hold no measurement
 
 

@@ -309,6 +309,8 @@ def test_small_pieces() -> None:
     assert parse_levels("8, 1,2,2") == [1, 2, 8]
     with pytest.raises(UserError):
         parse_levels("0,1")
+    with pytest.raises(UserError, match="from 1 to 8192"):
+        parse_levels("0-8")  # used to double 0 for ever
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 99) == 0.0
     ep = resolve_endpoint("localhost:30000")
     assert ep.url == "http://localhost:30000/v1/completions" and ep.models_path == "/v1/models"

@@ -172,7 +172,7 @@ def load_prompts(path: str | Path | None) -> list[str]:
         if line.lstrip()[:1] in ('"', "{"):
             try:
                 value = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # then it is text
                 value = line
             if isinstance(value, dict):
                 value = value.get("prompt", value.get("text"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglegate import __version__
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 from eaglegate.live.calibrate import is_rate
 from eaglegate.live.client import (
     Endpoint,
@@ -58,6 +58,18 @@ class LevelRun:
     duration_s: float
 
 
+# One thread per request in flight (and one for its deadline): a machine runs out of
+# threads long before a level this high is worth measuring.
+MAX_CONCURRENCY = 8192
+
+
+def check_concurrency(name: str, level: int) -> int:
+    """A level to drive: an integer from 1 to MAX_CONCURRENCY."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= MAX_CONCURRENCY:
+        raise UsageError(f"{name} must be an integer from 1 to {MAX_CONCURRENCY}, not {level!r}")
+    return level
+
+
 def parse_levels(text: str) -> list[int]:
     """Parse `1,2,4,8` (or `1-8` for powers of two from 1 to 8) into sorted unique levels."""
     levels: set[int] = set()
@@ -65,18 +77,17 @@ def parse_levels(text: str) -> list[int]:
         if not part:
             continue
         try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                c = lo
-                while c <= hi:
-                    levels.add(c)
-                    c *= 2
-            else:
-                levels.add(int(part))
+            lo, hi = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
         except ValueError:
-            raise UserError(f"bad concurrency list {text!r}: use e.g. 1,2,4,8 or 1-256") from None
-    if not levels or min(levels) < 1:
-        raise UserError(f"bad concurrency list {text!r}: levels must be positive integers")
+            raise UsageError(f"bad concurrency list {text!r}: use e.g. 1,2,4,8 or 1-256") from None
+        if not 1 <= lo <= hi <= MAX_CONCURRENCY:
+            raise UsageError(f"bad concurrency list {text!r}: levels must be integers from 1 to "
+                             f"{MAX_CONCURRENCY}, each range from low to high")
+        while lo <= hi:
+            levels.add(lo)
+            lo *= 2
+    if not levels:
+        raise UsageError(f"bad concurrency list {text!r}: no level")
     return sorted(levels)
 
 

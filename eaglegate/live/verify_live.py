@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglegate.live.client import Endpoint, Generation, first_model, generate
-from eaglegate.live.sweep import LevelRun, run_level, summarize
+from eaglegate.live.sweep import LevelRun, check_concurrency, run_level, summarize
 
 
 @dataclass
@@ -135,6 +135,8 @@ def verify_live(
 
     Level C sends max(len(prompts), rounds * C) requests, prompt i % len(prompts) each.
     """
+    check_concurrency("--low", low)
+    check_concurrency("--high", high)
     gated_model = model or first_model(gated)
     plain_model = model or first_model(plain)
     for ep, m in ((gated, gated_model), (plain, plain_model)):
