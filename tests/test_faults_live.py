@@ -244,7 +244,8 @@ def test_mcp_answers_the_requests_in_flight_before_it_exits_at_the_end_of_input(
 
 
 def test_tool_arguments_are_bounded_before_they_are_parsed():
-    """What `eaglegate tool` parses its JSON argument with: any depth is measured, none recursed."""
+    """`tools.load_arguments`, the parser for `eaglegate tool`'s JSON argument: any depth is
+    measured, none recursed."""
     within = "[" * (tools.MAX_JSON_DEPTH - 1) + "]" * (tools.MAX_JSON_DEPTH - 1)  # in an object
     assert tools.load_arguments(f'{{"a": {within}, "b": "[[[\\"[["}}') == {
         "a": json.loads(within), "b": '[[["[['}
