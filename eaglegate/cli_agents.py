@@ -8,7 +8,6 @@ No `from __future__ import annotations` here: the commands are defined inside
 `register()`, so typer must see evaluated annotations.
 """
 
-import json
 from typing import Annotated
 
 import typer
@@ -52,14 +51,10 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate tool plan_gate '{"version": "0.5.9"}'
         """
-        from eaglegate.agents.tools import call_tool
+        from eaglegate.agents.tools import call_tool, load_arguments
 
         try:
-            parsed = json.loads(arguments)
-        except ValueError as exc:
-            raise UserError(f"arguments are not JSON: {exc}") from None
-        try:
-            answer = call_tool(name, parsed)
+            answer = call_tool(name, load_arguments(arguments))
         except UserError as exc:  # a refused call exits 1, as over MCP it is one error answer
             raise UserError(str(exc)) from None
         print_json(answer)
