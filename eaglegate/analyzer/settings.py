@@ -190,6 +190,7 @@ def read_settings(codebase: Codebase) -> Settings:
                     assignments.append(Assignment(stored[2], value, codebase.site(qn, assign.lineno, assign.cond), qn,
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
+    _copied_dests(codebase, options, defaults)
     return Settings(defaults, set(options), env_defaults, assignments,
                     switches={f for f, o in options.items() if o.nargs in (0, "?")},
                     choices=choices, predicates=predicates, closed_choices=closed,
@@ -256,6 +257,22 @@ def _declare_field(options: dict[str, _Option], stmt: ast.AnnAssign) -> None:
                      type_name if type_name in _TYPES and "type_parser" not in kw else "")
     for name in names:
         options.setdefault(name, option)
+
+
+def _copied_dests(codebase: Codebase, options: dict[str, _Option], defaults: dict[str, Any]) -> None:
+    """`from_cli_args` copies an option's dest into the field (0.4.10's `args.tp_size =
+    args.tensor_parallel_size`, the dest argparse took from `--tensor-parallel-size`): the
+    option sets that field."""
+    for qn in codebase.find("from_cli_args"):
+        if not _is_arg_module(codebase.scope_module[qn].name):
+            continue
+        for assign in codebase.scopes[qn].assigns:
+            target, value = assign.target, assign.value
+            if target and value and target[0] == value[0] == "a" and target[1] == value[1] \
+                    and target[2] in defaults:
+                for option in options.values():
+                    if option.dest == value[2]:
+                        option.dest = target[2]
 
 
 def _nargs(kw: dict[str, ast.expr], boolean: bool, otherwise: Any = None) -> Any:
