@@ -472,7 +472,7 @@ def eagle_prepare_for_decode(batch):
 
 def test_v2_decode_prep_function():
     after = v2_decode_prep.patch_prepare_function(PREP_FUNCTION_BEFORE, "f.py")
-    assert "double_alloc = decode_alloc_len(batch.spec_info, batch, get_alloc_reserve_per_decode(), gated_len=2)" in after
+    assert "double_alloc = decode_alloc_len(batch.spec_info, batch, get_alloc_reserve_per_decode())" in after
     assert GATE_IMPORT + "decode_alloc_len\n" in after
     assert v2_decode_prep.patch_prepare_function(after, "f.py") == after
 

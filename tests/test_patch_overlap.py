@@ -86,7 +86,7 @@ def test_overlap_gate_flow(version, tmp_path):
     recorded = {f.path: f.state for f in status(parent).files}
     assert all(recorded.get(path) == "patched" for path in backported)
     overlap = [c for c in report.checks if "overlap worker" in c.name]
-    assert len(overlap) == 2 and all(c.passed for c in overlap)
+    assert len(overlap) == 3 and all(c.passed for c in overlap)  # wiring, path, contract
     path = next(c for c in report.checks if c.name.endswith("(overlap worker)")).detail
     assert path.startswith("Scheduler.run_batch") and "EAGLEWorkerV2.forward_batch_generation" in path
     assert "batch_gate.run_gated_decode" in path

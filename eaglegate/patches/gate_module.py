@@ -133,6 +133,8 @@ class BatchGate:
         self.gated_steps = 0
         self.speculative_steps = 0
         self.switches = 0
+        self.failures = 0  # errors in the gate's own code: the first turns it off for good
+        self.failure: str | None = None  # what that error was
         self.metrics: _GateMetrics | None = None  # set when SGLang's metrics are on
         self._switches_recorded = 0
 
@@ -189,12 +191,22 @@ class BatchGate:
             self.metrics.step(gated, switched=self.switches != self._switches_recorded)
         self._switches_recorded = self.switches
 
+    def fail(self, reason: str) -> None:
+        """Count an error in the gate's own code; the gate speculates from now on."""
+        self.failures += 1
+        self.failure = reason
+        self.gated = False
+        if self.metrics is not None:
+            self.metrics.failed()
+
     def describe(self) -> str:
-        """For SGLang's decode log line, e.g. `gate(>32, <28): spec, 90 spec / 10 gated`."""
-        state = "off" if self.gated else "spec"
+        """For SGLang's decode log line, e.g. `gate(>32, <28): spec, 90 spec / 10 gated`;
+        after an error in the gate, `gate(>32, <28): failed (<error>), ..., 1 failure`."""
+        state = f"failed ({self.failure})" if self.failure else "off" if self.gated else "spec"
+        failures = f", {self.failures} failure{'s' * (self.failures != 1)}" if self.failures else ""
         return (
             f"gate(>{self.threshold}, <{self.resume_below}): {state}, "
-            f"{self.speculative_steps} spec / {self.gated_steps} gated"
+            f"{self.speculative_steps} spec / {self.gated_steps} gated{failures}"
         )
 
     def global_size(
@@ -476,8 +488,9 @@ class _GateMetrics:
     """`sglang:spec_batch_gate_*` metrics beside SGLang's own (prometheus_client, which
     SGLang installs; imported only when metrics are enabled)."""
 
-    def __init__(self, state: Any, threshold: Any, steps: Any, switches: Any) -> None:
+    def __init__(self, state: Any, threshold: Any, steps: Any, switches: Any, failures: Any) -> None:
         self.state, self.threshold, self.steps, self.switches = state, threshold, steps, switches
+        self.failures = failures
 
     @classmethod
     def create(cls, gate: BatchGate) -> _GateMetrics | None:
@@ -503,6 +516,11 @@ class _GateMetrics:
                     ["kind"],
                 ),
                 Counter("sglang:spec_batch_gate_switches", "Times the gate changed state."),
+                Counter(
+                    "sglang:spec_batch_gate_failures",
+                    "Errors in the gate's own code; the first turns the gate off for the "
+                    "server's life, which then runs as unpatched SGLang.",
+                ),
             )
         except Exception:  # noqa: BLE001 - e.g. a registry that already has these names; never fail start-up
             logger.exception("batch gate: no Prometheus metrics")
@@ -510,6 +528,10 @@ class _GateMetrics:
         metrics.threshold.set(gate.threshold)
         metrics.state.set(0)
         return metrics
+
+    def failed(self) -> None:
+        self.failures.inc()
+        self.state.set(0)
 
     def step(self, gated: bool, switched: bool) -> None:
         self.steps.labels(kind="gated" if gated else "speculative").inc()
@@ -681,12 +703,9 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # The result's field for the step's reservation, up to 0.5.5.post3 (renamed in 0.5.4).
 _ALLOCATION_FIELDS = ("allocate_lens", "last_batch_allocate_lens")
 GATED_DECODE_ATTR = "eaglegate_gated"  # on the draft input: this step was reserved gated
-# On a draft input made by a gated step or a gated prefill: the step before added one token
-# at most, so one slot ahead is enough. After a speculative step the reservation stays the
-# speculative one for one more step: where the decode preparation counts committed tokens
-# without the step still in flight (0.5.6 to 0.5.10), that step may have added
-# `num_draft_tokens` of them, more than one slot covers.
-AFTER_GATED_ATTR = "eaglegate_after_gated"
+# The FutureMap's gather of the draft state (0.5.13 on), which the relay edit opens with
+# `resolve_gated_relay` (codemods/spec_relay.py takes the name from here).
+RELAY_RESOLVE = "_resolve_spec_extras"
 
 _overlap_gate: BatchGate | None = None  # the gate of this scheduler process's v2 worker
 _last_decode_size = 0  # the running batch of the last decode step this process prepared
@@ -695,18 +714,206 @@ _last_decode_size = 0  # the running batch of the last decode step this process 
 # few, not one: a stash the scheduler defers must still find its step's; bounded, since
 # without the overlap scheduler nothing is stashed.
 _gated_relay_tokens: collections.deque[Any] = collections.deque(maxlen=4)
+_relay_map: Any = None  # the scheduler's FutureMap, once a gated step's relay went through it
 _accept_ones: Any = None  # a gated step's accept lengths: a slice of these ones
+
+# ---- what the overlap worker's gate relies on in SGLang ----------------------------------
+#
+# Every attribute, method and enum member of SGLang the gate reads or writes, by the class
+# that declares it: (module, class, names). `A|B` in a module or class is the first the
+# release has; in a name, either spelling. `?name` is used only where the release has it.
+# `name:T|U` says what the release may declare it as: the annotation's types must be among
+# these, and `None` must be listed for a field it declares Optional. `patches/gate_contract.py`
+# checks this against a release's source (`eaglegate verify`); `_missing_in_server` against
+# the live classes and objects before the gate first engages.
+RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("sglang.srt.model_executor.forward_batch_info", "CaptureHiddenMode", ("NULL",)),
+    ("sglang.srt.model_executor.forward_batch_info", "ForwardMode", ("is_extend",)),
+    ("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm", ("?NONE",)),
+    # The decision reads the scheduler's batch; the gated steps read and write the batch the
+    # worker gets: a ModelWorkerBatch up to 0.5.12, the scheduler's own batch from 0.5.13.
+    ("sglang.srt.managers.schedule_batch", "ScheduleBatch",
+     ("reqs", "return_logprob", "return_hidden_states", "?has_grammar")),
+    ("sglang.srt.managers.schedule_batch", "ModelWorkerBatch|ScheduleBatch",
+     ("forward_mode", "spec_info", "spec_algorithm", "seq_lens:Tensor",
+      "seq_lens_cpu:Tensor|None", "seq_lens_sum:int", "req_pool_indices:Tensor",
+      "out_cache_loc:Tensor", "input_ids:Tensor",
+      "?capture_hidden_mode:CaptureHiddenMode|None")),
+    ("sglang.srt.speculative.eagle_info", "EagleDraftInput",
+     ("topk_p:Tensor", "topk_index:Tensor", "hidden_states:Tensor|None",
+      "bonus_tokens|verified_id:Tensor", "?new_seq_lens", "?verify_done", "?allocate_lens",
+      "?future_indices", "?hidden_size_for", "?dtype_for")),
+    ("sglang.srt.managers.utils|sglang.srt.managers.scheduler", "GenerationBatchResult",
+     ("next_token_ids", "accept_lens", "next_draft_input", "?speculative_num_draft_tokens",
+      "?new_seq_lens", "?allocate_lens|last_batch_allocate_lens")),
+    ("sglang.srt.managers.overlap_utils", "FutureMap", ("?output_tokens_buf",)),
+)
+# The objects the gate finds on the worker, by the class each is, for the same check.
+RELIES_ON_OBJECTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("", "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2",
+     ("server_args", "target_worker", "?topk", "?speculative_num_draft_tokens",
+      "?war_fastpath_runner")),
+    ("target_worker", "sglang.srt.managers.tp_worker", "TpModelWorker",
+     ("model_runner", "forward_batch_generation")),
+    ("target_worker.model_runner", "sglang.srt.model_executor.model_runner", "ModelRunner",
+     ("req_to_token_pool", "device", "attn_backend", "spec_algorithm", "server_args",
+      "decode_cuda_graph_runner|graph_runner", "_get_attention_backend",
+      "?prefill_cuda_graph_runner")),
+)
+
+
+def _required(names: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The required names of a RELIES_ON entry, each as its alternative spellings."""
+    return [tuple(name.split(":")[0].split("|")) for name in names if not name.startswith("?")]
+
+
+def _import_first(modules: str, classes: str) -> Any:
+    import importlib
+
+    for module_name in modules.split("|"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for class_name in classes.split("|"):
+            found = getattr(module, class_name, None)
+            if found is not None:
+                return found
+    return None
+
+
+def _declares(cls: Any, name: str) -> bool:
+    import dataclasses
+
+    if dataclasses.is_dataclass(cls) and name in {f.name for f in dataclasses.fields(cls)}:
+        return True
+    return hasattr(cls, name)
+
+
+def _missing_in_server(worker: Any) -> list[str]:
+    """What the gate relies on that this server lacks, as `Class.name`: the classes it
+    imports from SGLang and the objects it finds on the worker."""
+    missing = []
+    for modules, classes, names in RELIES_ON:
+        cls = _import_first(modules, classes)
+        if cls is None:
+            missing.append(classes)
+            continue
+        missing += [f"{cls.__name__}.{'|'.join(alts)}" for alts in _required(names)
+                    if not any(_declares(cls, name) for name in alts)]
+    for path, _module, class_name, names in RELIES_ON_OBJECTS:
+        obj = worker
+        for step in filter(None, path.split(".")):
+            obj = getattr(obj, step, None)
+        if obj is None:
+            missing.append(f"{class_name} (the worker's {path})")
+            continue
+        missing += [f"{class_name}.{'|'.join(alts)}" for alts in _required(names)
+                    if not any(hasattr(obj, name) for name in alts)]
+    return missing
+
+
+def _batch_supported(batch: Any) -> bool:
+    """Whether the scheduler's batch has what the decision reads; the first time it does
+    not, the gate turns itself off (it has not engaged yet: nothing to hand back)."""
+    if hasattr(batch, "reqs"):
+        return True
+    _fail("the decision", AttributeError("the scheduler's batch has no `reqs`"))
+    return False
+
+
+# ---- the gate fails open ----------------------------------------------------------------
+
+
+def _fail(where: str, exc: BaseException) -> None:
+    """Turn the gate off for the life of this server after an error in its own code: one
+    log line, and a failure counted where the gate's state shows (the decode log line,
+    Prometheus). From here every step is SGLang's own speculative step."""
+    global _overlap_gate
+    gate, _overlap_gate = _overlap_gate, None
+    if gate is None:
+        return  # already off: said once
+    reason = f"{type(exc).__name__} in {where}: {exc}"
+    gate.fail(reason)
+    logger.error("batch gate: off for the life of this server after %s; "
+                 "the server runs as unpatched SGLang", reason)
+
+
+def _passed_on(worker: Any, batch: Any, passed: dict[str, Any]) -> Any:
+    """SGLang's own step for `batch` with the gate off: the worker's entry again (its
+    speculative branches, since the gate is off now), with the arguments it was called with.
+    A step the FutureMap resolved for a gated step (its token rows only) is resolved again
+    in full first."""
+    if _relay_map is not None and getattr(batch.spec_info, GATED_DECODE_ATTR, False):
+        getattr(_relay_map, RELAY_RESOLVE)(batch)
+    return worker.forward_batch_generation(batch, **passed)
+
+
+class _SavedBatch:
+    """The worker batch's fields a gated step writes, as they were: put back before a step
+    is handed back to SGLang."""
+
+    FIELDS = ("out_cache_loc", "input_ids", "seq_lens", "seq_lens_cpu", "seq_lens_sum",
+              "spec_info", "spec_algorithm", "capture_hidden_mode")
+
+    def __init__(self, batch: Any) -> None:
+        self.values = {name: getattr(batch, name) for name in self.FIELDS if hasattr(batch, name)}
+
+    def restore(self, batch: Any) -> None:
+        for name, value in self.values.items():
+            setattr(batch, name, value)
 
 
 def _overlap_gate_off_reason(worker: Any) -> str | None:
-    server_args = getattr(worker, "server_args", None)
-    if getattr(server_args, "enable_dp_attention", False):
-        # The decision is taken while the batch is prepared, before the ranks exchange their
-        # sizes: ranks could split between a plain step and draft/verify collectives.
-        return "data-parallel attention is on"
-    if (getattr(server_args, "pp_size", 1) or 1) > 1:
-        # A rank that is not the last stage gets proxy tensors from the target, not tokens.
-        return "pipeline parallelism is on"
+    missing = _missing_in_server(worker)
+    if missing:
+        return "this SGLang lacks what it relies on: " + ", ".join(missing)
+    return parallel_off_reason(getattr(worker, "server_args", None))
+
+
+# How releases spell attention data parallelism and pipeline parallelism: ServerArgs'
+# `enable_dp_attention` up to 0.5.21 (`--enable-dp-attention`), which from 0.5.22 stays false
+# while `attn_dp_size` (`--attn-dp-size N`) holds the width; from 0.5.20 also the runtime's
+# parallel context (`runtime_context.get_parallel()`), which `attn_dp_enabled` joins in 0.5.22.
+DP_ATTENTION_FLAGS = ("enable_dp_attention", "attn_dp_enabled")
+DP_ATTENTION_SIZES = ("attn_dp_size",)
+PIPELINE_SIZES = ("pp_size",)
+
+
+def _views(server_args: Any) -> list[Any]:
+    views = [server_args]
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:  # before 0.5.20, or not inside SGLang
+        return views
+    try:
+        views.append(get_parallel())
+    except Exception:  # noqa: BLE001 - not published yet: the server args alone
+        pass
+    return views
+
+
+def _above_one(value: Any) -> bool:
+    try:
+        return int(value) > 1
+    except (TypeError, ValueError):
+        return False
+
+
+def parallel_off_reason(server_args: Any, views: list[Any] | None = None) -> str | None:
+    """Why the gate must stay off under this launch's parallelism, or None."""
+    for view in _views(server_args) if views is None else views:
+        if view is None:
+            continue
+        if any(getattr(view, name, False) is True for name in DP_ATTENTION_FLAGS) or any(
+            _above_one(getattr(view, name, 1)) for name in DP_ATTENTION_SIZES
+        ):
+            # The decision is taken while the batch is prepared, before the ranks exchange
+            # their sizes: ranks could split between a plain step and draft/verify collectives.
+            return "data-parallel attention is on"
+        if any(_above_one(getattr(view, name, 1)) for name in PIPELINE_SIZES):
+            # A rank that is not the last stage gets proxy tensors from the target, not tokens.
+            return "pipeline parallelism is on"
     # SGLang's adaptive speculation stays on below the threshold: its tiers switch only in
     # the worker's speculative branch, which a gated step never enters, and the patched
     # result processing keeps gated steps out of its accept statistics.
@@ -715,26 +922,33 @@ def _overlap_gate_off_reason(worker: Any) -> str | None:
 
 def init_overlap_batch_gate(worker: Any) -> None:
     """At the end of `EAGLEWorkerV2.__init__` (from 0.5.14 its `init_cuda_graphs`): the gate,
-    the target's DECODE graphs, the log line and metrics. Does nothing when the gate is off."""
+    the target's DECODE graphs, the log line and metrics. Does nothing when the gate is off,
+    and leaves it off, saying why in one line, when this server lacks what it relies on.
+    Never raises: a failure here leaves the server as unpatched SGLang."""
     global _overlap_gate
     _overlap_gate = None
-    gate = gate_for(worker)
-    if gate is None:
-        return
-    reason = _overlap_gate_off_reason(worker)
-    if reason is not None:
-        logger.warning("batch gate: off because %s", reason)
+    try:
+        gate = gate_for(worker)
+        if gate is None:
+            return
+        reason = _overlap_gate_off_reason(worker)
+        if reason is not None:
+            logger.warning("batch gate: off because %s", reason)
+            worker._eaglegate_batch_gate = None
+            return
+        worker._eaglegate_plain_decode = build_plain_decode(worker, full_hidden=False)
+        if worker._eaglegate_plain_decode is None:
+            worker._eaglegate_batch_gate = None
+            return
+        compile_decode_positions(worker.target_worker.model_runner)
+        worker._eaglegate_capture_argument = _takes_capture_argument(worker.target_worker)
+        _add_to_decode_log(gate)
+        if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
+            gate.metrics = _GateMetrics.create(gate)
+    except Exception as exc:  # noqa: BLE001 - the server starts as unpatched SGLang
+        logger.error("batch gate: off: %s in its start-up: %s", type(exc).__name__, exc)
         worker._eaglegate_batch_gate = None
         return
-    worker._eaglegate_plain_decode = build_plain_decode(worker, full_hidden=False)
-    if worker._eaglegate_plain_decode is None:
-        worker._eaglegate_batch_gate = None
-        return
-    compile_decode_positions(worker.target_worker.model_runner)
-    worker._eaglegate_capture_argument = _takes_capture_argument(worker.target_worker)
-    _add_to_decode_log(gate)
-    if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
-        gate.metrics = _GateMetrics.create(gate)
     _overlap_gate = gate
     logger.info("batch gate: on (overlap worker), %s", gate.describe())
 
@@ -749,36 +963,34 @@ def _step_eligible(batch: Any) -> bool:
     )
 
 
-def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any, gated_len: int = 1) -> Any:
+def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
     """The per-request KV reservation of this decode step, in the draft input's
-    `prepare_for_decode`: `alloc_len` (the speculative value) when it speculates or follows a
-    speculative step, `gated_len` when the gate runs it as a plain decode after a gated step or
-    prefill. Decides the step and marks `draft_input`. Never raises.
+    `prepare_for_decode`: `alloc_len`, the speculative value, unchanged. Decides the step and
+    marks `draft_input`. Never raises.
 
-    `gated_len` is the plain value of what `alloc_len` measures. Where the version reserves
-    `committed + 2 * <per-decode length>`, it is 1. Where the wrapped call already is the
-    doubled reserve (`get_alloc_reserve_per_decode`), it is 2: from 0.5.15 the committed count
-    leaves out the step still in flight, so a gated step needs its own slot and that step's."""
-    decided = vars(draft_input).get(GATED_DECODE_ATTR) if hasattr(draft_input, "__dict__") else None
-    if decided is not None:  # a release that reads the reservation once per request
-        return gated_len if decided and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
+    A gated step reserves what a speculative step reserves (a plain step writes one slot of
+    it), so any gated step can still be handed back to SGLang's speculative path
+    (`_hand_back`): the reservation is the one that path expects."""
+    if hasattr(draft_input, "__dict__") and GATED_DECODE_ATTR in vars(draft_input):
+        return alloc_len  # a release that reads the reservation once per request: decided
     global _last_decode_size
     gated = False
     gate = _overlap_gate
     if gate is not None:
         try:
+            if not _batch_supported(batch):
+                return alloc_len
             _last_decode_size = len(batch.reqs)
-            eligible = _step_eligible(batch)
-            gated = gate.decide(len(batch.reqs)) and eligible
+            gated = gate.decide(len(batch.reqs)) and _step_eligible(batch)
             gate.record(gated)
-        except Exception:  # noqa: BLE001 - a broken decision speculates, as unpatched
-            logger.exception("batch gate: decision failed; speculating")
+        except Exception as exc:  # noqa: BLE001 - a broken decision speculates, as unpatched
+            _fail("the decision", exc)
             gated = False
     try:
         setattr(draft_input, GATED_DECODE_ATTR, gated)
     except Exception:  # noqa: BLE001 - an input that takes no attribute speculates
-        return alloc_len
-    return gated_len if gated and getattr(draft_input, AFTER_GATED_ATTR, False) else alloc_len
+        pass
+    return alloc_len
 
 
 def decode_alloc_window(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
@@ -795,8 +1007,15 @@ def decode_alloc_window(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
 
 
 def is_gated_decode(batch: Any) -> bool:
-    """Whether this worker batch's slots were reserved for a gated (plain) step."""
-    return bool(getattr(getattr(batch, "spec_info", None), GATED_DECODE_ATTR, False))
+    """Whether this worker batch runs as a gated (plain) step: the gate is on and the step
+    was decided gated when its slots were reserved."""
+    if _overlap_gate is None:
+        return False  # off, or turned off since the step was decided: SGLang's own step
+    try:
+        return bool(getattr(getattr(batch, "spec_info", None), GATED_DECODE_ATTR, False))
+    except Exception as exc:  # noqa: BLE001
+        _fail("the gated-step check", exc)
+        return False
 
 
 def _prefill_capture_mode(runner: Any) -> Any:
@@ -817,6 +1036,13 @@ def _takes_capture_argument(target_worker: Any) -> bool:
     return "capture_hidden_mode" in parameters
 
 
+def _capture_hidden_mode(name: str) -> Any:
+    """The member `name` of the release's `CaptureHiddenMode`."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    return getattr(CaptureHiddenMode, name)
+
+
 def _target_forward(worker: Any, batch: Any) -> Any:
     """The target's forward of `batch` as a plain (non-speculative) batch, through the
     target's graphs: the gate's DECODE graphs for a decode step, for a prefill the prefill
@@ -826,12 +1052,14 @@ def _target_forward(worker: Any, batch: Any) -> Any:
     runner = worker.target_worker.model_runner
     prefill = batch.forward_mode.is_extend()
     capture = _prefill_capture_mode(runner) if prefill else None
-    algorithm, spec_info = batch.spec_algorithm, batch.spec_info
+    saved = _SavedBatch(batch)
     batch.spec_info = None
-    batch.spec_algorithm = _plain_algorithm(algorithm)
+    batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
     kwargs = {}
-    if hasattr(batch, "capture_hidden_mode"):  # the batch's field, where it has one
-        batch.capture_hidden_mode = capture or type(batch.capture_hidden_mode).NULL
+    if hasattr(batch, "capture_hidden_mode"):
+        # The batch's field, where it has one. Its value is no guide: on 0.5.13 to 0.5.15.post1
+        # the scheduler's batch leaves it None until a speculative step sets it.
+        batch.capture_hidden_mode = capture or _capture_hidden_mode("NULL")
     elif capture is not None and getattr(worker, "_eaglegate_capture_argument", False):
         kwargs["capture_hidden_mode"] = capture  # 0.5.16 on: the target worker's argument
     plain: PlainDecode | None = getattr(worker, "_eaglegate_plain_decode", None)
@@ -842,7 +1070,9 @@ def _target_forward(worker: Any, batch: Any) -> Any:
     finally:
         if plain is not None:
             plain.leave()
-        batch.spec_algorithm, batch.spec_info = algorithm, spec_info
+        for name in ("spec_algorithm", "spec_info", "capture_hidden_mode"):
+            if name in saved.values:
+                setattr(batch, name, saved.values[name])
         _hand_over_read_done(worker, runner)
 
 
@@ -872,15 +1102,22 @@ def resolve_gated_relay(future_map: Any, batch: Any) -> bool:
     """First in the FutureMap's `_resolve_spec_extras` (0.5.13 on): for a batch reserved
     gated, gather the last sampled token only (the plain decode's input) and return True;
     the top-k and hidden-state rows stay in the FutureMap, where a gated step leaves them.
-    False for any other batch, whose resolve then runs as the version wrote it."""
+    False for any other batch, whose resolve then runs as the version wrote it. Never raises:
+    after an error the gate is off and the release's resolve runs."""
+    global _relay_map
     if not is_gated_decode(batch):
         return False
-    draft_input = batch.spec_info
-    indices = getattr(draft_input, "future_indices", None)
-    tokens = getattr(future_map, "output_tokens_buf", None)
-    if indices is None or tokens is None:
+    try:
+        draft_input = batch.spec_info
+        indices = getattr(draft_input, "future_indices", None)
+        tokens = getattr(future_map, "output_tokens_buf", None)
+        if indices is None or tokens is None:
+            return False
+        setattr(draft_input, _token_field(draft_input), tokens[indices])
+    except Exception as exc:  # noqa: BLE001
+        _fail("the relay's resolve", exc)
         return False
-    setattr(draft_input, _token_field(draft_input), tokens[indices])
+    _relay_map = future_map  # a gated step handed back resolves again in full through it
     return True
 
 
@@ -889,15 +1126,19 @@ def stash_gated_relay(future_map: Any, indices: Any, payload: Any) -> bool:
     payload carries the tokens `run_gated_decode` sampled), write those tokens to their rows
     as every version's stash writes them, and return True: the payload's other rows are the
     ones `resolve_gated_relay` did not gather, so they must not be written back. False for any
-    other payload, which the version's own stash then writes."""
-    tokens = getattr(payload, _token_field(payload), None)
-    # By identity: `==` on tensors compares their elements.
-    mine = next((i for i, pending in enumerate(_gated_relay_tokens) if pending is tokens), None)
-    if tokens is None or mine is None:
+    other payload, which the version's own stash then writes. Never raises."""
+    try:
+        tokens = getattr(payload, _token_field(payload), None)
+        # By identity: `==` on tensors compares their elements.
+        mine = next((i for i, pending in enumerate(_gated_relay_tokens) if pending is tokens), None)
+        if tokens is None or mine is None:
+            return False
+        del _gated_relay_tokens[mine]  # stashed once: the same payload again is the release's
+        buffer = future_map.output_tokens_buf
+        buffer[indices] = _cast(tokens, buffer.dtype)
+    except Exception as exc:  # noqa: BLE001
+        _fail("the relay's stash", exc)
         return False
-    buffer = future_map.output_tokens_buf
-    buffer[indices] = _cast(tokens, buffer.dtype)
-    del _gated_relay_tokens[mine]  # stashed once: the same payload again is the release's
     return True
 
 
@@ -921,22 +1162,30 @@ def _ones_int32(size: int, device: Any) -> Any:
     return ones[:size]
 
 
-def run_gated_decode(
-    worker: Any,
-    batch: Any,
-    on_publish: Any = None,
-    grammar_barrier: Any = None,
-    pp_proxy_tensors: Any = None,
-) -> Any:
+def run_gated_decode(worker: Any, batch: Any, **passed: Any) -> Any:
     """One plain DECODE step of the target for a batch whose draft input the FutureMap
-    resolved (a ModelWorkerBatch up to 0.5.12, the scheduler's batch from 0.5.13, with its
-    publish hook; from 0.5.17 the scheduler's grammar barrier, from 0.5.19 the pipeline's
-    proxy tensors, which are None here: the gate is off with pipeline parallelism); returns
+    resolved (a ModelWorkerBatch up to 0.5.12, the scheduler's batch from 0.5.13); `passed`
+    is what the worker's entry was called with after the batch, by name (from 0.5.13 the
+    scheduler's publish hook, from 0.5.17 its grammar barrier, from 0.5.19 the pipeline's
+    proxy tensors, which are None here: the gate is off with pipeline parallelism). Returns
     the result in the speculative layout (see above).
 
-    The step does not depend on the adaptive tier the worker is in: the target's backend and
-    graphs in place are put back after the forward, and the result records its own row width.
-    """
+    Never raises: after an error in the gate's code the batch's fields are put back, the
+    gate turns itself off, and the step is SGLang's own speculative step (`_passed_on`). The
+    step reserved what a speculative step reserves, so that is always possible."""
+    saved = _SavedBatch(batch)
+    try:
+        return _gated_decode(worker, batch, passed.get("on_publish"), passed.get("grammar_barrier"))
+    except Exception as exc:  # noqa: BLE001 - never into the scheduler
+        saved.restore(batch)
+        _fail("a gated decode step", exc)
+    return _passed_on(worker, batch, passed)
+
+
+def _gated_decode(worker: Any, batch: Any, on_publish: Any, grammar_barrier: Any) -> Any:
+    """`run_gated_decode`'s step. The step does not depend on the adaptive tier the worker
+    is in: the target's backend and graphs in place are put back after the forward, and the
+    result records its own row width."""
     import copy
 
     import torch
@@ -987,18 +1236,18 @@ def run_gated_decode(
         rows[:, 0] = sampled
     next_input = copy.copy(draft_input)
     vars(next_input).pop(GATED_DECODE_ATTR, None)  # the next step is decided afresh
-    setattr(next_input, AFTER_GATED_ATTR, True)
     next_tokens = _cast(sampled, tokens.dtype)
     setattr(next_input, field, next_tokens)
-    _gated_relay_tokens.append(next_tokens)  # this step's relay: its token alone (stash_gated_relay)
     if hasattr(draft_input, "new_seq_lens"):  # up to 0.5.12: the lengths ride on the input
         next_input.new_seq_lens = new_seq_lens
     if published is not None:
         next_input.verify_done = published
+    accept_lens = _ones_int32(size, sampled.device)
+    allocated = getattr(draft_input, "allocate_lens", None)
+    # Nothing can fail from here on: the result is the step's.
     _publish(result, on_publish, new_seq_lens)
     result.next_token_ids = rows.reshape(-1)
-    result.accept_lens = _ones_int32(size, sampled.device)
-    allocated = getattr(draft_input, "allocate_lens", None)
+    result.accept_lens = accept_lens
     if allocated is not None:
         # Up to 0.5.5.post3 the result processing frees a finished request's over-allocation
         # from the step's reservation: `allocate_lens` (0.5.4 on), `last_batch_allocate_lens`
@@ -1010,6 +1259,7 @@ def run_gated_decode(
     if hasattr(result, "speculative_num_draft_tokens"):
         result.speculative_num_draft_tokens = stride
     result.eaglegate_gated_step = True  # the patched scheduler leaves it out of accept length
+    _gated_relay_tokens.append(next_tokens)  # this step's relay: its token alone (stash_gated_relay)
     return result
 
 
@@ -1020,14 +1270,18 @@ def is_gated_prefill(batch: Any) -> bool:
     gate = _overlap_gate
     if gate is None:
         return False
-    mode = getattr(batch, "forward_mode", None)
-    if mode is None or not mode.is_extend() or not _step_eligible(batch):
+    try:
+        mode = getattr(batch, "forward_mode", None)
+        if mode is None or not mode.is_extend() or not _step_eligible(batch):
+            return False
+        seq_lens = getattr(batch, "seq_lens", None)
+        joining = 0 if seq_lens is None else len(seq_lens)
+        # The last decode step's size may count requests that have finished since: a prefill
+        # misjudged that way only starts those requests with empty draft rows.
+        return gate.gated or _last_decode_size + joining > gate.threshold
+    except Exception as exc:  # noqa: BLE001
+        _fail("the gated-prefill check", exc)
         return False
-    seq_lens = getattr(batch, "seq_lens", None)
-    joining = 0 if seq_lens is None else len(seq_lens)
-    # The last decode step's size may count requests that have finished since: a prefill
-    # misjudged that way only starts those requests with empty draft rows.
-    return gate.gated or _last_decode_size + joining > gate.threshold
 
 
 def _draft_hidden_spec(draft: Any) -> tuple[Any, Any]:
@@ -1080,25 +1334,25 @@ def _empty_draft_rows(worker: Any, size: int, tokens: Any, seq_lens: Any) -> Any
     for name, value in values.items():
         if name in fields and not fields[name]:
             setattr(rows, name, value)
-    setattr(rows, AFTER_GATED_ATTR, True)  # a prefill leaves nothing in flight to cover
     return rows
 
 
-def run_gated_prefill(
-    worker: Any,
-    batch: Any,
-    on_publish: Any = None,
-    grammar_barrier: Any = None,
-    pp_proxy_tensors: Any = None,
-) -> Any:
+def run_gated_prefill(worker: Any, batch: Any, **passed: Any) -> Any:
     """The target's prefill of an extend batch while the gate has speculation off, through
     the target's prefill graphs where the version has them, and no draft prefill. The draft
     state of these requests starts empty: they speculate with poor drafts until their first
-    speculative step refreshes it."""
-    result = _target_forward(worker, batch)
-    tokens = result.next_token_ids
+    speculative step refreshes it. `passed` as for `run_gated_decode`; never raises, as it."""
+    saved = _SavedBatch(batch)
+    try:
+        result = _target_forward(worker, batch)
+        tokens = result.next_token_ids
+        rows = _empty_draft_rows(worker, int(tokens.shape[0]), tokens, batch.seq_lens)
+    except Exception as exc:  # noqa: BLE001 - never into the scheduler
+        saved.restore(batch)
+        _fail("a gated prefill", exc)
+        return _passed_on(worker, batch, passed)
     # After a prefill the length is the prompt's: the first decode step's input is the
     # sampled token, not yet in the KV cache.
-    _publish(result, on_publish, batch.seq_lens)
-    result.next_draft_input = _empty_draft_rows(worker, int(tokens.shape[0]), tokens, batch.seq_lens)
+    _publish(result, passed.get("on_publish"), batch.seq_lens)
+    result.next_draft_input = rows
     return result

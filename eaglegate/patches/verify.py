@@ -8,7 +8,9 @@ Checks, each with its evidence, for every worker family the tree's patch wires (
 3. v1: the behavioural check (`patches.behaviour`) with recording test doubles passes;
    overlap worker: the gated decode and the gated prefill come first in their branches of
    the batch entry, and the decode preparation reserves KV through the gate (its behaviour
-   with doubles is tests/test_gate_overlap.py; on a GPU, bench/gpu);
+   with each release's own classes is tests/test_gate_releases.py; on a GPU, bench/gpu), and
+   every SGLang field, method and enum member the gate uses is declared in the tree, with a
+   type the gate handles (`gate_contract`: the failure names it and its file:line);
 4. the patch manifest, if any, says the tree is patched (not modified since).
 """
 
@@ -22,7 +24,7 @@ import networkx as nx
 
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
-from eaglegate.patches import behaviour, generate
+from eaglegate.patches import behaviour, gate_contract, gate_module, generate
 from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
 
@@ -107,6 +109,7 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
                                              f"{type(exc).__name__}: {exc}"))
     if "v2" in families:
         report.checks.append(_overlap_wiring(tree))
+        report.checks.append(_gate_contract(tree))
 
     state = status(tree.root.parent)
     if state.manifest is not None:
@@ -135,6 +138,15 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
     wanted = {v2_worker.IS_GATED, v2_worker.IS_GATED_PREFILL}
     found = wanted & firsts
     return VerifyCheck(name, found == wanted, f"first in their branches: {sorted(found)}")
+
+
+def _gate_contract(tree: SourceTree) -> VerifyCheck:
+    """Everything the overlap worker's gate reads and writes, declared in this tree as the
+    gate handles it (`gate_contract`)."""
+    problems = gate_contract.check(tree.root)
+    return VerifyCheck("overlap worker: every SGLang field, method and enum member the gate uses, "
+                       "declared as it handles it", not problems,
+                       "; ".join(map(str, problems)) or f"{len(gate_module.RELIES_ON) + len(gate_module.RELIES_ON_OBJECTS)} classes checked")
 
 
 def _first_statements_of_branches(module: cst.Module) -> set[str]:

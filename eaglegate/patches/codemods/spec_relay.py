@@ -34,9 +34,10 @@ from eaglegate.patches.codemods.common import (
     replace_class,
     replace_methods,
 )
+from eaglegate.patches.gate_module import RELAY_RESOLVE
 
 CLASS = "FutureMap"
-RESOLVE, STASH = "_resolve_spec_extras", "stash"
+RESOLVE, STASH = RELAY_RESOLVE, "stash"
 RESOLVE_HOOK, STASH_HOOK = "resolve_gated_relay", "stash_gated_relay"
 # Each method's parameters after `self`: the batch; the indices and the payload.
 ARITY = {RESOLVE: 1, STASH: 2}

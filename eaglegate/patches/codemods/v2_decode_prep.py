@@ -4,9 +4,10 @@ module function `eagle_prepare_for_decode(batch)` that replaced it
 (`srt/speculative/eagle_utils.py`, 0.5.15 on).
 
 The per-request KV reservation goes through `decode_alloc_len`, which decides the step and
-reserves one slot per request when it is gated. Where the version computes the
-over-allocation without clamping it at zero, the clamp is added, so a smaller reservation
-after speculative steps keeps what is already allocated (the clamp 0.5.12 has itself).
+returns the reservation unchanged: a gated step reserves what a speculative one does, so the
+gate can hand any step back to SGLang's speculative path. Where the version computes the
+over-allocation without clamping it at zero, the clamp is added (the clamp 0.5.12 has
+itself): the reservation never shrinks the allocation a request already holds.
 
 Up to 0.5.5.post3 the reservation is a window instead: `new_allocate_lens = <batch>.seq_lens +
 ALLOC_LEN_PER_DECODE`, in the draft input's `prepare_for_decode` (0.5.4 to 0.5.5.post3, one
@@ -18,10 +19,9 @@ keep its width: `decode_alloc_window` decides the step there and returns the res
 unchanged. A gated step still allocates one slot per request, as the window slides by the
 one token it writes.
 
-In the module function the reservation is `get_alloc_reserve_per_decode()`, already doubled,
-and the committed count no longer pre-claims the step in flight: a gated step reserves two
-slots past it (`gated_len=2`, see `decode_alloc_len`). From 0.5.20 the reservation is handed
-to a helper that clamps it (`page_aligned_decode_alloc_lens`).
+In the module function the reservation is `get_alloc_reserve_per_decode()`, already doubled.
+From 0.5.20 the reservation is handed to a helper that clamps it
+(`page_aligned_decode_alloc_lens`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _clamped_max(node: cst.Call) -> bool:
 
 
 class _WrapAlloc(cst.CSTTransformer):
-    """`decode_alloc_len(<draft input>, <batch>, <reservation>[, gated_len=2])` around the
+    """`decode_alloc_len(<draft input>, <batch>, <reservation>)` around the
     reservation; counts the over-allocations, clamped or not."""
 
     def __init__(self, draft_input: str, batch_name: str, self_name: str | None = None) -> None:
@@ -100,9 +100,7 @@ class _WrapAlloc(cst.CSTTransformer):
         if not _is_alloc_len(original, self.self_name):
             return updated
         self.alloc += 1
-        doubled = m.matches(original, m.Call(func=m.Name(DOUBLED))) and self.self_name is None
-        extra = ", gated_len=2" if doubled else ""
-        return cst.parse_expression(f"{ALLOC}({self.draft_input}, {self.batch_name}, {code(updated)}{extra})")
+        return cst.parse_expression(f"{ALLOC}({self.draft_input}, {self.batch_name}, {code(updated)})")
 
     def leave_BinaryOperation(
         self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
