@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import prometheus_client
 import pytest
-from conftest import release
 from packaging.version import Version
-from release_defs import Release
-from test_gate_overlap import GATE_FILE, T, fake_torch
 
 from eaglegate.patches import gate_contract
+
+from conftest import release
+from release_defs import Release
+from test_gate_overlap import GATE_FILE, T, fake_torch
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
 # Every release the overlap worker's patch reaches.
