@@ -7,13 +7,14 @@ gate's off-switches (attention DP in each spelling, pipeline parallelism) in pla
 from __future__ import annotations
 
 import pytest
-from conftest import analysis, release
-from test_faults_cli import eaglegate, error_line
 
 from eaglegate.analyzer.launch import evaluate_launch, find_algorithm
 from eaglegate.analyzer.settings import parse_flags
 from eaglegate.errors import UserError
 from eaglegate.patches.plan import build_plan
+
+from conftest import analysis, release
+from test_faults_cli import eaglegate, error_line
 
 SPREAD = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1", "0.5.14", "0.5.16", "0.5.23"]
 TP8 = "--tp 8 --speculative-algorithm EAGLE3"

@@ -3,11 +3,11 @@ no threshold the user never gave, on real releases."""
 
 from __future__ import annotations
 
-from conftest import analysis
-
 from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.plan import DEFAULT_THRESHOLD, build_plan
 from eaglegate.reports.model import THRESHOLD, gate_plan_section
+
+from conftest import analysis
 
 
 def _flags_of(section) -> list[str]:

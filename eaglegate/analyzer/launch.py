@@ -203,10 +203,12 @@ def registered_names(codebase: Codebase, function_qn: str) -> tuple[set[str], st
     with the first call's file:line; None when nothing registers it."""
     module = codebase.scope_module.get(function_qn)
     tree = files.tree(Path(codebase.root) / module.path) if module is not None else None
+    if module is None or tree is None:
+        return None
     short = function_qn.rsplit(".", 1)[-1]
     names: set[str] = set()
     where = ""
-    for stmt in tree.body if tree is not None else ():
+    for stmt in tree.body:
         call = stmt.value if isinstance(stmt, ast.Expr) else None
         if not isinstance(call, ast.Call) or not call.args or not isinstance(call.args[0], ast.Constant) \
                 or not isinstance(call.args[0].value, str):
@@ -215,7 +217,8 @@ def registered_names(codebase: Codebase, function_qn: str) -> tuple[set[str], st
         if not any(isinstance(a, ast.Name) and a.id == short for a in passed):
             continue
         aliases = next((k.value for k in call.keywords if k.arg == "aliases"), None)
-        listed = ast.literal_eval(aliases) if isinstance(aliases, (ast.Tuple, ast.List)) else ()
+        listed = [a.value for a in aliases.elts if isinstance(a, ast.Constant)] \
+            if isinstance(aliases, (ast.Tuple, ast.List)) else []
         names |= {call.args[0].value.upper(), *(a.upper() for a in listed if isinstance(a, str))}
         where = where or f"{module.path}:{stmt.lineno}"
     return (names, where) if names else None

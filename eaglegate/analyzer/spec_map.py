@@ -18,7 +18,15 @@ from typing import Any
 import networkx as nx
 
 from eaglegate.analyzer.callgraph import CallGraph, load_codebase
-from eaglegate.analyzer.conditions import Formula, Literal, atoms_of, conflicts, formula, literals, satisfiable
+from eaglegate.analyzer.conditions import (
+    Formula,
+    Literal,
+    atoms_of,
+    conflicts,
+    formula,
+    literals,
+    satisfiable,
+)
 from eaglegate.analyzer.index import Codebase, Site
 from eaglegate.analyzer.source import SourceTree
 from eaglegate.analyzer.step_calls import Call, StepCalls, capturing_functions, graph_runner_classes
