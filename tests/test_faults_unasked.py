@@ -23,8 +23,8 @@ import pytest
 from test_faults_apply import eaglegate, error_line
 from test_faults_state import GIT_ENV, ok
 
-from eaglegate.analyzer.source import from_path
 from eaglegate.patches.generate import generate_patch
+
 from txhelpers import VERSION, copy_full, tree_hash
 
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -139,7 +139,7 @@ def test_allow_dirty_refuses_an_uncommitted_edit_on_the_patchs_own_lines(checkou
     original = target.read_bytes()
     after = patched_bytes(release_tree)[SERVER_ARGS]
     # The first line the patch changes, edited by the user.
-    line = next(a for a, b in zip(original.splitlines(keepends=True), after.splitlines(keepends=True)) if a != b)
+    line = next(a for a, b in zip(original.splitlines(keepends=True), after.splitlines(keepends=True), strict=False) if a != b)
     target.write_bytes(original.replace(line, line.rstrip(b"\n") + b"  # mine\n", 1))
     state = git_state(repo)
     before = tree_hash(python.parent)  # the git directory too: no object, ref or index written

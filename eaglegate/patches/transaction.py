@@ -946,7 +946,7 @@ def _kept_out(repo: git.Repo, layout: Layout, patch: PatchSet) -> dict[str, tupl
     paths = _repo_paths(repo, layout, [c.path for c in patch.changes])
     dirty = set(repo.git.diff("--name-only", "HEAD", "--", *paths).splitlines())
     kept: dict[str, tuple[str, bytes]] = {}
-    for change, path in zip(patch.changes, paths):
+    for change, path in zip(patch.changes, paths, strict=True):
         head = _head_entry(repo, path)
         if path not in dirty and (head is not None or change.before is None):
             continue  # committed as it is, or a file the patch creates
@@ -976,7 +976,7 @@ def _merged(head: bytes, before: bytes, after: bytes) -> bytes | None:
 
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / name for name in ("head", "before", "after")]
-        for file, data in zip(files, (head, before, after)):
+        for file, data in zip(files, (head, before, after), strict=True):
             file.write_bytes(data)
         proc = subprocess.run([git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", "merge-file", "-p", "-q",
                                *map(str, files)], capture_output=True)
