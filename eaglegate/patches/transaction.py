@@ -604,8 +604,6 @@ def _locked(layout: Layout, action: str) -> Iterator[None]:
     while True:
         with _naming(path):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            above = layout.state_dir.stat()
-            _own(fd, above.st_uid, above.st_gid)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -621,6 +619,8 @@ def _locked(layout: Layout, action: str) -> Iterator[None]:
             pass
         os.close(fd)
     try:
+        above = layout.state_dir.stat()
+        _own(fd, above.st_uid, above.st_gid)  # a lock a kill leaves behind is the tree owner's to remove
         try:
             os.write(fd, f"pid {os.getpid()}, {action}, since {_now()}".encode())
         except OSError:
