@@ -40,6 +40,11 @@ def register(root: typer.Typer) -> None:
     ) -> None:
         """Which worker runs under your flags, and how to gate it in this version.
 
+        --flags is read as the version's own server reads it (declared options, unambiguous
+        prefixes such as --tp, their types) and post-processed as it is (NEXTN runs as EAGLE).
+        A launch that builds no EAGLE worker (NGRAM) has no gate: the plan says why, and the
+        exit status is 1.
+
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
         """
         # Imported here, like every command's analysis: the CLI starts without loading it.
