@@ -481,6 +481,7 @@ METRIC_NAMES = (
     "sglang:spec_batch_gate_threshold",
     "sglang:spec_batch_gate_steps",
     "sglang:spec_batch_gate_switches",
+    "sglang:spec_batch_gate_failures",
 )
 
 

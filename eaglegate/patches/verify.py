@@ -24,7 +24,7 @@ import networkx as nx
 
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
-from eaglegate.patches import behaviour, gate_contract, gate_module, generate
+from eaglegate.patches import behaviour, gate_contract, gate_module, generate, live_runs
 from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
 
@@ -41,6 +41,7 @@ class VerifyReport:
     version: str
     checks: list[VerifyCheck] = field(default_factory=list)
     gate_path: list[dict[str, Any]] = field(default_factory=list)
+    live: str = ""  # whether the gate ran on this release on a GPU, or was checked statically only
 
     @property
     def ok(self) -> bool:
@@ -48,7 +49,7 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": "eaglegate.verify/1", "version": self.version, "ok": self.ok,
-                "checks": [vars(c) for c in self.checks], "gate_path": self.gate_path}
+                "checks": [vars(c) for c in self.checks], "gate_path": self.gate_path, "live": self.live}
 
 
 def _wired(tree: SourceTree, rel: str) -> bool:
@@ -67,7 +68,7 @@ def patched_families(tree: SourceTree) -> list[str]:
 def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     from eaglegate.patches.transaction import find_marks, status
 
-    report = VerifyReport(tree.version)
+    report = VerifyReport(tree.version, live=live_runs.live_status(tree.version))
     families = patched_families(tree)
     files = [generate.WORKER] if "v1" in families else []
     if "v2" in families:
