@@ -23,6 +23,7 @@ import pytest
 from test_faults_apply import eaglegate, error_line
 from test_faults_state import GIT_ENV, ok
 
+from eaglegate.analyzer.source import from_path
 from eaglegate.patches.generate import generate_patch
 
 from txhelpers import VERSION, copy_full, tree_hash
@@ -175,6 +176,26 @@ def test_root_applying_to_another_users_tree_keeps_owners_and_modes(site):
 
     ok("revert", "--path", str(site))
     assert owners(site) == before and tree_hash(site) == pristine
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand a checkout to another user")
+def test_root_on_another_users_checkout_gets_gits_refusal_in_one_line(checkout, monkeypatch):
+    """git refuses a checkout another user owns ("dubious ownership"): one line, nothing
+    written. (The command line stops earlier, in locating the --git tree: see the report.)"""
+    from eaglegate.errors import UserError
+    from eaglegate.patches import transaction
+
+    repo, python = checkout
+    patch = generate_patch(from_path(python))
+    for path in [python.parent, *python.parent.rglob("*")]:
+        os.lchown(path, 4321, 4321)
+    before = tree_hash(python.parent)
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):  # no safe.directory lifts the check
+        monkeypatch.setenv(name, "/dev/null")
+    with pytest.raises(UserError, match=r"^git refuses the checkout of .*: detected dubious ownership "
+                                        r"in repository at .*; nothing was written$"):
+        transaction.apply(python, patch, git_mode=True)
+    assert tree_hash(python.parent) == before
 
 
 # ---------------------------------------------------------------- encodings

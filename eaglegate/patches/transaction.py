@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from eaglegate.analyzer.source import read_package_version
 from eaglegate.errors import UserError
@@ -740,7 +740,7 @@ def _undo_failed_apply(layout: Layout, manifest: Manifest, repo: git.Repo | None
             f"is kept, and `eaglegate revert --path {layout.parent}` finishes the rollback once "
             "that is fixed"
         ) from None
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or _is_git_error(exc):
         raise UserError(f"{what}; rolled back, the tree is unchanged") from None
 
 
@@ -758,10 +758,20 @@ def _finishable(layout: Layout, what: str) -> Iterator[None]:
 
 
 def _describe(exc: BaseException) -> str:
-    """`could not write <file>: <OS error>` for a failed write, the message otherwise."""
+    """`could not write <file>: <OS error>` for a failed write, git's complaint for a failed git
+    step, the message otherwise."""
     if isinstance(exc, OSError):
         return f"could not write {exc.filename}: {exc.strerror or exc}"
+    if _is_git_error(exc):
+        return f"git {' '.join(map(str, exc.command[1:2]))} failed: {_git_says(exc)}"
     return str(exc)
+
+
+def _is_git_error(exc: BaseException) -> TypeGuard[git.GitCommandError]:
+    import sys
+
+    git = sys.modules.get("git")  # only git mode imports GitPython, and only it raises these
+    return git is not None and isinstance(exc, git.GitCommandError)
 
 
 def _link_of(path: Path) -> str | None:
@@ -884,9 +894,20 @@ def _open_repo(parent: Path) -> git.Repo:
     import git  # GitPython, only for git mode
 
     try:
-        return git.Repo(parent, search_parent_directories=True)
+        repo = git.Repo(parent, search_parent_directories=True)
+        repo.git.rev_parse("--git-dir")  # git's own refusals (a checkout another user owns) first
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise UserError(f"not a git checkout: {parent}") from None
+    except git.GitCommandError as exc:
+        raise UserError(f"git refuses the checkout of {parent}: {_git_says(exc)}; nothing was written") from None
+    return repo
+
+
+def _git_says(exc: git.GitCommandError) -> str:
+    """git's first line of complaint, without GitPython's framing."""
+    text = str(exc.stderr).strip().removeprefix("stderr:").strip().strip("'")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0].removeprefix("fatal: ").removeprefix("error: ") if lines else f"exit code {exc.status}"
 
 
 def _git_layout(parent: Path, repo: git.Repo) -> Layout:
