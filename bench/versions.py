@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -44,6 +45,9 @@ from packaging.version import Version
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+sys.path.insert(0, str(BENCH / "gpu"))
+from collect import rows_of  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
+
 EAGLEGATE = REPO / ".venv" / "bin" / "eaglegate"
 PIP = REPO / ".venv" / "bin" / "pip"
 CACHE = Path.home() / ".cache" / "eaglegate" / "releases"
@@ -246,6 +250,35 @@ def row(rec: dict) -> dict:
             "patch": patxt, "failures": "; ".join(fails) or "", "secs": f"{secs:.0f}"}
 
 
+LIVE_RUNS = REPO / "eaglegate" / "patches" / "live_runs.json"
+
+
+def live_cell(version: str) -> str:
+    """The release's live runs of the gate as it is now (`live_runs.json`), with what they
+    showed, read from their raw rows: request errors, gated-v2 against the best other server
+    at each level (medians of the repeats), and the greedy ids against plain-default's."""
+    live = json.loads(LIVE_RUNS.read_text())
+    runs = live["releases"].get(version)
+    if runs is None:
+        earlier = live["earlier_revisions"].get(version)
+        return "static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
+    rows = rows_of(runs["throughput"])["rows"]
+    errors = sum(r["errors"] for r in rows)
+    ratios = []
+    for level in sorted({r["C"] for r in rows}):
+        medians = {server: statistics.median(r["tok_s"] for r in rows if r["C"] == level and r["server"] == server)
+                   for server in {r["server"] for r in rows}}
+        best = max(v for k, v in medians.items() if k != "gated-v2")
+        ratios.append(f"C={level} {100 * medians['gated-v2'] / best:.1f} %")
+    equivalence = rows_of(runs["equivalence"])
+    errors += sum(1 for outputs in equivalence["outputs"].values() for seqs in outputs.values()
+                  for seq in seqs if isinstance(seq, dict))
+    same = equivalence["equivalence"]["gated-v2 vs plain-default"]
+    ids = ", ".join(f"{k} {v['identical']}/{v['total']}" for k, v in same.items() if k in ("C128", "switch_short"))
+    return (f"live ({runs['throughput']}, {runs['equivalence']}): {errors} request errors; gated-v2 / best other "
+            f"{', '.join(ratios)}; greedy ids = plain-default's on {ids}")
+
+
 def write_md(results: dict) -> None:
     lines = [
         "# eaglegate across SGLang releases",
@@ -259,13 +292,16 @@ def write_md(results: dict) -> None:
            if results["source"].get("changed_during_run") else "")
         + ("; uncommitted edits in the tree" if results["source"].get("dirty") else "") + ".",
         "",
-        "| version | workers | paths v1/v2 | verdicts | plan family (worker) | patch | failures | s |",
-        "|---|---|---|---|---|---|---|---|",
+        "The live column: the gate as it is now on an H200 (`eaglegate/patches/live_runs.json`, "
+        "raw rows in `bench/gpu/raw/`), rendered again with `--render` when a run is added.",
+        "",
+        "| version | workers | paths v1/v2 | verdicts | plan family (worker) | patch | failures | s | live |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in results["versions"]:
         r = row(rec)
         cells = [rec["version"], r["workers"], r["paths"], r["verdicts"], r["plan"],
-                 r["patch"], r["failures"], r["secs"]]
+                 r["patch"], r["failures"], r["secs"], live_cell(rec["version"])]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     tbs = [(rec["version"], n, r) for rec in results["versions"]
            for n, r in rec["commands"].items() if r["traceback"]]
@@ -284,7 +320,12 @@ def main() -> None:
     ap.add_argument("--high", default="0.5.23")
     ap.add_argument("--timeout", type=float, default=1800, help="per command, seconds")
     ap.add_argument("--commit", help="run a snapshot of this commit instead of the live tree")
+    ap.add_argument("--render", action="store_true",
+                    help="only write VERSIONS.md again from versions.json (e.g. after a live run)")
     args = ap.parse_args()
+    if args.render:
+        write_md(json.loads(OUT_JSON.read_text()))
+        return
 
     if args.commit:
         site = snapshot(args.commit)
