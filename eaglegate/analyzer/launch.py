@@ -96,7 +96,7 @@ def find_algorithm(codebase: Codebase) -> Algorithm | None:
 
 def _find_algorithm(codebase: Codebase) -> Algorithm | None:
     for qn in codebase.find("from_string"):
-        if not in_server(codebase.scope_module[qn].name):
+        if not in_server(codebase, codebase.scope_module[qn].name):
             continue
         cls_qn = qn.rsplit(".", 1)[0]
         cls_name = cls_qn.rsplit(".", 1)[-1]

@@ -47,7 +47,7 @@ def check_needed(spec_map: SpecMap) -> None:
     """One line naming the first file the map's modules import from that did not parse."""
     cb: Codebase = spec_map.callgraph.codebase
     failed = {module_name(cb.root, cb.root / f.path)[0]: f for f in cb.parsed.failures}
-    failed = {name: f for name, f in failed.items() if not _is_arg_module(name)}
+    failed = {name: f for name, f in failed.items() if not _is_arg_module(cb, name)}
     if not failed:
         return
     for name in sorted(mapped_modules(spec_map)):

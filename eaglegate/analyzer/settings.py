@@ -13,11 +13,13 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from eaglegate.analyzer import files
 from eaglegate.analyzer.index import Codebase, Site
+from eaglegate.analyzer.parse import module_name
 from eaglegate.errors import UserError
 
 
@@ -105,14 +107,23 @@ class Resolved:
     wanted: set[str] = field(default_factory=set)  # the settings whose post-processing was applied
 
 
-def in_server(module: str) -> bool:
-    """Whether a module is the LLM server's (`sglang.srt`): the diffusion server
-    (`sglang.multimodal_gen`) has a parser and settings of its own (`--dp`, `from_string`)."""
-    return module.split(".")[1:2] == ["srt"]
+def in_server(codebase: Codebase, module: str) -> bool:
+    """Whether a module is the LLM server's (under `sglang.srt`): the diffusion server
+    (`sglang.multimodal_gen`) has a parser and settings of its own (`--dp`, `from_string`).
+    A package without `srt` (a small synthetic one) is all server."""
+    package = module.split(".", 1)[0]
+    if module.startswith(f"{package}.srt."):
+        return True
+    if codebase not in _without_srt:
+        _without_srt[codebase] = not any(name.startswith(f"{package}.srt.") for name in codebase.modules)
+    return _without_srt[codebase]
 
 
-def _is_arg_module(name: str) -> bool:
-    return in_server(name) and any(hint in name for hint in _ARG_MODULE_HINTS)
+_without_srt: weakref.WeakKeyDictionary[Codebase, bool] = weakref.WeakKeyDictionary()
+
+
+def _is_arg_module(codebase: Codebase, name: str) -> bool:
+    return in_server(codebase, name) and any(hint in name for hint in _ARG_MODULE_HINTS)
 
 
 def _constant(node: ast.expr | None) -> Any:
@@ -134,13 +145,14 @@ def read_settings(codebase: Codebase) -> Settings:
     closed: set[str] = set()
     predicates: dict[str, ast.expr] = {}
     for failure in codebase.parsed.failures:
-        if _is_arg_module(failure.path):
+        if any(hint in failure.path for hint in _ARG_MODULE_HINTS) \
+                and in_server(codebase, module_name(codebase.root, codebase.root / failure.path)[0]):
             # Without it every flag and default of the version would silently be unknown.
             raise UserError(f"{codebase.root / failure.path}:{failure.lineno}: {failure.message}; "
                             "the server's flags and defaults are read from it: fix or restore that file")
     contexts = _post_init_contexts(codebase)
     for name, module in sorted(codebase.modules.items()):
-        arg_module = _is_arg_module(name)
+        arg_module = _is_arg_module(codebase, name)
         if not arg_module and not name.endswith("environ"):
             continue
         tree = files.tree(codebase.root / module.path)
@@ -191,6 +203,9 @@ def read_settings(codebase: Codebase) -> Settings:
                                                   contexts.get(qn, ()) if contexts else ()))
     assignments.sort(key=lambda a: (a.site.path, a.site.lineno))
     _copied_dests(codebase, options, defaults)
+    if not options:  # no parser declared (a small synthetic package): each field is its flag
+        options = {"--" + name.replace("_", "-"): _Option(name, 0 if isinstance(value, bool) else None)
+                   for name, value in defaults.items()}
     return Settings(defaults, set(options), env_defaults, assignments,
                     switches={f for f, o in options.items() if o.nargs in (0, "?")},
                     choices=choices, predicates=predicates, closed_choices=closed,
@@ -264,7 +279,7 @@ def _copied_dests(codebase: Codebase, options: dict[str, _Option], defaults: dic
     args.tensor_parallel_size`, the dest argparse took from `--tensor-parallel-size`): the
     option sets that field."""
     for qn in codebase.find("from_cli_args"):
-        if not _is_arg_module(codebase.scope_module[qn].name):
+        if not _is_arg_module(codebase, codebase.scope_module[qn].name):
             continue
         for assign in codebase.scopes[qn].assigns:
             target, value = assign.target, assign.value
@@ -318,7 +333,7 @@ def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None
 
     from eaglegate.analyzer.callgraph import CallGraph
 
-    roots = [qn for qn in codebase.find("__post_init__") if _is_arg_module(codebase.scope_module[qn].name)]
+    roots = [qn for qn in codebase.find("__post_init__") if _is_arg_module(codebase, codebase.scope_module[qn].name)]
     if not roots:
         return None
     graph = CallGraph(codebase)
@@ -338,7 +353,7 @@ def _post_init_contexts(codebase: Codebase) -> dict[str, tuple[str, ...]] | None
             # Post-processing is dispatched through other modules too (an algorithm's
             # own `handle_server_args`); stay within the package's settings and spec code.
             callee_module = codebase.scope_module[callee].name
-            if not _is_arg_module(callee_module) and "speculative" not in callee_module:
+            if not _is_arg_module(codebase, callee_module) and "speculative" not in callee_module:
                 continue
             site = graph.sites(current, callee)[0]
             queue.append((callee, context + site.cond))
