@@ -262,21 +262,26 @@ def live_cell(version: str) -> str:
     if runs is None:
         earlier = live["earlier_revisions"].get(version)
         return "static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
-    rows = rows_of(runs["throughput"])["rows"]
-    errors = sum(r["errors"] for r in rows)
-    ratios = []
-    for level in sorted({r["C"] for r in rows}):
-        medians = {server: statistics.median(r["tok_s"] for r in rows if r["C"] == level and r["server"] == server)
-                   for server in {r["server"] for r in rows}}
-        best = max(v for k, v in medians.items() if k != "gated-v2")
-        ratios.append(f"C={level} {100 * medians['gated-v2'] / best:.1f} %")
+    errors, measured = 0, []
+    for run in runs["throughput"]:
+        rows = rows_of(run)["rows"]
+        errors += sum(r["errors"] for r in rows)
+        ratios = []
+        for level in sorted({r["C"] for r in rows}):
+            tok_s = {server: [r["tok_s"] for r in rows if r["C"] == level and r["server"] == server]
+                     for server in {r["server"] for r in rows}}
+            medians = {server: statistics.median(values) for server, values in tok_s.items()}
+            best = max(v for k, v in medians.items() if k != "gated-v2")
+            ratios.append(f"C={level} {100 * medians['gated-v2'] / best:.1f} %")
+        repeats = len(tok_s["gated-v2"])
+        measured.append(f"{run} ({repeats} repeats) {', '.join(ratios)}")
     equivalence = rows_of(runs["equivalence"])
     errors += sum(1 for outputs in equivalence["outputs"].values() for seqs in outputs.values()
                   for seq in seqs if isinstance(seq, dict))
     same = equivalence["equivalence"]["gated-v2 vs plain-default"]
     ids = ", ".join(f"{k} {v['identical']}/{v['total']}" for k, v in same.items() if k in ("C128", "switch_short"))
-    return (f"live ({runs['throughput']}, {runs['equivalence']}): {errors} request errors; gated-v2 / best other "
-            f"{', '.join(ratios)}; greedy ids = plain-default's on {ids}")
+    return (f"live ({', '.join([*runs['throughput'], runs['equivalence']])}): {errors} request errors; "
+            f"gated-v2 / best other: {'; '.join(measured)}; greedy ids = plain-default's on {ids}")
 
 
 def write_md(results: dict) -> None:
