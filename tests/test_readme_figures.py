@@ -1,7 +1,9 @@
-"""The README's tables of the 0.5.16 runs (the summary that opens "On a GPU" and the 0.5.16
-section) say what bench/gpu/results.json holds: every tok/s figure is a run's median there,
-every ratio is computed from those medians (or is the pooled figure of `pooled_side_by_side`),
-to the precision the README prints."""
+"""The tables of the 0.5.16 runs say what bench/gpu/results.json holds: bench/gpu/README.md's
+summary ("In short") and its 0.5.16 section, and the README's summary under "On a GPU" (the
+first of them without its run ids). Every tok/s figure is a run's median there, every ratio is
+computed from those medians (or is the pooled figure of `pooled_side_by_side`), to the
+precision the table prints. The README's rows take their runs from bench/gpu/README.md's
+summary row by row, and the README names no run."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# (where a part starts, where it ends)
-PARTS = (("## On a GPU", "\n### "), ("### On today's releases", "\n### "))
+GPU_README = REPO / "bench" / "gpu" / "README.md"
+# bench/gpu/README.md's parts on 0.5.16: (where a part starts, where it ends)
+PARTS = (("### In short", "\n### "), ("### On today's releases", "\n### "))
+# The README's summary of them
+SUMMARY = ("## On a GPU", "\n## ")
 SERVERS = {
     "plain-default": "plain-default",
     "eagle-v2": "eagle-v2",
@@ -29,18 +34,42 @@ def newest() -> dict:
     return json.loads((REPO / "bench" / "gpu" / "results.json").read_text())["newest"]
 
 
-def section_rows() -> list[list[str]]:
-    """The table rows of the README's parts on 0.5.16, their cells stripped of bold."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def table_rows(path: Path, parts) -> list[list[str]]:
+    """The table rows of a file's parts, their cells stripped of bold."""
+    text = path.read_text(encoding="utf-8")
     rows = []
-    for start, end in PARTS:
-        assert start in text
+    for start, end in parts:
+        assert start in text, (path, start)
         body = text.split(start, 1)[1].split(end, 1)[0]
         for line in body.splitlines():
             if line.startswith("|") and not line.startswith("|---"):
                 rows.append(
                     [c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]
                 )
+    return rows
+
+
+def section_rows() -> list[list[str]]:
+    """The table rows of bench/gpu/README.md's parts on 0.5.16."""
+    return table_rows(GPU_README, PARTS)
+
+
+def not_a_header(rows: list[list[str]]) -> list[list[str]]:
+    return [row for row in rows if not row[0].startswith(("server (", "0.5.16"))]
+
+
+def readme_summary_rows() -> list[list[str]]:
+    """The README's summary rows, each with the runs of bench/gpu/README.md's summary row it
+    stands for in its second cell (the README's own second cell names the pair only)."""
+    readme = not_a_header(table_rows(REPO / "README.md", (SUMMARY,)))
+    summary = not_a_header(table_rows(GPU_README, PARTS[:1]))
+    assert len(readme) == len(summary) >= 5, (len(readme), len(summary))
+    rows = []
+    for mine, theirs in zip(readme, summary, strict=True):
+        assert mine[0] == theirs[0], (mine[0], theirs[0])
+        assert mine[1].split()[0].rstrip(",") == theirs[1].split()[0], (mine[1], theirs[1])
+        assert not runs_of(f"({mine[1]})"), mine[1]
+        rows.append([mine[0], theirs[1], *mine[2:]])
     return rows
 
 
@@ -109,14 +138,25 @@ def ratio_of(row_label: str, medians: dict, i: int) -> float:
 
 
 def figure_rows():
-    return [row for row in section_rows() if not row[0].startswith("server (")]  # not a header
+    return not_a_header(section_rows()) + readme_summary_rows()
 
 
 def test_the_section_has_the_tables_it_is_checked_by():
-    rows = figure_rows()
+    rows = not_a_header(section_rows())
     assert sum(1 for r in rows if RATIO.match(r[0])) >= 18
     assert sum(1 for r in rows if r[0].split(",")[0] in SERVERS) >= 20
     assert sum(1 for r in rows if "pooled" in r[0] or r[0].startswith("the same, only")) == 4
+    summary = readme_summary_rows()
+    assert len(summary) == 5 and all(RATIO.match(r[0]) for r in summary)
+
+
+def test_the_readme_names_no_run():
+    """Run ids (H30, G4, P5, ...: the folders of bench/gpu/raw/ with a number) stay in bench/."""
+    runs = {p.name for p in (REPO / "bench" / "gpu" / "raw").iterdir() if re.fullmatch(r"[A-Z]+\d+", p.name)}
+    assert {"H30", "G4", "P5", "K1", "V1"} <= runs
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"\b[A-Z]+\d+\b", text)) & runs)
+    assert not named, named
 
 
 @pytest.mark.parametrize("row", figure_rows(), ids=lambda r: f"{r[0][:30]}|{r[1][:30]}")
