@@ -133,5 +133,6 @@ def register(root: typer.Typer) -> None:
                 mark = "[green]ok[/green]  " if check.passed else "[red]FAIL[/red]"
                 out.print(f"{mark} {check.name}" + (f"  [dim]{check.detail}[/dim]" if check.detail else ""),
                           soft_wrap=True)
+            out.print(f"[dim]{report.live}[/dim]", soft_wrap=True, highlight=False)
         if not report.ok:
             raise typer.Exit(1)

@@ -416,3 +416,73 @@ def test_the_gate_stays_off_under_attention_dp_and_pipeline_parallelism_as_each_
     if "attn_dp_size" in settings:
         resolved = types.SimpleNamespace(enable_dp_attention=False, attn_dp_size=8, pp_size=1)
         assert gate.parallel_off_reason(resolved, views=[resolved]) == "data-parallel attention is on"
+
+
+# ---- verify: the gate's contract against the tree -----------------------------------------
+
+
+def _field_line(path: Path, cls: str, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(s.lineno for s in node.body if isinstance(s, ast.AnnAssign) and s.target.id == name)
+
+
+@pytest.mark.parametrize("version", CRASHED + HELD)
+def test_the_static_check_would_have_caught_the_crash(version, monkeypatch):
+    """Had the gate declared that it handles the capture mode only as a CaptureHiddenMode (what
+    the crashing line assumed), the check of the tree names the field, with its file:line,
+    exactly where the release declares it Optional."""
+    from eaglegate.patches import gate_module
+
+    narrowed = tuple(
+        (modules, classes, tuple(n.replace("capture_hidden_mode:CaptureHiddenMode|None",
+                                           "capture_hidden_mode:CaptureHiddenMode") for n in names))
+        for modules, classes, names in gate_module.RELIES_ON)
+    monkeypatch.setattr(gate_module, "RELIES_ON", narrowed)
+    root = release(version).root
+    problems = [str(p) for p in gate_contract.check(root)]
+    if version in CRASHED:
+        line = _field_line(root / "srt/managers/schedule_batch.py", "ScheduleBatch", "capture_hidden_mode")
+        assert problems == [f"ScheduleBatch.capture_hidden_mode (srt/managers/schedule_batch.py:{line}): "
+                            "declared `Optional[CaptureHiddenMode]`; the gate handles CaptureHiddenMode"]
+    else:
+        assert problems == []
+
+
+def test_verify_fails_on_a_release_with_a_field_missing_or_typed_otherwise_and_names_it(tmp_path):
+    """A real release, patched, then one field of the scheduler's batch renamed (as a release
+    renames one: everywhere in its module) and another retyped: verify fails and names both,
+    with their file:line."""
+    import shutil
+
+    from eaglegate.analyzer.source import from_path
+    from eaglegate.patches.generate import generate_patch
+    from eaglegate.patches.transaction import apply
+    from eaglegate.patches.verify import verify_tree
+
+    parent = tmp_path / "site"
+    shutil.copytree(release("0.5.16").root, parent / "sglang")
+    tree = from_path(parent)
+    assert apply(parent, generate_patch(tree, worker="v2"), tree_version=tree.version).changed
+    assert verify_tree(from_path(parent)).ok
+    path = parent / "sglang" / "srt" / "managers" / "schedule_batch.py"
+    retyped = _field_line(path, "ScheduleBatch", "out_cache_loc")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert "torch.Tensor" in lines[retyped - 1]
+    lines[retyped - 1] = lines[retyped - 1].replace("torch.Tensor", "List[int]")
+    path.write_text("".join(lines), encoding="utf-8")
+    for module in (parent / "sglang").rglob("*.py"):
+        text = module.read_text(encoding="utf-8", errors="surrogateescape")
+        if "seq_lens_cpu" in text:
+            module.write_text(text.replace("seq_lens_cpu", "seq_lens_host"), encoding="utf-8",
+                              errors="surrogateescape")
+    report = verify_tree(from_path(parent))
+    assert not report.ok
+    check = next(c for c in report.checks if "field, method and enum member" in c.name)
+    assert not check.passed
+    class_line = next(n.lineno for n in ast.parse(path.read_text(encoding="utf-8")).body
+                      if isinstance(n, ast.ClassDef) and n.name == "ScheduleBatch")
+    assert (f"ScheduleBatch.seq_lens_cpu (srt/managers/schedule_batch.py:{class_line}): not declared in "
+            "this release") in check.detail
+    assert (f"ScheduleBatch.out_cache_loc (srt/managers/schedule_batch.py:{retyped}): declared "
+            "`List[int]`; the gate handles Tensor") in check.detail

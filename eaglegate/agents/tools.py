@@ -710,9 +710,9 @@ def _insertion(tree: source.SourceTree, patch: PatchSet) -> dict[str, Any] | Non
     worker = next((c for c in patch.changes if c.path.endswith(suffix) and c.before is not None), None)
     if worker is None or worker.before is None:
         return None
-    original = worker.before.decode("utf-8")
+    original = source.decode_python(worker.before)
     before = original.splitlines()
-    after = worker.after.decode("utf-8").splitlines()
+    after = source.decode_python(worker.after).splitlines()
     rel = worker.path.split("/", 1)[1]
     edits = []
     for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglegate.analyzer.source import decode_python, read_python
 from eaglegate.patches.codemods.v1_worker import ENTRY_NAMES, FINISH, INIT, PREPARE
 from eaglegate.patches.model import PatchSet
 
@@ -775,7 +776,7 @@ def _schedule_batch(package_root: Path | None) -> str | None:
     if package_root is None:
         return None
     path = package_root / SCHEDULE_BATCH_PATH
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    return read_python(path) if path.is_file() else None
 
 
 def check_patch(
@@ -786,7 +787,7 @@ def check_patch(
     `package_root` (the unpatched `sglang` directory the patch was made for) lets the
     check run that version's real `ScheduleBatch.prepare_for_decode`.
     """
-    by_suffix = {c.path.split("/", 1)[-1]: c.after.decode("utf-8") for c in patch.changes}
+    by_suffix = {c.path.split("/", 1)[-1]: decode_python(c.after) for c in patch.changes}
     missing = [p for p in (WORKER_PATH, GATE_PATH) if p not in by_suffix]
     if missing:
         report = BehaviourReport(entry="?", threshold=threshold)
@@ -799,12 +800,12 @@ def check_patch(
 
 def check_tree(package_root: Path, threshold: int = 4) -> BehaviourReport:
     """The check on an installed, patched `sglang` package directory."""
-    worker = (package_root / WORKER_PATH).read_text(encoding="utf-8")
+    worker = read_python(package_root / WORKER_PATH)
     gate_file = package_root / GATE_PATH
     if not gate_file.is_file():
         report = BehaviourReport(entry="?", threshold=threshold)
         report.checks.append(Check("gate module installed", False, f"{gate_file} missing"))
         return report
     return check_sources(
-        worker, gate_file.read_text(encoding="utf-8"), threshold, _schedule_batch(package_root)
+        worker, read_python(gate_file), threshold, _schedule_batch(package_root)
     )

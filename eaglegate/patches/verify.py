@@ -23,7 +23,7 @@ import libcst as cst
 import networkx as nx
 
 from eaglegate.analyzer.needed import analyze_checked
-from eaglegate.analyzer.source import SourceTree
+from eaglegate.analyzer.source import SourceTree, read_python
 from eaglegate.patches import behaviour, gate_contract, gate_module, generate, live_runs
 from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
@@ -129,10 +129,10 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
     try:
         for rel, transform in ((generate.WORKER_V2, v2_worker.patch_worker),
                                generate.decode_prep_edit(tree)):
-            text = (tree.root / rel).read_text(encoding="utf-8")
+            text = read_python(tree.root / rel)  # as Python decodes it (PEP 263)
             if transform(text, rel) != text:
                 return VerifyCheck(name, False, f"{rel} is not fully patched")
-        worker = cst.parse_module((tree.root / generate.WORKER_V2).read_text(encoding="utf-8"))
+        worker = cst.parse_module(read_python(tree.root / generate.WORKER_V2))
         firsts = _first_statements_of_branches(worker)
     except Exception as exc:  # noqa: BLE001 - a refusal or a broken file is a failed check
         return VerifyCheck(name, False, str(exc).splitlines()[0])
