@@ -196,3 +196,35 @@ def test_every_figure_is_the_benchmarks(row):
         assert run, (label, runs, levels[i])
         measured = medians_of(data, run, pair)[server][i]
         assert abs(measured - int(cell)) <= 0.5, (label, run, levels[i], cell, measured)
+
+
+def test_the_readme_is_a_first_read():
+    """At most 300 lines, its parts in the order a newcomer needs them, the supported-releases
+    table on the first two screens."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, len(lines)
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings == [
+        "## Install and the five-minute flow", "## Commands", "## Supported releases",
+        "## How it works", "## On a GPU", "## Development"], headings
+    assert lines.index("## Supported releases") < 120
+    table = next(i for i, line in enumerate(lines) if line.startswith("| releases |"))
+    assert table < 120, table
+
+
+def test_the_readmes_live_column_is_live_runs_json():
+    """The releases the README calls live with the current gate are live_runs.json's, and those
+    it says ran an earlier revision are its `earlier_revisions`."""
+    live = json.loads((REPO / "eaglegate" / "patches" / "live_runs.json").read_text())
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    body = text.split("## Supported releases", 1)[1].split("\n## ", 1)[0]
+    cells = [line.strip().strip("|").split("|")[-1] for line in body.splitlines()
+             if line.startswith("| ") and not line.startswith("| releases")]
+    current = set(re.findall(r"([\d.]+(?:\.post\d+)?), the current gate", " ".join(cells)))
+    assert current == set(live["releases"]), (current, live["releases"])
+    earlier = set()
+    for cell in cells:
+        for part in cell.split(";"):
+            if "earlier gate revision" in part:
+                earlier |= set(re.findall(r"\b0\.\d+\.\d+(?:\.post\d+)?\b", part))
+    assert earlier == set(live["earlier_revisions"]), (earlier, live["earlier_revisions"])
