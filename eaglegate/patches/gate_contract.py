@@ -56,12 +56,14 @@ def module_file(root: Path, module: str) -> Path | None:
 def _class_in(root: Path, module: str, name: str, depth: int = 0) -> ClassSource | None:
     """The class `name` as `module` defines or imports it (inside the package)."""
     path = module_file(root, module)
-    tree = files.tree(path) if path is not None else None
-    if tree is None or depth > 4:
+    if path is None or depth > 4:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return ClassSource(name, path.relative_to(root).as_posix(), node, tree)
+    tree = files.tree(path)
+    if tree is None:
+        return None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            return ClassSource(name, path.relative_to(root).as_posix(), stmt, tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             source = _absolute(module, node, path.name == "__init__.py")
@@ -129,8 +131,12 @@ def _members(cls: ClassSource) -> Iterator[Declared]:
             continue
         me = _self_name(func)
         for node in ast.walk(func):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                node, (ast.AnnAssign, ast.AugAssign)) else []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            else:
+                continue
             for target in targets:
                 if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                         and target.value.id == me):
