@@ -256,15 +256,18 @@ class Couplings(Section):
 
 @dataclass
 class Plan(Section):
-    """The recommended gate plan; `summary` is one line, `detail` the plan's own JSON;
-    `workers`: worker label → its own one-line plan (a row per worker shows its own)."""
+    """The recommended gate plan; `summary` is one line, `detail` the plan's own JSON, with
+    each worker's own one-line plan (`workers`, label → line: a row per worker shows its own)."""
 
     summary: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
-    workers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def workers(self) -> dict[str, str]:
+        return dict(self.detail.get("worker_plans") or {})
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.header_json(), "summary": self.summary, "detail": self.detail, "workers": self.workers}
+        return {**self.header_json(), "summary": self.summary, "detail": self.detail}
 
 
 @dataclass
@@ -372,8 +375,7 @@ class Report:
             event_loops=[EventLoop(e["function"], e["main"], Where.parse(e["defined_at"]) or Where("?", 0),
                                    [where(s) for s in e["started_at"]]) for e in data["event_loops"]],
             workers=workers, couplings=couplings,
-            plan=Plan(p["available"], p["note"], p.get("summary", ""), p.get("detail") or {},
-                      dict(p.get("workers") or {})),
+            plan=Plan(p["available"], p["note"], p.get("summary", ""), p.get("detail") or {}),
             parse_failures=list(data["parse_failures"]), short=dict(data.get("names") or {}),
         )
 
@@ -412,7 +414,7 @@ def gate_plan_section(analysis: Any) -> Plan | None:
     if detail.get("launch_flags"):
         summary += ": launch with " + " ".join(str(f) for f in detail["launch_flags"])
     summary += "".join(f"; for {label}: {lines[label]}" for label in others)
-    return Plan(True, "", summary, {**detail, "other_workers": others}, lines)
+    return Plan(True, "", summary, {**detail, "other_workers": others, "worker_plans": lines})
 
 
 def _without_threshold(detail: dict[str, Any]) -> dict[str, Any]:
