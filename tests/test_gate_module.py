@@ -723,3 +723,25 @@ def test_plain_decode_positions_come_from_clamp_position_and_speculation_skips_i
     ]
     assert any("is_decode()" in ast.unparse(t) for t in guards)
     assert any(ast.unparse(t) == "ret.positions is None" for t in guards)
+
+
+def test_the_v1_decision_fails_open(gate, caplog):
+    """An error while the v1 worker's step is decided: nothing is changed yet, so the step
+    speculates, the gate is off for the worker's life, and one line and the decode log say why."""
+    w = worker(2)
+    g = gate.gate_for(w)
+
+    def broken(size):
+        raise RuntimeError("injected")
+
+    g.decide = broken
+    batch = types.SimpleNamespace(forward_mode=Mode("decode"), reqs=[object()] * 3, return_logprob=False)
+    with caplog.at_level(logging.ERROR):
+        assert gate.prepare_gated_decode(w, batch) is False
+        assert gate.prepare_gated_decode(w, batch) is False  # off: no second line
+    assert gate.gate_for(w) is None and not hasattr(batch, "_eaglegate_step")
+    assert [r.getMessage() for r in caplog.records] == [
+        "batch gate: off for the life of this server after RuntimeError in the decision: injected; "
+        "the server runs as unpatched SGLang"]
+    assert g.describe().startswith("gate(>2, <1): failed (RuntimeError in the decision: injected)")
+    assert g.describe().endswith(", 1 failure")

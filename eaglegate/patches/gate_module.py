@@ -191,13 +191,16 @@ class BatchGate:
             self.metrics.step(gated, switched=self.switches != self._switches_recorded)
         self._switches_recorded = self.switches
 
-    def fail(self, reason: str) -> None:
-        """Count an error in the gate's own code; the gate speculates from now on."""
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Count an error in the gate's own code, and say it in one log line; the caller
+        turns the gate off, and the server speculates from now on."""
         self.failures += 1
-        self.failure = reason
+        self.failure = f"{type(exc).__name__} in {where}: {exc}"
         self.gated = False
         if self.metrics is not None:
             self.metrics.failed()
+        logger.error("batch gate: off for the life of this server after %s; "
+                     "the server runs as unpatched SGLang", self.failure)
 
     def describe(self) -> str:
         """For SGLang's decode log line, e.g. `gate(>32, <28): spec, 90 spec / 10 gated`;
@@ -601,13 +604,18 @@ def prepare_gated_decode(worker: Any, batch: Any) -> bool:
     idle = mode.is_idle()
     if not (idle or mode.is_decode()):
         return False
-    local_size = 0 if idle else len(batch.reqs)
-    # Output logprobs of a spec-v1 batch are produced by verify; keep them on that path.
-    eligible = not getattr(batch, "return_logprob", False)
-    size, eligible = gate.global_size(local_size, eligible, batch)
-    gated = gate.decide(size) and eligible
-    if not idle:
-        gate.record(gated)
+    try:
+        local_size = 0 if idle else len(batch.reqs)
+        # Output logprobs of a spec-v1 batch are produced by verify; keep them on that path.
+        eligible = not getattr(batch, "return_logprob", False)
+        size, eligible = gate.global_size(local_size, eligible, batch)
+        gated = gate.decide(size) and eligible
+        if not idle:
+            gate.record(gated)
+    except Exception as exc:  # noqa: BLE001 - nothing changed yet: the step speculates
+        worker._eaglegate_batch_gate = None
+        gate.fail("the decision", exc)
+        return False
     if not gated:
         return False
     runner = worker.target_worker.model_runner
@@ -698,7 +706,7 @@ def finish_gated_decode(worker: Any, batch: Any, next_token_ids: Any) -> None:
 # draft state between steps through its FutureMap (a gather before the forward, a stash
 # after); a gated step relays its sampled token alone (`resolve_gated_relay`,
 # `stash_gated_relay`): the other rows would go out and come back unchanged, and a decode
-# step as short as the host's own work pays for every op (bench/gpu P5).
+# step as short as the host's own work pays for every op (measured in eaglegate's bench/gpu).
 
 # The result's field for the step's reservation, up to 0.5.5.post3 (renamed in 0.5.4).
 _ALLOCATION_FIELDS = ("allocate_lens", "last_batch_allocate_lens")
@@ -831,12 +839,8 @@ def _fail(where: str, exc: BaseException) -> None:
     Prometheus). From here every step is SGLang's own speculative step."""
     global _overlap_gate
     gate, _overlap_gate = _overlap_gate, None
-    if gate is None:
-        return  # already off: said once
-    reason = f"{type(exc).__name__} in {where}: {exc}"
-    gate.fail(reason)
-    logger.error("batch gate: off for the life of this server after %s; "
-                 "the server runs as unpatched SGLang", reason)
+    if gate is not None:  # else already off: said once
+        gate.fail(where, exc)
 
 
 def _passed_on(worker: Any, batch: Any, passed: dict[str, Any]) -> Any:
@@ -1144,7 +1148,8 @@ def stash_gated_relay(future_map: Any, indices: Any, payload: Any) -> bool:
 
 def _cast(tensor: Any, dtype: Any) -> Any:
     """`tensor` in `dtype`; itself where it already is, without the op a no-op `.to` still
-    dispatches (a gated step is as short as the host's work, bench/gpu P5)."""
+    dispatches (a gated step is as short as the host's work: a profile of one in eaglegate's
+    bench/gpu)."""
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
