@@ -72,3 +72,15 @@ def test_verify_says_live_or_static_only(version):
     assert said.startswith("live:" if version in live_runs.catalogue()["releases"] else "static only:")
     assert json.loads(json.dumps({"live": said}))  # one line, JSON-safe
     assert "\n" not in said
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.14"])
+def test_plan_says_static_only_for_a_release_the_gate_has_not_run_on(version):
+    from eaglegate.patches.plan import build_plan
+
+    from conftest import analysis
+
+    plan = build_plan(analysis(version), 64, "--speculative-algorithm EAGLE3")
+    assert plan.patch and not live_runs.is_live(version)
+    assert live_runs.live_status(version) in plan.caveats
+    assert live_runs.live_status(version).startswith("static only:")

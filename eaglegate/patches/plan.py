@@ -31,8 +31,10 @@ from eaglegate.analyzer.launch import (
     selection_atoms,
 )
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
+from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
+from eaglegate.patches import live_runs
 
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD = 32
@@ -160,6 +162,8 @@ def build_plan(
         _plan_code_patch(analysis, plan, worker)
         if plan.patch:  # without a patch, nothing skips speculation's cap
             plan.caveats += _patch_caps(settings, resolved, user_flags)
+            if not live_runs.is_live(plan.version):
+                plan.caveats.append(live_runs.live_status(plan.version))
             if worker is v2 and native:
                 plan.alternatives.append(_native_alternative(analysis, plan, v2, settings, resolved, user_flags))
             return plan
@@ -331,7 +335,7 @@ def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
     """This version's own adaptive-config validator, compiled from its source (no sglang import)."""
     for qn in analysis.codebase.find("_load_adaptive_config"):
         module = analysis.codebase.scope_module[qn]
-        source = (analysis.tree.root / module.path).read_text(encoding="utf-8")
+        source = read_python(analysis.tree.root / module.path)  # as Python decodes it (PEP 263)
         tree = ast.parse(source)
         wanted: list[ast.stmt] = [n for n in tree.body
                                   if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
