@@ -9,6 +9,7 @@ whose conditions contradict the path's are not taken).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -571,8 +572,15 @@ def _deeper(details: StepCalls, worker: WorkerMap, scheduler: str, reached: set[
         step.calls = details.step(step.function, package)
     worker.decode = details.decode_preparation(main.event_loop, reached, scheduler_family)
     worker.results = details.result_processing(main.event_loop, reached, scheduler_family)
-    last = main.hops[-1]
-    worker.relay = details.relay(last.caller, last.callee, last.site)
+    # The calls beside every site where a loop of the scheduler's own calls the worker (on the
+    # v2-only releases the overlap loop's site, with the FutureMap relay, and the normal loop's).
+    own = [p for p in worker.paths if p.event_loop.startswith(scheduler + ".") and p.hops]
+    sites = dict.fromkeys((h.caller, h.callee, h.site) for h in [main.hops[-1], *(p.hops[-1] for p in own)])
+    relay: dict[str, Any] = {}
+    for caller, callee, site in sites:
+        for call in details.relay(caller, callee, site):
+            relay.setdefault(json.dumps(call.to_json(), sort_keys=True), call)
+    worker.relay = list(relay.values())
     if worker.entry:
         worker.chain = details.chain(worker.entry, [s.function for s in worker.steps], package)
         worker.entry_calls = details.entry_models(worker.entry, [s.function for s in worker.steps], package)
