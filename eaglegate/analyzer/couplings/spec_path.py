@@ -15,7 +15,7 @@ condition the data flow ties to `server_args.speculative_algorithm`). From there
 from __future__ import annotations
 
 import ast
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from eaglegate.analyzer.couplings.context import Context, graph_runners
 from eaglegate.analyzer.couplings.dataflow import frames_chain, text_of
@@ -118,11 +118,19 @@ class SpecPathDetector:
         return found
 
     def _relay(self, ctx: Context, worker: WorkerMap, chain: Chain) -> list[Finding]:
-        """Objects beside the entry that take the batch before the call and its result after."""
-        cb = ctx.codebase
+        """Objects beside the entry that take the batch before the call and its result after,
+        at every site where a loop calls the worker (the overlap loop's and the normal one's)."""
         if not worker.relay or not worker.paths:
             return []
-        hop = worker.paths[0].hops[-1]
+        hops = {(h.caller, h.site.lineno): h for h in (p.hops[-1] for p in worker.paths if p.hops)}
+        found: dict[tuple[str, int], Finding] = {}
+        for hop in hops.values():
+            for finding in self._relay_at(ctx, worker, chain, hop):
+                found.setdefault((finding.symbol, finding.line), finding)
+        return list(found.values())
+
+    def _relay_at(self, ctx: Context, worker: WorkerMap, chain: Chain, hop: Any) -> list[Finding]:
+        cb = ctx.codebase
         scope = cb.scopes[hop.caller]
         result = {a.target[1] for a in scope.assigns if a.lineno == hop.site.lineno and a.target
                   and a.target[0] == "n"} | {a.target[1] for a in scope.assigns
