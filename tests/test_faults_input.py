@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_faults_cli import break_class, eaglegate, error_line
 
 from eaglegate.patches.model import MAX_THRESHOLD
 
+from test_faults_cli import break_class, eaglegate, error_line
 from txhelpers import VERSION, copy_full, tree_hash
 
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_faults_cli import eaglegate, error_line
 
 from eaglegate.agents import tools
 from eaglegate.errors import UserError
 
 from fake_server import FakeServer
+from test_faults_cli import eaglegate, error_line
 
 # A command that never ends fails here, not at the suite's 15 minutes.
 pytestmark = pytest.mark.timeout(120)
