@@ -5,6 +5,10 @@ never a traceback nor a wrong answer; a tree it must not touch keeps its hash.
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import io
 import json
 import os
 import re
@@ -93,10 +97,18 @@ def test_a_broken_file_the_map_does_not_need_is_skipped_but_stops_plan(site):
 def _wheel_of(package: Path, dest: Path) -> Path:
     """A wheel-shaped zip of a real release's package (what `pip download` would fetch)."""
     wheel = dest / "sglang-0.5.9-py3-none-any.whl"
+    record = io.StringIO()  # the wheel's RECORD, as every wheel has: path, sha256, size (CSV)
+    rows = csv.writer(record, lineterminator="\n")
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
         for file in sorted(package.rglob("*")):
             if file.is_file():
-                archive.write(file, f"sglang/{file.relative_to(package).as_posix()}")
+                name = f"sglang/{file.relative_to(package).as_posix()}"
+                data = file.read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                rows.writerow([name, f"sha256={digest}", len(data)])
+                archive.writestr(name, data)
+        rows.writerow(["sglang-0.5.9.dist-info/RECORD", "", ""])
+        archive.writestr("sglang-0.5.9.dist-info/RECORD", record.getvalue())
     return wheel
 
 

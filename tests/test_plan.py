@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from eaglegate.analyzer.analysis import analyze
 from eaglegate.analyzer.settings import read_settings
 from eaglegate.cli import app
+from eaglegate.patches import live_runs
 from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import NATIVE_COST, build_plan
@@ -130,12 +131,13 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
 def test_v1_plan_warns_when_the_graph_cap_is_below_the_running_cap():
     plan = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 256 --cuda-graph-max-bs 128")
     assert plan.family == "v1-code-patch" and plan.caps == []
+    static = [live_runs.live_status("0.5.9")]  # no live run of 0.5.9 with this gate
     assert plan.caveats == [
         "your --cuda-graph-max-bs 128 is below your --max-running-requests 256: gated batches above "
-        "128 run without CUDA graphs; use --cuda-graph-max-bs 256"
+        "128 run without CUDA graphs; use --cuda-graph-max-bs 256", *static
     ]
     fine = build_plan(analysis("0.5.9"), 64, EAGLE3 + " --max-running-requests 256 --cuda-graph-max-bs 256")
-    assert fine.caveats == []
+    assert fine.caveats == static
 
 
 @pytest.mark.parametrize("version, flags, env", [
