@@ -1048,7 +1048,7 @@ def _capture_hidden_mode(name: str) -> Any:
     return getattr(CaptureHiddenMode, name)
 
 
-def _target_forward(worker: Any, batch: Any) -> Any:
+def _target_forward(worker: Any, batch: Any, saved: _SavedBatch) -> Any:
     """The target's forward of `batch` as a plain (non-speculative) batch, through the
     target's graphs: the gate's DECODE graphs for a decode step, for a prefill the prefill
     graphs the version captured, with the hidden-state capture they were captured with. The
@@ -1057,7 +1057,7 @@ def _target_forward(worker: Any, batch: Any) -> Any:
     runner = worker.target_worker.model_runner
     prefill = batch.forward_mode.is_extend()
     capture = _prefill_capture_mode(runner) if prefill else None
-    saved = _SavedBatch(batch)
+    # `saved`: the entry's snapshot; nothing before the forward changed these three fields.
     batch.spec_info = None
     batch.spec_algorithm = _plain_algorithm(batch.spec_algorithm)
     kwargs = {}
@@ -1181,14 +1181,14 @@ def run_gated_decode(worker: Any, batch: Any, **passed: Any) -> Any:
     step reserved what a speculative step reserves, so that is always possible."""
     saved = _SavedBatch(batch)
     try:
-        return _gated_decode(worker, batch, passed.get("on_publish"), passed.get("grammar_barrier"))
+        return _gated_decode(worker, batch, saved, passed.get("on_publish"), passed.get("grammar_barrier"))
     except Exception as exc:  # noqa: BLE001 - never into the scheduler
         saved.restore(batch)
         _fail("a gated decode step", exc)
     return _passed_on(worker, batch, passed)
 
 
-def _gated_decode(worker: Any, batch: Any, on_publish: Any, grammar_barrier: Any) -> Any:
+def _gated_decode(worker: Any, batch: Any, saved: _SavedBatch, on_publish: Any, grammar_barrier: Any) -> Any:
     """`run_gated_decode`'s step. The step does not depend on the adaptive tier the worker
     is in: the target's backend and graphs in place are put back after the forward, and the
     result records its own row width."""
@@ -1224,7 +1224,7 @@ def _gated_decode(worker: Any, batch: Any, on_publish: Any, grammar_barrier: Any
     if batch.seq_lens_cpu is not None:  # None from 0.5.13 where the backend needs none
         batch.seq_lens_cpu = batch.seq_lens_cpu + 1
         batch.seq_lens_sum = batch.seq_lens_sum + size
-    result = _target_forward(worker, batch)
+    result = _target_forward(worker, batch, saved)
     if grammar_barrier is not None and getattr(batch, "has_grammar", False):
         # Where verify calls it: after the target's launch, for a batch with a grammar (the
         # gate never gates one, `_step_eligible`, so this only keeps the order if it did).
@@ -1350,7 +1350,7 @@ def run_gated_prefill(worker: Any, batch: Any, **passed: Any) -> Any:
     speculative step refreshes it. `passed` as for `run_gated_decode`; never raises, as it."""
     saved = _SavedBatch(batch)
     try:
-        result = _target_forward(worker, batch)
+        result = _target_forward(worker, batch, saved)
         tokens = result.next_token_ids
         rows = _empty_draft_rows(worker, int(tokens.shape[0]), tokens, batch.seq_lens)
     except Exception as exc:  # noqa: BLE001 - never into the scheduler
