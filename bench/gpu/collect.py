@@ -1,42 +1,179 @@
-"""Gather the raw GPU runs (bench/gpu/raw/<run>/rows_<run>.json.gz) into bench/gpu/results.json
-and print the README's tables. Paths of the GPU machine are replaced by placeholders first, and
-a run's rows_<run>.json, as run.py writes it, is gzipped in place (the checkout travels to the
-GPU machine beside a 52 MB SGLang pack, under a 64 MiB limit).
+"""Gather the raw GPU runs (bench/gpu/raw/<run>/rows_<run>.json.gz) that the run catalogue
+(bench/gpu/runs.toml) lists into bench/gpu/results.json, the live runs of the current gate into
+eaglegate/patches/live_runs.json and bench/VERSIONS.md's live column, and print the tables.
+Paths of the GPU machine are replaced by placeholders first, and a run's rows_<run>.json, as
+run.py writes it, is gzipped in place (the checkout travels to the GPU machine beside a 52 MB
+SGLang pack, under a 64 MiB limit).
 
-    python bench/gpu/collect.py            # rewrites results.json, prints the tables
+    python bench/gpu/collect.py            # rewrites those three files, prints the tables
+
+A new run is one [[runs]] entry in runs.toml plus its raw folder.
 """
 
 import gzip
 import itertools
 import json
+import os
 import re
 import statistics
+import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 import catchup  # bench/gpu/catchup.py, beside this file
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 RAW = HERE / "raw"
+CATALOGUE = HERE / "runs.toml"
+LIVE_RUNS = HERE.parent.parent / "eaglegate" / "patches" / "live_runs.json"
 LEVELS = [1, 8, 32, 64, 128, 256]
-# The table comes from one device call that ran all four servers at every C, three repeats.
-TABLE_RUN = "E"
-# The control: EAGLE and gated from the same tree path (C=1 and 32), and the equivalence sets.
-CONTROL_RUN = "F"
-# Kept raw only, each for what it measured wrong or with older code.
-SUPERSEDED = {
-    "smoke": "an earlier state of the patch; it found two bugs, fixed since",
-    "A": "C=128 and 256 ran at 100 requests (aiohttp's connection cap), before the start-up compile",
-    "B": "C=128 and 256 ran at 100 requests (aiohttp's connection cap), before the start-up compile",
-    "C": "equivalence with DECODE graphs at the speculative batch sizes (fixed since)",
-    "D": "C=128 and 256 ran at 100 requests; its probe found the first gated step's 7.5 s compile",
-}
+# The servers each section's tables compare, in their rows' order.
+OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
+NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
+SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live")
+PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile")
+REQUIRED = ("id", "date", "release", "servers", "pair", "section", "purpose")
+# live_runs.json's own description of itself (the product reads the file, see live_runs.py).
+LIVE_RUNS_ABOUT = (
+    "Releases whose gated server ran on an H200 with the gate as it is now (bench/gpu/raw/<run>): "
+    "throughput calls (plain-default, eagle-v2 and gated-v2 side by side on the accept pair, one "
+    "level below the threshold and one above, medians of the repeats; every call is listed, "
+    "whatever it showed) and an equivalence call (the context pair under deterministic inference, "
+    "with the switch workload). bench/versions.py renders them into bench/VERSIONS.md; plan and "
+    "verify say whether a release is among them.")
 # Absolute paths of the machine that ran the servers, whatever its folders: the kit's stage
 # (setup.sh's $STAGE, a folder named eg-stage) and any site-packages.
 MACHINE_PATHS = [
     (re.compile(r"(?:/[\w.-]+)*/eg-stage\b"), "$STAGE"),
     (re.compile(r"(?:/[\w.-]+)*/site-packages\b"), "<site-packages>"),
 ]
+
+
+class Catalogue:
+    """runs.toml: every GPU run, what it was and where collect.py puts it."""
+
+    def __init__(self, data: dict):
+        self.runs = data.get("runs", [])
+        self.sections = data.get("sections", {})
+        self.earlier_revisions = data.get("earlier_revisions", {})
+        for entry in self.runs:
+            missing = [key for key in REQUIRED if key not in entry]
+            if missing:
+                raise SystemExit(f"runs.toml: run {entry.get('id', '?')} lacks {', '.join(missing)}")
+            if entry["section"] not in SECTIONS or entry["purpose"] not in PURPOSES:
+                raise SystemExit(f"runs.toml: run {entry['id']}: section is one of {', '.join(SECTIONS)}, "
+                                 f"purpose one of {', '.join(PURPOSES)}")
+        ids = [entry["id"] for entry in self.runs]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise SystemExit(f"runs.toml: run {', '.join(twice)} listed twice")
+        self.by_id = {entry["id"]: entry for entry in self.runs}
+        unknown = sorted(entry["superseded_by"] for entry in self.runs
+                         if entry.get("superseded_by") and entry["superseded_by"] not in self.by_id)
+        if unknown:
+            raise SystemExit(f"runs.toml: superseded_by names no run: {', '.join(unknown)}")
+
+    @classmethod
+    def read(cls, path: Path = CATALOGUE) -> "Catalogue":
+        try:
+            return cls(tomllib.loads(path.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as e:
+            raise SystemExit(f"{path.name}: not TOML: {e}") from None
+
+    def entries(self, section: str, *purposes: str) -> list[dict]:
+        """The section's runs of those purposes (every purpose when none is named), in the
+        catalogue's order, less those superseded."""
+        return [entry for entry in self.runs if entry["section"] == section and not entry.get("superseded_by")
+                and (not purposes or entry["purpose"] in purposes)]
+
+    def ids(self, section: str, *purposes: str) -> list[str]:
+        return [entry["id"] for entry in self.entries(section, *purposes)]
+
+    def the(self, section: str, purpose: str) -> str:
+        """The one run of a section that has this purpose (v1's table, its control)."""
+        ids = self.ids(section, purpose)
+        if len(ids) != 1:
+            raise SystemExit(f"runs.toml: section {section} needs one {purpose} run that nothing "
+                             f"supersedes, not {len(ids)}")
+        return ids[0]
+
+    def notes(self, section: str) -> dict:
+        """What results.json says of each run the section's tables read."""
+        return {entry["id"]: entry["note"] for entry in self.entries(
+            section, "throughput", "equivalence", "starts", "borrowed") if "note" in entry}
+
+    def equivalence(self, section: str) -> dict:
+        return {entry["id"]: entry["kernels"] for entry in self.entries(section, "equivalence")}
+
+    def borrowed(self, section: str) -> dict:
+        return {entry["id"]: entry["borrows"] for entry in self.entries(section, "throughput")
+                if "borrows" in entry}
+
+    def repeated(self, section: str) -> dict:
+        """The same command in several calls: each group's runs, in the catalogue's order."""
+        groups: dict = {}
+        for entry in self.entries(section, "throughput"):
+            if "repeat_group" in entry:
+                groups.setdefault(entry["repeat_group"], []).append(entry["id"])
+        return {label: tuple(runs) for label, runs in groups.items()}
+
+    def live_runs(self) -> dict:
+        """live_runs.json: each release's live checks of the current gate."""
+        releases: dict = {}
+        for entry in self.entries("live", "throughput", "equivalence"):
+            release = releases.setdefault(entry["release"], {"throughput": [], "equivalence": None})
+            if entry["purpose"] == "throughput":
+                release["throughput"].append(entry["id"])
+            elif release["equivalence"]:
+                raise SystemExit(f"runs.toml: {entry['release']} has two live equivalence runs "
+                                 f"({release['equivalence']}, {entry['id']}): mark one superseded_by the other")
+            else:
+                release["equivalence"] = entry["id"]
+        incomplete = sorted(v for v, runs in releases.items() if not runs["throughput"] or not runs["equivalence"])
+        if incomplete:
+            raise SystemExit(f"runs.toml: a live check needs a throughput and an equivalence run: "
+                             f"{', '.join(incomplete)} lacks one")
+        return {"about": LIVE_RUNS_ABOUT, "releases": releases, "earlier_revisions": self.earlier_revisions}
+
+    def check_raw(self) -> None:
+        """Every raw folder has an entry, and every entry says what its raw rows hold."""
+        folders = {path.name for path in RAW.iterdir() if path.is_dir()}
+        unlisted = sorted(folders - self.by_id.keys())
+        if unlisted:
+            raise SystemExit(f"runs.toml lists no entry for raw/{', raw/'.join(unlisted)}")
+        for entry in self.runs:
+            if not (RAW / entry["id"] / f"rows_{entry['id']}.json.gz").is_file():
+                raise SystemExit(f"runs.toml: run {entry['id']} has no raw/{entry['id']}/rows_{entry['id']}.json(.gz)")
+            wrong = [key for key, held in raw_facts(rows_of(entry["id"])).items()
+                     if held is not None and entry.get(key) != held]
+            if wrong:
+                raise SystemExit(f"runs.toml: run {entry['id']}'s {', '.join(wrong)} differ from its raw rows")
+
+
+def raw_facts(data: dict) -> dict:
+    """What a run's rows say of it, as its catalogue entry says it: the release (None where the
+    earliest rows recorded no version), the servers and pairs in the order they started, the
+    GPU's hashed UUID (None where not recorded)."""
+    names = list(dict.fromkeys(s["server"] for s in data["servers"]))
+    pairs = list(dict.fromkeys(s["pair"] for s in data["servers"]))
+    release = data.get("sglang")
+    return {"release": release if release and release[0].isdigit() else None, "servers": names,
+            "pair": ", ".join(pairs), "machine": ((data.get("machine") or {}).get("gpu") or {}).get("uuid")}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a rename of a finished file beside it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # mkstemp's is 0600
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def scrub_raw() -> None:
@@ -60,13 +197,11 @@ def rows_of(run: str) -> dict:
     return json.loads(gzip.decompress((RAW / run / f"rows_{run}.json.gz").read_bytes()))
 
 
-def load() -> dict:
-    return {run: rows_of(run) for run in (TABLE_RUN, CONTROL_RUN)}
-
-
-def collect() -> dict:
-    runs = load()
-    table, control = runs[TABLE_RUN], runs[CONTROL_RUN]
+def collect(catalogue: Catalogue) -> dict:
+    """The v1 worker's gate: its table run and its control."""
+    table_run, control_run = catalogue.the("v1", "throughput"), catalogue.the("v1", "control")
+    runs = {run: rows_of(run) for run in (table_run, control_run)}
+    table, control = runs[table_run], runs[control_run]
     rows = []
     for run, data in runs.items():
         for row in data["rows"]:
@@ -75,154 +210,15 @@ def collect() -> dict:
     servers = {f"{s['server']}:{s['pair']} (run {run})": {k: s.get(k) for k in
                ("args", "env", "startup_s", "warm_s", "max_running_requests", "tracebacks")}
                for run, data in runs.items() for s in data["servers"]}
+    # Kept raw only, each for what it measured wrong or with older code.
+    superseded = {entry["id"]: entry.get("note") for entry in catalogue.runs
+                  if entry["section"] == "v1" and entry.get("superseded_by")}
     return {"sglang": table["sglang"], "gpu": "1x NVIDIA H200",
             "model_shapes": {pair: shape for data in runs.values()
                              for pair, shape in ((data.get("weights") or {}).get("shapes") or {}).items()},
-            "table_run": TABLE_RUN, "control_run": CONTROL_RUN, "superseded_runs": SUPERSEDED,
+            "table_run": table_run, "control_run": control_run, "superseded_runs": superseded,
             "calibrate": table.get("calibrate"), "servers": servers, "rows": rows,
             "equivalence": control.get("equivalence")}
-
-
-# The overlap worker's gate (0.5.12.post1, default launch): runs of the same servers
-# (plain-default / eagle-v2 / gated-v2, threshold from calibrate on each run's own rows), and
-# the equivalence run on the context pair. Each run's gated-v2 is the patch of its day.
-OVERLAP_RUNS = ("G2", "G3", "G4", "G5", "G6", "G7", "G9", "G10", "G11", "G12", "G13",
-                "G14", "G15")
-OVERLAP_TABLE_RUN = "G4"  # the accept pair; G6 is the real pair
-# The greedy-output sets: with SGLang's default kernels, and with batch-invariant ones.
-OVERLAP_EQUIVALENCE_RUNS = {"G1": "default kernels", "D1": "--enable-deterministic-inference"}
-OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
-OVERLAP_NOTES = {
-    "G2": "accept pair; gated-v2 before the gated prefill: prefills ran EAGLE's own (draft "
-          "prefill, eager target prefill with full hidden states)",
-    "G3": "accept pair; gated decode and gated prefill; speculation resumed at the first step "
-          "below the lower mark; two waves of requests per level",
-    "G4": "accept pair; the gate as committed: speculation resumes after 8 steps in a row below "
-          "the lower mark; an untimed pass per level; three waves of requests per level",
-    "G5": "real pair (temperature 1); cut short by the call's deadline after gated-v2's first "
-          "repeat at C=128 (the machine started cold: 136 s to the first healthy server); "
-          "sampled verify renormalised with a torch sort, not flashinfer's kernel, and the "
-          "harness's top-k shortcut read k on the CPU: a sync inside every sampled verify",
-    "G6": "real pair (temperature 1), every level; the sampling shim without the sync (two "
-          "torch sorts per sampled verify, no CPU read)",
-    "G7": "G6's command again, a day later (load generator on its own cores since G6)",
-    "G9": "G6's servers with each server's scheduler process pinned alone to core 0 (the rest "
-          "of the server on cores 1-13) and 24 requests per repeat at C=1; threshold 5 from "
-          "calibrate; gated-v2 cut short by the call's deadline after its second repeat at C=128",
-    "G10": "G9's pinning, the untimed pass per level as long as a timed repeat (it was 8 tokens), "
-           "8 requests per repeat at C=1 again; threshold 5 from calibrate",
-    "G11": "real pair, G10's harness without the pinning (run.py's defaults); threshold 24",
-    "G12": "G11's command again, the next call on the same machine; threshold 18",
-    "G13": "G11's command a third time, the call after G12; threshold 14",
-    "G14": "G11's servers with two more levels, C=16 and 24, so calibrate reads the crossing "
-           "where it lies (--levels 1,8,16,24,32,64,128,256); threshold 10",
-    "G15": "G14's command again, the next call, on another machine; threshold 11",
-}
-# Repeatability: the same command in two or more calls (each server's medians, calibrate's
-# threshold), and one call that starts each server twice (`NAME@2`), at the levels where
-# speculation runs.
-REPEATED = {"real pair": ("G6", "G7"), "real pair, scheduler pinned": ("G9", "G10"),
-            "real pair, run.py's defaults": ("G11", "G12", "G13"),
-            "real pair, levels 16 and 24 added": ("G14", "G15")}
-TWO_STARTS = ("G8",)
-
-
-# The same servers on 0.5.16, where SGLang has its own adaptive route: the accept pair (H1)
-# and the real pair (H3), one call each; the native route (H2's `adaptive`) and the greedy
-# sets under deterministic inference in the call between them. H6 and H7: the accept pair
-# again, with the gate changed after the profile P2; H8 the bisect of H6's and H7's C=1 gap
-# (each gate beside eagle-v2, no plain-default: its rows count only as C=1 starts); H9 and
-# H10 both pairs with the gate of 2026-12-03; H11 to H13 the same servers side by side on one
-# GPU (run.py --side-by-side), their repeats interleaved: H11 and H13 the accept pair, H12 the
-# real pair; H14 the accept pair with SGLang's PR #35377 backported, H16 its C=64 five times
-# (plain-default and gated-v2), H17 its C=1 five times (eagle-v2 and gated-v2: C=1 starts);
-# H15 H2's greedy sets with the gate of 2026-12-03; H18 and H19 all four servers side by side
-# (adaptive too) with H14's patch, C=1-32 and C=64-256 in two calls of one machine; P4 the C=1
-# profile of eagle-v2 and gated-v2 (its repeats count as C=1 starts); H21 the real pair's four
-# servers side by side at every level in one call (started together), H22 and H24 its C >= 64
-# and C=64 again, H23 the accept pair's C=1 with the native route beside the gate; H25 two
-# starts each of plain-default and gated-v2 at C=64 (the second starts, `NAME@2`, count in no
-# table), H26 H21's command again and H27 its C=8 and 64 with five repeats, on one machine;
-# H28 H21's command with the relay edit (a gated step's token alone through the FutureMap),
-# H29 H15's greedy sets with it; H30 the accept pair's four servers with it at every level in one
-# call, H31 H28's command again on another machine; H32 and H33 eagle-v2 and gated-v2 started
-# twice each on the real pair at C=1 and 8 (how far two starts of one server differ there).
-NEWEST_RUNS = ("H1", "H3", "H6", "H7", "H9", "H10", "H11", "H12", "H13", "H14", "H16", "H18", "H19", "H21",
-               "H22", "H23", "H24", "H25", "H26", "H27", "H28",
-               "H30", "H31", "H32", "H33")
-NEWEST_STARTS = ("H8", "H17", "P4")
-NEWEST_EQUIVALENCE_RUNS = {"H2": "--enable-deterministic-inference", "H15": "--enable-deterministic-inference",
-                           "H29": "--enable-deterministic-inference"}
-NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
-NEWEST_NOTES = {
-    "H1": "accept pair, every level; adaptive did not fit the call",
-    "H2": "adaptive on the accept pair with threshold 59 (H1's), then the context pair under "
-          "deterministic inference. adaptive ran without plain-default's caps (no plain-default "
-          "in the call; the harness refuses that since): SGLang reset its running cap to 48, so "
-          "its batch never passed 59 and it never left its 3-step tier",
-    "H3": "real pair (temperature 1), every level",
-    "H4": "adaptive alone on the accept pair, threshold 59 (H1's), with plain-default's caps "
-          "(running 4096, decode graphs to 256, as H1's plain-default logged): plan's native config",
-    "H5": "adaptive alone on the real pair, threshold 5 (H3's), plain-default's caps as in H4",
-    "H6": "H1's command again, with the gate of 2026-12-03 (a gated step's rows one token wide; "
-          "the gated prefill asks for the capture of the target's prefill graphs, which P2 found "
-          "it missing, so it ran eagerly); threshold 56",
-    "H7": "plain-default, gated-v2, eagle-v2 at C=1 and 128, threshold 56 (H6's), H6's gate, on "
-          "another machine: whether H6's C=1 gap (gated-v2 91 % of eagle-v2) is a start's "
-          "spread; gated-v2@2 did not fit the call",
-    "H8": "the bisect of the C=1 gap, one call on one machine, threshold 56, C=1 and 128: the gate "
-          "before both changes (713c48d, H1's), with the one-token rows only (ad3a0d2), and today's, "
-          "then eagle-v2: 836, 938, 960 and 727 tok/s at C=1: no change slowed C=1, and the spread "
-          "between starts is larger than H6's and H7's gaps",
-    "H9": "H1's command with today's gate (b8655ee), threshold 56",
-    "H10": "H3's command (real pair, threshold from calibrate: 34) with today's gate (b8655ee)",
-    "H11": "H9's servers side by side (--side-by-side: all three up at once, KV pools capped at "
-           "200,000 tokens, repeats interleaved and rotated), the gate of b8655ee, threshold 56",
-    "H12": "H10's servers side by side, real pair, threshold 34 (H10's calibrate)",
-    "H13": "H11's command again, on another machine",
-    "H14": "H11's command with the patch of 2026-12-03 (SGLang's PR #35377 backported: "
-           "alloc_for_spec_decode reads the new KV allocations with one tolist())",
-    "H15": "H2's context pair under deterministic inference, threshold 16, the gate of 2026-12-03 "
-           "(a gated prefill replays the target's prefill graphs)",
-    "H16": "H14's plain-default and gated-v2 side by side at C=64 only, five repeats each",
-    "H17": "H14's eagle-v2 and gated-v2 side by side at C=1 only, five repeats each",
-    "H18": "H14's servers and adaptive (plan's native config, plain-default's caps) side by side, "
-           "four servers up at once, C=1, 8, 32, seven repeats each; threshold 56",
-    "H19": "H18's four servers at C=64, 128, 256, three repeats each, the next call on the same "
-           "machine",
-    "H21": "the real pair, H18's four servers side by side, threshold 34 (H10's calibrate), every "
-           "level, three repeats, in one call: --start-together launched the four at once (up in "
-           "126-150 s, 104,571 MiB of the GPU in use with all up)",
-    "H22": "H21's command at C=64, 128, 256, five repeats each, on another machine (cold)",
-    "H23": "eagle-v2, adaptive, gated-v2 side by side at C=1 only, accept pair, threshold 56, nine "
-           "repeats each, started together (H20's command, which did not fit)",
-    "H24": "plain-default and gated-v2 side by side at C=64 only, real pair, threshold 34, seven "
-           "repeats each, the next call on H22's machine",
-    "H25": "plain-default and gated-v2 each started twice (NAME@2), side by side at C=64, real "
-           "pair, threshold 34, five repeats, the four launched together: whether a slow gated "
-           "step belongs to a start; the next call on P5's machine",
-    "H26": "H21's command again (the real pair, four servers side by side, every level, three "
-           "repeats, one call), the next call on H25's machine",
-    "H27": "H26's servers at C=8 and 64, five repeats each, the next call on H26's machine",
-    "H28": "H21's command with the gate of 2026-12-04 (a gated step relays its token alone through "
-           "SGLang's FutureMap: no top-k or hidden-state rows gathered or written), threshold 34, "
-           "every level, three repeats, four servers started together, in one call, on another "
-           "machine than P6's",
-    "H29": "H15's command (context pair, deterministic inference, threshold 16) with H28's gate, "
-           "the next call on H28's machine",
-    "H30": "the accept pair, the four servers side by side (H18's and H19's) with H28's gate, "
-           "threshold 56, every level, three repeats, started together, in one call (cold machine)",
-    "H31": "H28's command again (the real pair, threshold 34), on another machine (cold)",
-    "H32": "eagle-v2 and gated-v2 each started twice (NAME@2), side by side, real pair, threshold "
-           "34, C=1 and 8, five repeats, the four launched together (cold machine): gated-v2@2 "
-           "did not start (SGLang's rendezvous port, picked free by each server, taken by "
-           "another: run.py gives each its own since)",
-    "H33": "H32's command with a rendezvous port per server, on another machine (cold)",
-    "P4": "eagle-v2 and gated-v2 at C=1, two repeats each, then a profile of each (torch "
-          "profiler, 30 steps): the gate's module takes 0.021 ms of a 12.2 ms step (gate_P4.txt)",
-}
-# Servers whose rows come from another call of the same version and pair.
-NEWEST_BORROWED = {"H1": {"adaptive": "H4"}, "H3": {"adaptive": "H5"}}
 
 
 def collect_runs(table_runs, equivalence_runs, notes, servers, borrowed=None, extra_runs=()) -> dict:
@@ -288,13 +284,13 @@ def runs_table(section: dict, servers) -> str:
     return "\n".join(lines)
 
 
-def repeatability(section: dict) -> dict:
+def repeatability(section: dict, repeated_runs: dict, two_starts) -> dict:
     """Each repeated command's medians side by side, the spread between them (max / min - 1,
     per server and level), calibrate's threshold in each and its move from one call to the
     next, and each two-start call's medians."""
     rows = section["rows"]
     repeated = {}
-    for label, runs in REPEATED.items():
+    for label, runs in repeated_runs.items():
         levels = sorted({r["C"] for r in rows if r["run"] in runs})
         columns = [section["levels"].index(c) for c in levels]
         medians = {run: section["medians"][run] for run in runs}
@@ -305,12 +301,12 @@ def repeatability(section: dict) -> dict:
         repeated[label] = {"runs": list(runs), "levels": levels, "spread": spread, "thresholds": thresholds,
                            "threshold_moves": [round(b / a - 1, 3) for a, b in itertools.pairwise(thresholds)]}
     starts = {}
-    for run in TWO_STARTS:
+    for run in two_starts:
         servers = sorted({r["server"] for r in rows if r["run"] == run})
         levels = sorted({r["C"] for r in rows if r["run"] == run})
         starts[run] = {"levels": levels,
                        "medians": {s: [median(rows, s, c, run) for c in levels] for s in servers}}
-    c1 = {"real": c1_every_start(section, "real", [*section["table_runs"], *TWO_STARTS])}
+    c1 = {"real": c1_every_start(section, "real", [*section["table_runs"], *two_starts])}
     return {"repeated": repeated, "two_starts": starts, "c1_every_start": c1}
 
 
@@ -473,7 +469,7 @@ def pair_label(section: dict, run: str) -> str:
     return run_pair(section, run) + (", side by side" if run in section.get("side_by_side", ()) else "")
 
 
-def median(rows, server, c, run=TABLE_RUN):
+def median(rows, server, c, run):
     vals = [r["tok_s"] for r in rows if r["server"] == server and r["C"] == c
             and r["run"] == run and not r["errors"]]
     return statistics.median(vals) if vals else None
@@ -488,9 +484,10 @@ def ratio_line(label, num, den):
 def table(result: dict) -> str:
     rows = result["rows"]
     t = result["calibrate"]["threshold"]
-    med = {s: [median(rows, s, c) for c in LEVELS] for s in ("plain-default", "plain", "eagle", "gated")}
+    table_run, control_run = result["table_run"], result["control_run"]
+    med = {s: [median(rows, s, c, table_run) for c in LEVELS] for s in ("plain-default", "plain", "eagle", "gated")}
     best = [max(p, e) for p, e in zip(med["plain"], med["eagle"], strict=True)]
-    lines = ["| output tok/s, median of 3 (run " + TABLE_RUN + ") | " + " | ".join(f"C={c}" for c in LEVELS) + " |",
+    lines = ["| output tok/s, median of 3 (run " + table_run + ") | " + " | ".join(f"C={c}" for c in LEVELS) + " |",
              "|---" * (len(LEVELS) + 1) + "|"]
     for label, server in [("plain-default (SGLang's defaults, overlap on)", "plain-default"),
                           ("plain (overlap off: the v1 worker's scheduler)", "plain"),
@@ -500,9 +497,9 @@ def table(result: dict) -> str:
     lines.append(ratio_line("gated / max(plain, EAGLE)", med["gated"], best))
     lines.append(ratio_line("gated / plain-default", med["gated"], med["plain-default"]))
     lines.append(ratio_line("plain / plain-default (what overlap is worth)", med["plain"], med["plain-default"]))
-    control = [r for r in rows if r["run"] == CONTROL_RUN]
+    control = [r for r in rows if r["run"] == control_run]
     levels = sorted({r["C"] for r in control})
-    lines += ["", f"| control (run {CONTROL_RUN}): one tree path, each repeat | "
+    lines += ["", f"| control (run {control_run}): one tree path, each repeat | "
               + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
     for server in ("eagle", "gated"):
         cells = [" / ".join(f"{r['tok_s']:.0f}" for r in control if r["server"] == server and r["C"] == c)
@@ -514,15 +511,10 @@ def table(result: dict) -> str:
 # The catch-up cost (run.py --catchup, the trained pair): each run's summary, re-read from its
 # kept runs with catchup.py (the summary written on the GPU machine counted no gated step
 # before the resume: it expected gated lines to log `accept len: 0.00`, and they log none).
-CATCHUP_RUNS = {"K1": "trained pair (copy offset 16), threshold 16: eagle-v2 and gated-v2, "
-                      "8 long requests beside 120 short ones (mixed), then alone",
-                "K2": "the control: K1's command with trained-0 (copy offset 0, the draft needs no "
-                      "old KV entry), so what a resume loses here is the stale KV's other effects"}
-
-
-def catchup_section() -> dict:
+def catchup_section(catalogue: Catalogue) -> dict:
     out = {}
-    for run, note in CATCHUP_RUNS.items():
+    for entry in catalogue.entries("catchup", "catchup"):
+        run, note = entry["id"], entry.get("note")
         data = rows_of(run)["catchup"]
         summary = catchup.catchup_summary(data["runs"], data["workload"]["n_long"])
         out[run] = {"note": note, "threshold": data["threshold"], "workload": data["workload"],
@@ -546,42 +538,59 @@ def catchup_table(section: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    scrub_raw()
-    result = collect()
-    result["overlap_worker"] = collect_runs(OVERLAP_RUNS, OVERLAP_EQUIVALENCE_RUNS, OVERLAP_NOTES,
-                                            OVERLAP_SERVERS, extra_runs=TWO_STARTS)
-    result["overlap_worker"]["repeatability"] = repeatability(result["overlap_worker"])
-    result["overlap_worker"]["table_run"] = OVERLAP_TABLE_RUN
-    result["newest"] = collect_runs(NEWEST_RUNS, NEWEST_EQUIVALENCE_RUNS, NEWEST_NOTES,
-                                    NEWEST_SERVERS, NEWEST_BORROWED, extra_runs=NEWEST_STARTS)
-    result["newest"]["c1_every_start"] = {pair: c1_every_start(result["newest"], pair, [*NEWEST_RUNS, *NEWEST_STARTS])
-                                          for pair in ("accept", "real")}
-    result["newest"]["steady_decode"] = steady_section(result["newest"])
-    result["newest"]["pooled_side_by_side"] = {
-        pair: pooled_side_by_side(result["newest"], pair, NEWEST_SERVERS)
-        for pair in ("accept", "real")}
-    result["catchup"] = catchup_section()
-    (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(table(result))
+def gather(catalogue: Catalogue) -> dict:
+    """results.json: every section the catalogue fills, read from the raw rows."""
+    result = collect(catalogue)
+    overlap = result["overlap_worker"] = collect_runs(
+        catalogue.ids("overlap_worker", "throughput"), catalogue.equivalence("overlap_worker"),
+        catalogue.notes("overlap_worker"), OVERLAP_SERVERS, extra_runs=catalogue.ids("overlap_worker", "starts"))
+    overlap["repeatability"] = repeatability(overlap, catalogue.repeated("overlap_worker"),
+                                             catalogue.ids("overlap_worker", "starts"))
+    overlap["table_run"] = catalogue.sections["overlap_worker"]["table_run"]
+    newest = result["newest"] = collect_runs(
+        catalogue.ids("newest", "throughput"), catalogue.equivalence("newest"), catalogue.notes("newest"),
+        NEWEST_SERVERS, catalogue.borrowed("newest"), extra_runs=catalogue.ids("newest", "starts"))
+    # the table runs' starts first, then the calls kept for their starts
+    starts = [*catalogue.ids("newest", "throughput"), *catalogue.ids("newest", "starts")]
+    newest["c1_every_start"] = {pair: c1_every_start(newest, pair, starts) for pair in ("accept", "real")}
+    newest["steady_decode"] = steady_section(newest)
+    newest["pooled_side_by_side"] = {pair: pooled_side_by_side(newest, pair, NEWEST_SERVERS)
+                                     for pair in ("accept", "real")}
+    result["catchup"] = catchup_section(catalogue)
+    return result
+
+
+def tables(result: dict) -> str:
+    """The tables collect.py prints (bench/gpu/README.md quotes them)."""
+    out = [table(result)]
     for key, servers in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
-        print()
-        print(runs_table(result[key], servers))
-    print()
-    print(repeatability_table(result["overlap_worker"]))
-    print()
+        out += ["", runs_table(result[key], servers)]
+    out += ["", repeatability_table(result["overlap_worker"]), ""]
     overlap, newest = result["overlap_worker"], result["newest"]
     for starts, sglang in ((overlap["repeatability"]["c1_every_start"], overlap["sglang"]),
                            (newest["c1_every_start"], newest["sglang"])):
         for pair, c1 in starts.items():
-            print(c1_table(c1, pair, sglang))
-            print()
-    for pair, pooled in result["newest"]["pooled_side_by_side"].items():
-        print(pooled_table(pooled, pair, result["newest"]["sglang"]))
-        print()
-    print(steady_table(result["newest"]["steady_decode"]))
-    print()
-    print(catchup_table(result["catchup"]))
+            out += [c1_table(c1, pair, sglang), ""]
+    for pair, pooled in newest["pooled_side_by_side"].items():
+        out += [pooled_table(pooled, pair, newest["sglang"]), ""]
+    out += [steady_table(newest["steady_decode"]), "", catchup_table(result["catchup"])]
+    return "\n".join(out)
+
+
+def main() -> None:
+    catalogue = Catalogue.read()
+    scrub_raw()
+    catalogue.check_raw()
+    result = gather(catalogue)
+    write_atomic(HERE / "results.json", json.dumps(result, indent=1) + "\n")
+    write_atomic(LIVE_RUNS, json.dumps(catalogue.live_runs(), indent=2) + "\n")
+    # bench/VERSIONS.md's live column reads live_runs.json: render it again (no re-run of the
+    # static checks; versions.py imports this module for the raw rows).
+    sys.path.insert(0, str(HERE.parent))
+    import versions
+
+    versions.write_md(json.loads(versions.OUT_JSON.read_text()))
+    print(tables(result))
 
 
 if __name__ == "__main__":
