@@ -419,10 +419,26 @@ def _check_patch_inputs(tree: source.SourceTree, confined: bool) -> None:
         check_inside(tree, [f"{tree.root.name}/{rel}" for rel in (generate.WORKER, generate.SERVER_ARGS, generate.GATE)])
 
 
-def _generate(tree: source.SourceTree, confined: bool) -> PatchSet:
+def _launch_worker(tree: source.SourceTree, analysis: Analysis | None = None) -> str:
+    """The worker a launch with no flags runs, which the patch's launch flags are for: the
+    one family the tree has, or, where it has both, the launch decision of the analysis."""
+    from eaglegate.patches import generate
+    from eaglegate.patches.plan import default_worker
+
+    family = generate.check_family(tree)
+    if "+" not in family:
+        return next(k for k, v in generate.WORKER_LABELS.items() if v == family)
+    if analysis is None:
+        from eaglegate.analyzer.analysis import analyze
+
+        analysis = analyze(tree)
+    return default_worker(analysis)
+
+
+def _generate(tree: source.SourceTree, confined: bool, analysis: Analysis | None = None) -> PatchSet:
     from eaglegate.patches import generate
 
-    patch = generate.generate_patch(tree)
+    patch = generate.generate_patch(tree, _launch_worker(tree, analysis))
     if confined:
         check_inside(tree, [c.path for c in patch.changes])
     return patch
@@ -485,15 +501,17 @@ def apply(tree: source.SourceTree, threshold: object, *, allow_dirty: bool = Fal
         # generator, which reads the original anchors. The threshold is read at launch, so
         # another one changes no byte of the tree: the manifest records it, for `status`.
         outcome = transaction.reapply(parent, checked)
-        flags = generate.launch_flags(tree, checked, generate.default_worker(tree))
+        worker = manifest.worker
+        if not worker:  # recorded by an older eaglegate: decide it as `patch` did
+            worker = _launch_worker(tree)
+        flags = generate.launch_flags(tree, checked, worker)
         return Applied(outcome, flags, transaction.status(parent))
     # Generation must read original bytes: finish an interrupted transaction first.
     recovered = transaction.recover(parent) if current.state == "interrupted" else ""
     _check_patch_inputs(tree, confined)
     # The map's files must parse (the scheduler, the workers): a gate patched into a tree
     # whose scheduler does not parse could never be verified.
-    analyse(tree, progress)
-    patch = _generate(tree, confined)
+    patch = _generate(tree, confined, analyse(tree, progress))
     outcome = transaction.apply(parent, patch, threshold=checked, tree_version=tree.version,
                                 git_mode=tree.origin == "git", allow_dirty=allow_dirty)
     outcome.recovered = outcome.recovered or recovered

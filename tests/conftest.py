@@ -9,6 +9,7 @@ import pytest
 from eaglegate.analyzer.analysis import Analysis, analyze
 from eaglegate.analyzer.source import SourceTree, from_release
 from eaglegate.analyzer.spec_map import SpecMap
+from eaglegate.patches.model import PatchSet
 
 # The versions the suite covers (docs/architecture.md "Targets"); NEWEST is the newest release.
 OLDEST_V1 = "0.4.10.post2"
@@ -66,6 +67,13 @@ def analysis(version: str) -> Analysis:
 def spec_map(version: str) -> SpecMap:
     """The release's map (`build_map`), the shared analysis's own."""
     return analysis(version).spec_map
+
+
+def default_patch(tree: SourceTree) -> PatchSet:
+    """The gate patch as `eaglegate patch` makes it: for the worker a launch with no flags runs."""
+    from eaglegate import app
+
+    return app.patch_files(tree)
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from eaglegate.analyzer.source import from_path
-from eaglegate.patches.generate import generate_patch
 
+from conftest import default_patch
 from txhelpers import VERSION, copy_full, tree_hash
 
 TESTS = Path(__file__).resolve().parent
@@ -61,7 +61,7 @@ def site(release_tree, tmp_path) -> Path:
 
 
 def change_order(site: Path) -> list[str]:
-    return [c.path for c in generate_patch(from_path(site)).changes]
+    return [c.path for c in default_patch(from_path(site)).changes]
 
 
 def test_apply_with_a_file_it_may_not_replace_rolls_back(site):
@@ -166,7 +166,7 @@ _DISK_FULL = textwrap.dedent("""
     mount, release, stage = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     site = mount / "site"
     shutil.copytree(release, site / "sglang")
-    changes = generate_patch(from_path(site)).changes
+    changes = default_patch(from_path(site)).changes
     page = os.statvfs(mount).f_frsize
     pages = lambda data: -(-len(data or b"") // page)
     eaglegate = [sys.executable, "-m", "eaglegate"]

@@ -24,8 +24,8 @@ from test_faults_apply import eaglegate, error_line
 from test_faults_state import GIT_ENV, ok
 
 from eaglegate.analyzer.source import from_path
-from eaglegate.patches.generate import generate_patch
 
+from conftest import default_patch
 from txhelpers import VERSION, copy_full, tree_hash
 
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -39,7 +39,7 @@ def site(release_tree, tmp_path) -> Path:
 
 def patched_bytes(release_tree) -> dict[str, bytes]:
     """What the gate patch writes into a pristine 0.5.9, by path."""
-    return {c.path: c.after for c in generate_patch(release_tree(VERSION)).changes}
+    return {c.path: c.after for c in default_patch(release_tree(VERSION)).changes}
 
 
 # ---------------------------------------------------------------- eaglegate's own cache
@@ -186,7 +186,7 @@ def test_root_on_another_users_checkout_gets_gits_refusal_in_one_line(checkout, 
     from eaglegate.patches import transaction
 
     repo, python = checkout
-    patch = generate_patch(from_path(python))
+    patch = default_patch(from_path(python))
     for path in [python.parent, *python.parent.rglob("*")]:
         os.lchown(path, 4321, 4321)
     before = tree_hash(python.parent)
@@ -260,6 +260,8 @@ def test_latin1_modules_among_the_edited_ones(latin1_site, release_tree, tmp_pat
 _KILL_IN_JOURNAL = """
 import os, signal
 from eaglegate.patches import transaction
+
+from conftest import default_patch
 def on_step(label):
     if label == "temp sglang.eaglegate.json":
         os.kill(os.getpid(), signal.SIGKILL)

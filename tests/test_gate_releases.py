@@ -463,7 +463,7 @@ def test_verify_fails_on_a_release_with_a_field_missing_or_typed_otherwise_and_n
     parent = tmp_path / "site"
     shutil.copytree(release("0.5.16").root, parent / "sglang")
     tree = from_path(parent)
-    assert apply(parent, generate_patch(tree, worker="v2"), tree_version=tree.version).changed
+    assert apply(parent, generate_patch(tree, "v2", required=True), tree_version=tree.version).changed
     assert verify_tree(from_path(parent)).ok
     path = parent / "sglang" / "srt" / "managers" / "schedule_batch.py"
     retyped = _field_line(path, "ScheduleBatch", "out_cache_loc")

@@ -7,6 +7,8 @@ import pytest
 from eaglegate.patches.behaviour import check_patch, check_sources, check_tree
 from eaglegate.patches.generate import GATE, WORKER, gate_module_source, generate_patch
 
+from conftest import default_patch
+
 V1_VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1"]
 
 GATED_ALONE = "above threshold: the target step alone, no draft model, no draft/verify"
@@ -40,7 +42,7 @@ EXPECTED_CHECKS = {
 
 
 def patched_sources(release_tree, version):
-    patch = generate_patch(release_tree(version))  # reads only
+    patch = default_patch(release_tree(version))  # reads only
     by_path = {c.path: c.after.decode() for c in patch.changes}
     return patch, by_path[f"sglang/{WORKER}"], by_path[f"sglang/{GATE}"]
 

@@ -11,11 +11,10 @@ import pytest
 
 from eaglegate.analyzer.source import from_path
 from eaglegate.patches.diff import render_patch
-from eaglegate.patches.generate import generate_patch
 from eaglegate.patches.transaction import apply, revert, status
 from eaglegate.patches.verify import verify_tree
 
-from conftest import release
+from conftest import default_patch, release
 
 
 def tree_hash(root) -> str:
@@ -34,7 +33,7 @@ def test_gate_flow(version, tmp_path):
     pristine = tree_hash(parent)
     tree = from_path(parent)
 
-    patch = generate_patch(tree)
+    patch = default_patch(tree)
     diff = tmp_path / "gate.patch"
     diff.write_text(render_patch(patch))
     for check in (["git", "apply", "--check", str(diff)], ["patch", "-p1", "--dry-run", "-i", str(diff)]):
@@ -49,7 +48,7 @@ def test_gate_flow(version, tmp_path):
     assert any(c.endswith("EAGLEWorker." + c.rsplit(".", 1)[-1]) for c in callees)
     assert ".speculative.batch_gate." in callees[-1]
 
-    again = apply(parent, generate_patch(from_path(parent)), tree_version=tree.version)
+    again = apply(parent, default_patch(from_path(parent)), tree_version=tree.version)
     assert not again.changed
     assert status(parent).state == "patched"
 

@@ -26,9 +26,10 @@ from eaglegate.patches.generate import (
     SERVER_ARGS,
     WORKER,
     gate_module_source,
-    generate_patch,
     launch_flags,
 )
+
+from conftest import default_patch
 
 V1_VERSIONS = ["0.4.10.post2", "0.5.4", "0.5.9", "0.5.12.post1"]
 # The scheduler's output processor is edited only where it counts spec metrics (0.5.3 on).
@@ -106,7 +107,7 @@ def run(cmd: list[str], cwd: Path, stdin: str | None = None) -> subprocess.Compl
 def generated(request, release_tree, tmp_path_factory):
     version = request.param
     tree = pristine_copy(release_tree, version, tmp_path_factory.mktemp(version))
-    patch = generate_patch(tree)
+    patch = default_patch(tree)
     return version, tree, patch, render_patch(patch)
 
 
@@ -225,7 +226,7 @@ def test_second_run_over_the_patched_tree_changes_nothing(generated, tmp_path):
         target = tmp_path / change.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(change.after)
-    assert generate_patch(SourceTree(package, version, "path")).changes == []
+    assert default_patch(SourceTree(package, version, "path")).changes == []
     args = (package / SERVER_ARGS).read_text()
     assert args.count(GUARDED_RESET) == 1
 
@@ -241,7 +242,7 @@ def test_two_resets_in_the_eagle_branch_are_refused(release_tree, tmp_path):
     target.write_text("".join(lines[: node.end_lineno] + block + lines[node.end_lineno :]))
     assert [e for _, e in cap_resets(target.read_text())].count(True) == 2
     with pytest.raises(UserError) as info:
-        generate_patch(tree)
+        default_patch(tree)
     message = str(info.value)
     assert (
         "anchor ServerArgs: `if self.max_running_requests is None: "
@@ -261,7 +262,7 @@ def test_a_half_patched_server_args_is_refused(release_tree, tmp_path):
     lines[node.lineno - 1] = indent + GUARDED_RESET + "\n"
     target.write_text("".join(lines))
     with pytest.raises(UserError, match="partially patched"):
-        generate_patch(tree)
+        default_patch(tree)
 
 
 def test_scheduler_metrics_leave_out_gated_steps(generated, release_tree):
@@ -329,7 +330,7 @@ def test_diff_applies_with_git_and_patch_and_is_idempotent(generated, tmp_path):
         assert on_disk == change.after, change.path
         compile(on_disk, change.path, "exec")  # every patched file compiles
 
-    again = generate_patch(SourceTree(parent / "sglang", version, "path"))
+    again = default_patch(SourceTree(parent / "sglang", version, "path"))
     assert again.changes == []
     assert render_patch(again) == ""
     # git agrees the tree is fully patched: the reverse applies cleanly.
@@ -339,7 +340,7 @@ def test_diff_applies_with_git_and_patch_and_is_idempotent(generated, tmp_path):
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
 def test_releases_with_native_adaptive_take_the_overlap_workers_patch(release_tree, version):
-    patch = generate_patch(release_tree(version))
+    patch = default_patch(release_tree(version))
     assert patch.family == "eagle-v2" and patch.worker == "v2"
     assert launch_flags(release_tree(version), 32, patch.worker) == [FLAG, "32"]  # overlap kept, no caps
 
@@ -349,7 +350,7 @@ def test_refuses_versions_outside_the_v1_range(release_tree, tmp_path, version):
     tree = pristine_copy(release_tree, "0.5.9", tmp_path)  # a v1 worker, another label
     relabelled = SourceTree(tree.root, version, "path")
     with pytest.raises(UserError, match="outside the v1 gate patch's range"):
-        generate_patch(relabelled)
+        default_patch(relabelled)
 
 
 @pytest.mark.parametrize(
@@ -382,7 +383,7 @@ def test_refuses_a_hand_modified_anchor(release_tree, tmp_path, rel, old, new, a
     assert text.count(old) == 1
     target.write_text(text.replace(old, new))
     with pytest.raises(UserError) as info:
-        generate_patch(tree)
+        default_patch(tree)
     assert anchor in str(info.value)
     assert "matched 0 site(s), expected 1" in str(info.value)
 
@@ -399,19 +400,19 @@ def test_refuses_an_anchor_matched_twice(release_tree, tmp_path):
         )
     )
     with pytest.raises(UserError, match=r"matched 2 site\(s\), expected 1"):
-        generate_patch(tree)
+        default_patch(tree)
 
 
 def test_refuses_a_partially_patched_worker(release_tree, tmp_path):
     tree = pristine_copy(release_tree, "0.5.9", tmp_path)
-    patch = generate_patch(tree)
+    patch = default_patch(tree)
     worker = next(c for c in patch.changes if c.path.endswith(WORKER)).after.decode()
     without_import = "\n".join(
         line for line in worker.splitlines() if "import finish_gated_decode" not in line
     )
     (tree.root / WORKER).write_text(without_import + "\n")
     with pytest.raises(UserError, match="partially patched"):
-        generate_patch(tree)
+        default_patch(tree)
 
 
 def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
@@ -422,7 +423,7 @@ def test_cli_writes_the_patch_and_prints_flags(release_tree, tmp_path):
         app, ["patch", "--path", str(tree.root), "--threshold", "24", "-o", str(out)]
     )
     assert result.exit_code == 0, result.output
-    assert out.read_text() == render_patch(generate_patch(tree))
+    assert out.read_text() == render_patch(default_patch(tree))
     assert (
         "launch flags: --speculative-batch-gate-threshold 24 --disable-overlap-schedule\n"
         in result.output
@@ -513,3 +514,35 @@ def test_decode_log_has_no_accept_length_for_an_interval_of_gated_steps(generate
     assert ast.dump(node.test) == ast.dump(expected)
     assert isinstance(node.body[0], ast.Assign)
     assert ast.unparse(node.body[0]) == "spec_accept_length = 0"
+
+
+def test_patch_and_apply_generate_the_patch_once(release_tree, tmp_path, monkeypatch):
+    """The launch decision is made once and handed to the generator: `patch` and `apply`
+    on 0.5.9 (both worker families, so the default launch's worker is decided by analysis)
+    generate once each, and a second `apply` generates nothing (the manifest holds the
+    worker its flags are for)."""
+    from eaglegate import app as application
+    from eaglegate.analyzer.source import from_path
+    from eaglegate.patches import generate
+
+    from txhelpers import copy_full
+
+    calls: list[str] = []
+    real = generate.generate_patch
+
+    def counted(tree, worker, **kwargs):
+        calls.append(worker)
+        return real(tree, worker, **kwargs)
+
+    monkeypatch.setattr(generate, "generate_patch", counted)
+    parent = copy_full(release_tree("0.5.9").root, tmp_path / "site")
+    tree = from_path(parent)
+    made = application.make_patch(tree, 32)
+    assert calls == [made.files.worker] and made.files.family == "eagle-v1+eagle-v2"
+    calls.clear()
+    applied = application.apply(tree, 32)
+    assert calls == [made.files.worker] and applied.outcome.changed
+    calls.clear()
+    again = application.apply(from_path(parent), 16)
+    assert calls == [] and not again.outcome.changed
+    assert again.launch_flags == generate.launch_flags(tree, 16, made.files.worker)

@@ -63,7 +63,7 @@ def test_overlap_gate_flow(version, tmp_path):
     pristine = tree_hash(parent)
     tree = from_path(parent)
 
-    patch = generate_patch(tree, worker="v2")
+    patch = generate_patch(tree, "v2", required=True)
     assert "eagle-v2" in patch.family.split("+")
     flags = launch_flags(tree, 64, patch.worker)
     assert flags[:2] == [FLAG, "64"]  # overlap kept, no cap flags; 0.5.3.x-0.5.4 add their opt-in
@@ -134,7 +134,7 @@ def test_overlap_patch_refuses_a_tree_whose_anchors_differ(version, rel, old, ne
 
 def test_a_release_with_both_workers_gates_both_and_the_flags_follow_the_worker():
     tree = release("0.5.12.post1")
-    patch = generate_patch(tree, worker="v1")
+    patch = generate_patch(tree, "v1", required=True)
     assert patch.family == "eagle-v1+eagle-v2"
     touched = {c.path.split("/", 1)[1] for c in patch.changes}
     assert {"srt/speculative/eagle_worker.py", "srt/speculative/eagle_worker_v2.py",
@@ -222,7 +222,7 @@ def test_a_loop_that_does_something_else_keeps_its_code_and_the_gate_its_patch(t
     tree = _copy_with(
         "0.5.16", tmp_path, SPEC_ALLOC, loop_body, loop_body + "        req.kv.seen = i\n"
     )
-    patch = generate_patch(tree, worker="v2")
+    patch = generate_patch(tree, "v2", required=True)
     assert patch.family == "eagle-v2"
     touched = {c.path.split("/", 1)[1] for c in patch.changes}
     assert "srt/speculative/eagle_worker_v2.py" in touched and SPEC_ALLOC not in touched
@@ -286,7 +286,7 @@ def test_a_future_map_of_another_shape_keeps_its_code_and_the_gate_its_patch(tmp
     tree = _copy_with("0.5.16", tmp_path, RELAY,
                       "def stash(self, future_indices: torch.Tensor, payload: RelayPayload) -> None:",
                       "def stash(self, future_indices: torch.Tensor, payload: RelayPayload, extra=None) -> None:")
-    patch = generate_patch(tree, worker="v2")
+    patch = generate_patch(tree, "v2", required=True)
     touched = {c.path.split("/", 1)[1] for c in patch.changes}
     assert "srt/speculative/eagle_worker_v2.py" in touched and RELAY not in touched
 

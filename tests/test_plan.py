@@ -18,7 +18,7 @@ from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.generate import generate_patch, launch_flags
 from eaglegate.patches.plan import NATIVE_COST, build_plan
 
-from conftest import NEWEST, analysis, release
+from conftest import NEWEST, analysis, default_patch, release
 
 EAGLE3 = "--speculative-algorithm EAGLE3"
 
@@ -114,10 +114,10 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
     where = note.split(" at ")[1].split(";")[0]
     assert _line_at(version, where).strip() == "self.max_running_requests = 48"
     # That reset is the one the patch guards: the line above it is the guarded test.
-    from eaglegate.patches.generate import SERVER_ARGS, generate_patch
+    from eaglegate.patches.generate import SERVER_ARGS
 
     patched = next(
-        c.after.decode() for c in generate_patch(release(version)).changes
+        c.after.decode() for c in default_patch(release(version)).changes
         if c.path.endswith(SERVER_ARGS)
     )
     path, lineno = where.rsplit(":", 1)
@@ -161,7 +161,7 @@ def test_an_overlap_worker_launch_on_an_older_release_gets_the_overlap_patch(ver
     assert (plan.family, plan.worker) == ("v2-code-patch", "EAGLEWorkerV2"), plan.to_json()
     assert plan.patch is not None and not plan.blocked_by
     assert not any("both workers remain possible" in c for c in plan.caveats)
-    made = generate_patch(tree, worker="v2")
+    made = generate_patch(tree, "v2", required=True)
     assert plan.patch["files"] == [c.path for c in made.changes]
     assert plan.launch_flags == launch_flags(tree, 48, made.worker)
     assert plan.launch_flags[:2] == [FLAG, "48"] and "--disable-overlap-schedule" not in plan.launch_flags

@@ -399,10 +399,13 @@ def test_cli_apply_status_revert_round_trip(tree):
     ]
     # The flags of the worker `plan` finds this (partial) tree's default launch runs.
     from eaglegate.analyzer.source import from_path
-    from eaglegate.patches.generate import default_worker, launch_flags
+    from eaglegate.analyzer.analysis import analyze
+    from eaglegate.patches.generate import launch_flags
+    from eaglegate.patches.plan import default_worker
 
     located = from_path(tree)
-    assert data["launch_flags"] == launch_flags(located, 32, default_worker(located))
+    worker = default_worker(analyze(located))
+    assert data["launch_flags"] == launch_flags(located, 32, worker)
     assert data["launch_flags"][:2] == ["--speculative-batch-gate-threshold", "32"]
 
     patched = tree_hash(tree)
@@ -414,7 +417,7 @@ def test_cli_apply_status_revert_round_trip(tree):
     assert other.exit_code == 0, other.output
     data = json.loads(other.stdout)
     assert data["changed"] == [] and data["message"].startswith("already applied")
-    assert data["launch_flags"] == launch_flags(located, 16, default_worker(located))
+    assert data["launch_flags"] == launch_flags(located, 16, worker)
     assert tree_hash(tree, skip_state=True) == {k: v for k, v in patched.items() if not k.startswith(STATE_PREFIX)}
     text = _cli("apply", "--threshold", "24", "--path", str(tree))
     assert text.exit_code == 0, text.output

@@ -266,16 +266,6 @@ def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) ->
     return FileChange(path=path, before=before, after=after) if after != before else None
 
 
-def default_worker(tree: SourceTree) -> str:
-    """The worker (`v1` or `v2`) a launch with no flags selects in this tree, as `plan`
-    decides it from the version's own argument handling."""
-    from eaglegate.analyzer.analysis import analyze
-    from eaglegate.patches.plan import build_plan
-
-    plan = build_plan(analyze(tree))
-    return "v2" if plan.family.startswith("v2") else "v1"
-
-
 def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
     """The gate's server argument and the running-cap guard, where this release has them."""
     hook = tree.root / SPECULATIVE_HOOK
@@ -293,13 +283,14 @@ def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str],
     return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
 
 
-def generate_patch(tree: SourceTree, worker: str | None = None) -> PatchSet:
+def generate_patch(tree: SourceTree, worker: str, *, required: bool = False) -> PatchSet:
     """The gate patch for this tree (empty when already applied); every threshold gets it.
 
+    `worker` is the worker the launch runs (`v1` or `v2`), decided by the caller
+    (`plan.default_worker` for a launch with no flags): the patch's launch flags are for it.
     Both worker families are patched where the tree has them and their anchors fit; a
-    family whose anchors refuse is left out, unless `worker` names it. The patch's worker
-    (the one its launch flags are for) is `worker`, by default the worker a launch with no
-    flags selects."""
+    family whose anchors refuse is left out, unless `required` and it is `worker`'s. When
+    `worker`'s family is left out, the patch is for the family that was patched."""
     family = check_family(tree)
     changes: list[FileChange] = []
     patched: list[str] = []
@@ -308,7 +299,7 @@ def generate_patch(tree: SourceTree, worker: str | None = None) -> PatchSet:
         try:
             found = [_change(tree, rel, transform) for rel, transform in _edits(tree, name)]
         except UserError as exc:
-            if worker is not None and WORKER_LABELS.get(worker) == name:
+            if required and WORKER_LABELS.get(worker) == name:
                 raise
             refusals.append(exc)
             continue
@@ -333,9 +324,7 @@ def generate_patch(tree: SourceTree, worker: str | None = None) -> PatchSet:
     gate = gate_module_source()
     if existing != gate:
         changes.append(FileChange(path=f"{tree.root.name}/{GATE}", before=existing, after=gate))
-    if worker is None:
+    if WORKER_LABELS.get(worker) not in patched:
         worker = next(k for k, v in WORKER_LABELS.items() if v == patched[0])
-        if len(patched) > 1:
-            worker = default_worker(tree)
     return PatchSet(version=tree.version, family="+".join(patched), changes=changes, worker=worker,
                     generator=generator_id())

@@ -55,6 +55,9 @@ class Manifest:
     # The code that wrote the patch (`generate.generator_id`); "" for one recorded before
     # eaglegate kept it, or adopted from a tree patched by other means.
     generator: str = ""
+    # The worker the patch's launch flags are for ("v1" or "v2"; "" in manifests written
+    # before it was recorded), so a second apply prints them without analysing the tree.
+    worker: str = ""
     format: int = FORMAT
     tool: str = "eaglegate"
 
@@ -74,6 +77,7 @@ class Manifest:
             created_dirs=list(data.get("created_dirs", [])),
             git=dict(data.get("git", {})),
             generator=str(data.get("generator", "")),
+            worker=str(data.get("worker", "")),
             format=int(data.get("format", FORMAT)),
         )
 

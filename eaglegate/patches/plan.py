@@ -145,8 +145,7 @@ def build_plan(
                             "nothing to gate")
         plan.caveats += excluded
         return plan
-    v1 = next((w for w in chosen if w.label == "v1"), None)
-    v2 = next((w for w in chosen if w.label == "v2"), None)
+    v1, v2 = _by_label(chosen, "v1"), _by_label(chosen, "v2")
     if v1 and v2:
         undecided = sorted(_atoms(analysis) - {d.setting for d in plan.why})
         plan.caveats.append("both workers remain possible: what decides between them is unknown here "
@@ -185,6 +184,20 @@ def build_plan(
         plan.blocked_by = patch_refused + plan.blocked_by
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
     return plan
+
+
+def _by_label(workers: list[WorkerMap], label: str) -> WorkerMap | None:
+    return next((w for w in workers if w.label == label), None)
+
+
+def default_worker(analysis: Analysis) -> str:
+    """The worker (`v1` or `v2`) a launch with no flags runs in this tree: the launch
+    decision `build_plan` plans for (v1 where both remain possible or none is selected),
+    computed without generating the patch."""
+    settings = analysis.settings
+    chosen = evaluate_launch(settings, analysis.spec_map, analysis.codebase, "", None,
+                             wanted=set(_cap_settings(settings))).workers
+    return "v2" if _by_label(chosen, "v2") and not _by_label(chosen, "v1") else "v1"
 
 
 def gate_off_caveats(settings: Settings, resolved: Resolved) -> list[str]:
@@ -242,7 +255,7 @@ def _plan_code_patch(analysis: Analysis, plan: GatePlan, worker: WorkerMap) -> N
 
     plan.family, plan.worker = f"{worker.label}-code-patch", worker.name
     try:
-        patch = generate_patch(analysis.tree, worker.label)
+        patch = generate_patch(analysis.tree, worker.label, required=True)
     except UserError as exc:
         # The plan still answers (worker, caps, why); only the patch is missing.
         plan.blocked_by = [f"the gate patch does not fit this tree: {exc}"]

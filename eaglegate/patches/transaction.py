@@ -678,7 +678,8 @@ def _apply_fresh(layout: Layout, patch: PatchSet, repo: git.Repo | None, recover
     if version in ("", "unknown"):
         version = read_package_version(layout.parent / PACKAGE) or "unknown"
     manifest = Manifest(version, patch.family, threshold, _now(), APPLYING, records,
-                        sorted(created_dirs, key=lambda d: d.count("/")), generator=patch.generator)
+                        sorted(created_dirs, key=lambda d: d.count("/")), generator=patch.generator,
+                        worker=patch.worker)
     branch = GATE_BRANCH
     if repo is not None:
         manifest.git = _git_plan(repo, layout, branch)
@@ -1159,7 +1160,8 @@ def _release_reference(parent: Path) -> tuple[Path | None, list[tuple[str, bytes
     try:
         from eaglegate.patches.generate import generate_patch
 
-        written = [(c.path, c.after) for c in generate_patch(tree).changes]
+        # The files written are the same whichever worker the launch runs.
+        written = [(c.path, c.after) for c in generate_patch(tree, "v1").changes]
     except UserError:
         written = []  # a version with no code patch: the marks alone say what was written
     return tree.root.parent, written, ""
