@@ -546,3 +546,32 @@ def test_patch_and_apply_generate_the_patch_once(release_tree, tmp_path, monkeyp
     again = application.apply(from_path(parent), 16)
     assert calls == [] and not again.outcome.changed
     assert again.launch_flags == generate.launch_flags(tree, 16, made.files.worker)
+
+
+@pytest.mark.parametrize("version,worker", [("0.4.10.post2", "v1"), ("0.5.9", "v1"), ("0.5.9", "v2"),
+                                            ("0.5.16", "v2"), ("0.5.23", "v2")])
+def test_the_generator_returns_where_the_gate_is_called(release_tree, version, worker):
+    """The insertion point is the generator's fact: the line it names in the original
+    worker file lies in the method it names, and the patched method calls the gate there."""
+    from eaglegate.patches.codemods import v1_worker, v2_worker
+    from eaglegate.patches.generate import WORKER_V2, generate_patch
+
+    patch = generate_patch(release_tree(version), worker, required=True)
+    point = patch.insertion
+    assert point is not None and point.file == (WORKER_V2 if worker == "v2" else WORKER)
+    change = next(c for c in patch.changes if c.path == f"sglang/{point.file}")
+    cls_name, method = point.symbol.split(".")
+    line = int(point.where.rsplit(":", 1)[1])
+
+    def span(data: bytes) -> tuple[int, int]:
+        cls = next(n for n in ast.parse(data).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+        return fn.lineno, fn.end_lineno or fn.lineno
+
+    low, high = span(change.before)
+    assert low <= line <= high
+    call = (v2_worker.IS_GATED if worker == "v2" else v1_worker.PREPARE) + "("
+    block = next(e for e in point.edits if e["at"] == point.where)
+    assert any(call in text for text in block["new"])
+    low, high = span(change.after)
+    assert any(call in text for text in change.after.decode().splitlines()[low - 1:high])

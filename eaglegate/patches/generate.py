@@ -11,6 +11,7 @@ reads it at launch, from the flags `launch_flags(tree, threshold, worker)` makes
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import io
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from eaglegate.analyzer.source import SourceTree
+from eaglegate.analyzer.source import SourceTree, decode_python
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods import (
     adaptive_feed,
@@ -34,7 +35,7 @@ from eaglegate.patches.codemods import (
     v2_decode_prep,
     v2_worker,
 )
-from eaglegate.patches.model import FileChange, PatchSet
+from eaglegate.patches.model import FileChange, Insertion, PatchSet
 
 FAMILY_V1 = "eagle-v1"
 FAMILY_V2 = "eagle-v2"
@@ -283,6 +284,40 @@ def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str],
     return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
 
 
+# What the call-site edit of each worker's codemod does there, for the insertion point.
+_INSERTION_WHAT = {
+    "v2": ("first in the decode branch: a step the gate reserved as plain runs the target's "
+           "one-token DECODE through its own CUDA graphs; first in the extend branch: a "
+           "prefill while the gate is off runs without the draft"),
+    "v1": ("before the entry's extend branch: ask the gate, and run a gated decode "
+           "through the existing forward_target_extend/forward_draft_extend pair"),
+}
+
+
+def _insertion(changes: list[FileChange], worker: str) -> Insertion | None:
+    """The worker's call-site edit: the changed block of its file that calls the gate by
+    the name the worker's codemod calls it (the import of that name is another block)."""
+    rel_worker, called, symbol = (
+        (WORKER_V2, v2_worker.IS_GATED, f"{v2_worker.WORKER_CLASS}.{v2_worker.ENTRY}") if worker == "v2"
+        else (WORKER, v1_worker.PREPARE, None))
+    call = f"{called}("
+    change = next((c for c in changes if c.path.split("/", 1)[-1] == rel_worker and c.before is not None), None)
+    if change is None or change.before is None:
+        return None
+    original = decode_python(change.before)
+    before, after = original.splitlines(), decode_python(change.after).splitlines()
+    blocks = [(f"{rel_worker}:{i1 + 1}", tag, [line.strip() for line in after[j1:j2]][:3])
+              for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
+              if tag != "equal"]
+    if not blocks:
+        return None
+    if symbol is None:
+        symbol = f"EAGLEWorker.{v1_worker.entry_method_name(original, change.path)}"
+    at = next((at for at, _, new in blocks if any(call in line for line in new)), blocks[0][0])
+    edits: list[dict[str, object]] = [{"at": block, "op": op, "new": new} for block, op, new in blocks]
+    return Insertion(rel_worker, at, symbol, _INSERTION_WHAT[worker], edits)
+
+
 def generate_patch(tree: SourceTree, worker: str, *, required: bool = False) -> PatchSet:
     """The gate patch for this tree (empty when already applied); every threshold gets it.
 
@@ -327,4 +362,4 @@ def generate_patch(tree: SourceTree, worker: str, *, required: bool = False) -> 
     if WORKER_LABELS.get(worker) not in patched:
         worker = next(k for k, v in WORKER_LABELS.items() if v == patched[0])
     return PatchSet(version=tree.version, family="+".join(patched), changes=changes, worker=worker,
-                    generator=generator_id())
+                    generator=generator_id(), insertion=_insertion(changes, worker))

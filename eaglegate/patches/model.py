@@ -29,6 +29,25 @@ class FileChange:
     after: bytes
 
 
+@dataclass(frozen=True)
+class Insertion:
+    """Where the gate's call-site edit lands in the original worker file.
+
+    `file` is relative to the `sglang` package, `where` is `file:line` in the original
+    file, `symbol` the worker method that gets the edit, `what` what it does there, and
+    `edits` every changed block of that file (`at`, `op`, the first new lines)."""
+
+    file: str
+    where: str
+    symbol: str
+    what: str
+    edits: list[dict[str, object]]
+
+    def to_json(self) -> dict[str, object]:
+        return {"file": self.file, "where": self.where, "symbol": self.symbol, "what": self.what,
+                "edits": self.edits}
+
+
 @dataclass
 class PatchSet:
     """Every file change of one gate patch for one SGLang version.
@@ -41,3 +60,5 @@ class PatchSet:
     changes: list[FileChange] = field(default_factory=list)
     worker: str = "v1"  # the worker its launch flags are for: "v1" or "v2" (the overlap worker)
     generator: str = ""  # which eaglegate code wrote it (`generate.generator_id`)
+    # The worker's call-site edit (None on an already patched tree: nothing changes there).
+    insertion: Insertion | None = None
