@@ -46,7 +46,7 @@ from packaging.version import Version
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH / "gpu"))
-from collect import rows_of  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
+from collect import rows_of, write_atomic  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
 
 EAGLEGATE = REPO / ".venv" / "bin" / "eaglegate"
 PIP = REPO / ".venv" / "bin" / "pip"
@@ -61,7 +61,7 @@ def write_portable(path: Path, text: str) -> None:
     ~/.cache/eaglegate/...)."""
     from eaglegate.analyzer.source import portable_text
 
-    path.write_text(portable_text(text, REPO))
+    write_atomic(path, portable_text(text, REPO))
 
 
 def list_versions(low: str, high: str) -> list[str]:

@@ -146,10 +146,10 @@ class Catalogue:
         for entry in self.runs:
             if not (RAW / entry["id"] / f"rows_{entry['id']}.json.gz").is_file():
                 raise SystemExit(f"runs.toml: run {entry['id']} has no raw/{entry['id']}/rows_{entry['id']}.json(.gz)")
-            wrong = [key for key, held in raw_facts(rows_of(entry["id"])).items()
-                     if held is not None and entry.get(key) != held]
-            if wrong:
-                raise SystemExit(f"runs.toml: run {entry['id']}'s {', '.join(wrong)} differ from its raw rows")
+            for key, held in raw_facts(rows_of(entry["id"])).items():
+                if held is not None and entry.get(key) != held:
+                    raise SystemExit(f"runs.toml: run {entry['id']}: {key} is {entry.get(key)!r}, its raw "
+                                     f"rows say {held!r}")
 
 
 def raw_facts(data: dict) -> dict:
@@ -581,9 +581,9 @@ def main() -> None:
     catalogue = Catalogue.read()
     scrub_raw()
     catalogue.check_raw()
-    result = gather(catalogue)
+    result, live = gather(catalogue), catalogue.live_runs()  # every refusal before the first write
     write_atomic(HERE / "results.json", json.dumps(result, indent=1) + "\n")
-    write_atomic(LIVE_RUNS, json.dumps(catalogue.live_runs(), indent=2) + "\n")
+    write_atomic(LIVE_RUNS, json.dumps(live, indent=2) + "\n")
     # bench/VERSIONS.md's live column reads live_runs.json: render it again (no re-run of the
     # static checks; versions.py imports this module for the raw rows).
     sys.path.insert(0, str(HERE.parent))
