@@ -173,12 +173,14 @@ def test_catchup_streams_the_long_requests_from_a_server(fake_url):
 def test_run_catchup_work_and_summary_end_to_end(fake_url, monkeypatch, tmp_path):
     """run.py's --catchup work on a server (the fake): both phases per server, the reset
     request and the flush before each (the fake has no /flush_cache: ignored), the summary."""
-    monkeypatch.setenv("STAGE", str(tmp_path))
-    run = importlib.import_module("run")
-    monkeypatch.setattr(run, "CATCHUP", {**run.CATCHUP, "n_short": 16, "long_new": 64, "plen": 8})
+    harness = importlib.import_module("harness")
+    catchup_cost = importlib.import_module("phases.catchup_cost")
+    run = harness.Run.from_argv(["--servers", "eagle-v2:trained,gated-v2:trained", "--threshold", "16",
+                                 "--catchup", "--out", str(tmp_path)], environ={"STAGE": str(tmp_path)})
+    monkeypatch.setattr(catchup_cost, "CATCHUP", {**catchup.CATCHUP, "n_short": 16, "long_new": 64, "plen": 8})
     store = {"runs": {}}
     for server in ("eagle-v2", "gated-v2"):
-        run.catchup_work(store)(fake_url, {"server": server, "pair": "trained"})
+        catchup_cost.catchup_work(run, store)(fake_url, {"server": server, "pair": "trained"})
     assert sorted(store["runs"]) == ["eagle-v2|alone", "eagle-v2|mixed", "gated-v2|alone", "gated-v2|mixed"]
     assert store["runs"]["gated-v2|alone"]["shorts_done_s"] is None
     s = catchup.catchup_summary(store["runs"])

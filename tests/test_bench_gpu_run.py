@@ -1,6 +1,8 @@
-"""bench/gpu/run.py's server names (CPU): `NAME@2` starts a server again, `NAME+REV` runs a
-gating server with another revision's gate module, and a call naming a variant it cannot
-run stops before any server starts."""
+"""bench/gpu/run.py on the CPU: its server names (`NAME@2` starts a server again, `NAME+REV`
+runs a gating server with another revision's gate module), the calls it refuses before any
+server starts, the side-by-side order, and whole calls through the script on stand-ins for
+SGLang. The call is a `harness.Run` built from the command line; the server kinds a table in
+servers.py; the phases modules of bench/gpu/phases/."""
 
 from __future__ import annotations
 
@@ -15,22 +17,62 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 
 
-@pytest.fixture()
-def run(monkeypatch, tmp_path):
-    monkeypatch.setenv("STAGE", str(tmp_path))
-    monkeypatch.syspath_prepend(str(BENCH))
-    sys.modules.pop("run", None)
-    import run as module
+sys.path.insert(0, str(BENCH))
 
-    yield module
-    sys.modules.pop("run", None)
+import harness  # noqa: E402
+import loadgen  # noqa: E402
+import machine  # noqa: E402
+import servers  # noqa: E402
+from phases import profile, throughput  # noqa: E402
 
 
-def test_server_names_carry_a_restart_and_a_gate_revision(run):
-    assert run.server_kind("gated-v2+713c48d@2") == "gated-v2"
-    assert run.server_kind("plain-default@2") == "plain-default"
-    assert run.variant_module("gated-v2+713c48d@2") == os.path.join(run.VARIANTS, "713c48d.py")
-    assert run.variant_module("gated-v2@2") is None
+def a_run(tmp_path, *argv):
+    """The call run.py builds from `argv`, on a stage in tmp_path."""
+    return harness.Run.from_argv([*argv, "--out", str(tmp_path)], environ={"STAGE": str(tmp_path)})
+
+
+def test_server_names_carry_a_restart_and_a_gate_revision():
+    assert servers.server_kind("gated-v2+713c48d@2") == "gated-v2"
+    assert servers.server_kind("plain-default@2") == "plain-default"
+    assert servers.variant_module("gated-v2+713c48d@2") == os.path.join(servers.VARIANTS, "713c48d.py")
+    assert servers.variant_module("gated-v2@2") is None
+
+
+def test_each_kind_of_server_runs_its_tree_with_its_flags_and_environment(tmp_path, monkeypatch):
+    """The table of kinds, read through `config`: the gating servers run the patched tree with
+    plan's answer, the rest the pristine one; each EAGLE server takes the running cap its plain
+    server logged; the v1 servers run with SGLANG_ENABLE_SPEC_V2=0."""
+    run = a_run(tmp_path, "--servers", "plain-default:accept", "--threshold", "56")
+    run.record_caps("plain", {"max_running_requests": 1024})
+    run.record_caps("plain-default", {"max_running_requests": 4096})
+    gate = ["--speculative-batch-gate-threshold", "56", "--cuda-graph-max-bs", "256"]
+    asked = []
+
+    def plan(run_, threshold, pair, v1=True):
+        asked.append((threshold, v1))
+        return list(gate), ({"SGLANG_ENABLE_SPEC_V2": "0", "G": "1"} if v1 else {"G": "1"})
+
+    monkeypatch.setattr(servers, "plan", plan)
+    common = servers.common(run, "accept")
+    spec = servers.spec_flags(run, "accept")
+    assert servers.config(run, "plain-default", "accept", 56) == ("pristine", common, {})
+    assert servers.config(run, "plain", "accept", 56) == (
+        "pristine", common + ["--disable-overlap-schedule"], {})
+    assert servers.config(run, "eagle-v2", "accept", 56) == (
+        "pristine", common + spec + ["--max-running-requests", "4096"], {})
+    assert servers.config(run, "gated-v2", "accept", 56) == ("patched", common + spec + gate, {"G": "1"})
+    assert servers.config(run, "gated", "accept", 56) == (
+        "patched", common + spec + gate, {"SGLANG_ENABLE_SPEC_V2": "0", "G": "1"})
+    assert servers.config(run, "eagle", "accept", None) == (
+        "pristine", common + spec + ["--cuda-graph-max-bs", "256", "--max-running-requests", "1024"],
+        {"SGLANG_ENABLE_SPEC_V2": "0"})
+    assert asked == [(56, False), (56, True), (1, True)]  # eagle's flags need no threshold of its own
+    # the equivalence pair: less of the GPU for the target, the gate's metrics on
+    tree, flags, _ = servers.config(run, "gated-v2", "context", 16)
+    assert flags[flags.index("--mem-fraction-static") + 1] == "0.5" and flags[-1] == "--enable-metrics"
+    assert "--enable-deterministic-inference" not in flags
+    deterministic = a_run(tmp_path, "--servers", "gated-v2:context", "--deterministic")
+    assert "--enable-deterministic-inference" in servers.config(deterministic, "plain-default", "context", 16)[1]
 
 
 def refusal(tmp_path, *args):
@@ -126,6 +168,35 @@ def test_plain_caps_it_cannot_read_stop_the_call_before_any_server(tmp_path, cap
     assert "--plain-caps: CAP,GRAPH_BS: two positive integers" in says and "Traceback" not in says
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--servers", "nosuch:accept"], "argument --servers: no server 'nosuch': one of plain-default,"),
+        (["--servers", "plain-default"], "argument --servers: server:pair, not 'plain-default'"),
+        (["--servers", "plain-default:accept", "--levels", "8,x"], "argument --levels: positive integers"),
+        (["--servers", "gated-v2:accept", "--threshold", "many"], "argument --threshold: a batch size or"),
+        (["--servers", "plain-default:trained", "--catchup", "--threshold", "16"],
+         "--catchup measures speculative servers, not plain-default"),
+        (["--servers", "gated-v2:trained", "--catchup"], "--catchup needs a fixed --threshold"),
+    ],
+)
+def test_a_call_it_cannot_read_stops_in_one_line_before_any_server(tmp_path, args, says):
+    said = refusal(tmp_path, *args)
+    assert says in said and "Traceback" not in said
+
+
+def test_a_call_without_the_kits_stage_stops_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--servers", "plain-default:accept"],
+        env={k: v for k, v in os.environ.items() if k != "STAGE"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == "run.py: $STAGE is not set: source .gpu/kit/setup.sh first"
+
+
 def test_start_together_is_refused_without_side_by_side(tmp_path):
     says = refusal(
         tmp_path,
@@ -138,9 +209,9 @@ def test_start_together_is_refused_without_side_by_side(tmp_path):
     assert "--start-together: only with --side-by-side" in says
 
 
-def test_an_order_it_can_run_passes(run):
+def test_an_order_it_can_run_passes():
     assert (
-        run.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
+        harness.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
         is None
     )
     items = [
@@ -149,13 +220,13 @@ def test_an_order_it_can_run_passes(run):
         ("adaptive", "accept"),
         ("gated-v2", "accept"),
     ]
-    assert run.order_refusal(items, "calibrate", "") is None
-    assert run.order_refusal([("gated-v2", "context")], "calibrate", "") is None
+    assert harness.order_refusal(items, "calibrate", "") is None
+    assert harness.order_refusal([("gated-v2", "context")], "calibrate", "") is None
 
 
-def test_side_by_side_servers_share_a_folder_per_tree(run):
+def test_side_by_side_servers_share_a_folder_per_tree():
     names = ["plain-default", "eagle-v2", "gated-v2", "gated-v2+abc", "gated-v2@2"]
-    assert run.side_by_side_dirs(names) == [
+    assert throughput.side_by_side_dirs(names) == [
         "run-tree",
         "run-tree",
         "run-tree-2",
@@ -163,25 +234,23 @@ def test_side_by_side_servers_share_a_folder_per_tree(run):
         "run-tree-2",
     ]
     # the first server's tree takes the folder a sequential call uses
-    assert run.side_by_side_dirs(["gated-v2", "plain-default"]) == ["run-tree", "run-tree-2"]
+    assert throughput.side_by_side_dirs(["gated-v2", "plain-default"]) == ["run-tree", "run-tree-2"]
 
 
-class _Args:
-    threshold, repeats, levels, min_requests, deadline_s = "56", 3, [1, 64], 0, 10_000
-    start_together, plain_caps = False, None
+SIDE_BY_SIDE = ("--side-by-side", "--threshold", "56", "--levels", "1,64", "--repeats", "3")
 
 
 @pytest.mark.parametrize("together", [False, True])
-def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monkeypatch, together):
+def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, monkeypatch, together):
     """Every server up before any load; per level an untimed pass on each, then repeat r of
     each in turn, the order rotated by r; all stopped, the GPU awaited only after the last.
     One after another, each server is up before the next launches, and its caps and the GPU's
     memory are read then; --start-together launches all, then waits for each."""
     events = []
 
-    def start(name, pair, threshold, a, tree_dir, port, extra_args, copy_tree):
+    def start(run, name, pair, threshold, tree_dir, port, extra_args, copy_tree):
         events.append(("start", name, tree_dir, copy_tree, port, threshold))
-        log = Path(run.S) / f"{name}.log"
+        log = Path(run.stage) / f"{name}.log"
         log.write_text("max_running_requests=4096, context_len=4096\n")
         return {
             "name": name,
@@ -195,24 +264,24 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
         events.append(("bench", url, c, seed))
         return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
 
-    def wait_healthy(server, a):
+    def wait_healthy(run, server):
         events.append(("up", server["name"]))
         return server
 
-    monkeypatch.setattr(run, "launch", start)
-    monkeypatch.setattr(run, "wait_healthy", wait_healthy)
+    monkeypatch.setattr(servers, "launch", start)
+    monkeypatch.setattr(servers, "wait_healthy", wait_healthy)
     monkeypatch.setattr(
-        run, "stop", lambda s, a, wait_gpu: events.append(("stop", s["name"], wait_gpu))
+        servers, "stop", lambda run, s, wait_gpu: events.append(("stop", s["name"], wait_gpu))
     )
-    monkeypatch.setattr(run.loadgen, "warm", lambda url: 0.1)
-    monkeypatch.setattr(run.loadgen, "bench", bench)
-    monkeypatch.setattr(run, "gpu_state", lambda: None)
-    monkeypatch.setattr(run, "gpu_used_mib", lambda: 1234)
+    monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(loadgen, "bench", bench)
+    monkeypatch.setattr(machine, "gpu_state", lambda: None)
+    monkeypatch.setattr(machine, "gpu_used_mib", lambda: 1234)
     rows = []
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
-    args = _Args()
-    args.start_together, args.plain_caps = together, (4096, 256) if together else None
-    records = run.side_by_side(args, items, rows)
+    together_flags = ["--start-together", "--plain-caps", "2048,256"] if together else []
+    run = a_run(tmp_path, *SIDE_BY_SIDE, *together_flags, "--servers", ",".join(f"{n}:{p}" for n, p in items))
+    records = throughput.side_by_side(run, rows)
 
     names = [name for name, _ in items]
     launches_and_ups = [e[:2] for e in events if e[0] in ("start", "up")]
@@ -224,11 +293,11 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
             "max_running_requests": 4096,
             "graph_max_bs": None,
         }
-        assert "plain-default" not in run.RUNNING_CAP  # main() sets it from --plain-caps
+        assert run.running_cap["plain-default"] == 2048  # --plain-caps's, not the one logged
     else:
         assert launches_and_ups == [(kind, n) for n in names for kind in ("start", "up")]
         assert all(r["gpu_used_mib"] == 1234 for r in records)
-        assert run.RUNNING_CAP["plain-default"] == 4096  # read from its log as soon as it was up
+        assert run.running_cap["plain-default"] == 4096  # read from its log as soon as it was up
     starts = [e for e in events if e[0] == "start"]
     assert [e[1:4] for e in starts] == [
         ("plain-default", "run-tree", True),
@@ -268,13 +337,13 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(run, monke
     ]
 
 
-def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, monkeypatch):
+def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path, monkeypatch):
     stopped = []
-    monkeypatch.setattr(run, "wait_healthy", lambda server, a: server)
+    monkeypatch.setattr(servers, "wait_healthy", lambda run, server: server)
     monkeypatch.setattr(
-        run,
+        servers,
         "launch",
-        lambda name, pair, *args, **kw: {
+        lambda run, name, pair, *args, **kw: {
             "name": name,
             "pair": pair,
             "url": name,
@@ -282,14 +351,14 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(run, mon
             "res": {"server": name, "pair": pair, "healthy": True},
         },
     )
-    monkeypatch.setattr(run, "stop", lambda s, a, wait_gpu: stopped.append(s["name"]))
-    monkeypatch.setattr(run.loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(servers, "stop", lambda run, s, wait_gpu: stopped.append(s["name"]))
+    monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(
-        run.loadgen, "bench", lambda *a, **kw: {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
+        loadgen, "bench", lambda *a, **kw: {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
     )
-    args = _Args()
-    args.deadline_s = 0  # already past it: no timed repeat runs
-    records = run.side_by_side(args, [("plain-default", "accept"), ("eagle-v2", "accept")], [])
+    # already past the deadline: no timed repeat runs
+    run = a_run(tmp_path, *SIDE_BY_SIDE, "--deadline-s", "0", "--servers", "plain-default:accept,eagle-v2:accept")
+    records = throughput.side_by_side(run, [])
     assert stopped == ["plain-default", "eagle-v2"]
     assert [r.get("cut_short") for r in records] == [True, None]
 
@@ -361,17 +430,17 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-def stand_in_call(run, tmp_path, args):
+def stand_in_call(tmp_path, args):
     """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
-    and eaglegate in run.S: (the finished process, the out folder, the stand-ins' record of
-    how each server started)."""
-    stage = Path(run.S)
+    and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
+    stand-ins' record of how each server started)."""
+    stage = tmp_path
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
     (stage / "pristine" / "sglang").mkdir(parents=True)
     (stage / "pristine" / "sglang" / "__init__.py").write_text("")
     (stage / "pristine" / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
-    weights = Path(run.W)
+    weights = Path(harness.weights_dir(str(stage)))
     (weights / "accept-target").mkdir(parents=True)
     (weights / "accept-target" / "config.json").write_text("{}")
     (weights / "weights.json").write_text("{}")
@@ -396,7 +465,7 @@ def stand_in_call(run, tmp_path, args):
 
 
 @pytest.mark.parametrize("mode", ["side by side", "together", "one after another"])
-def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
+def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
     """The whole call, through the script, on stand-ins for SGLang. Side by side: both
     servers up before any load, one tree folder shared, ports of their own, the KV cap and idle sleep
     passed, the rows interleaved and rotated. One after another: each server's rows in turn,
@@ -405,7 +474,6 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     side_by_side = mode != "one after another"
     together = ["--start-together", "--plain-caps", "2048,256"] if mode == "together" else []
     proc, out, record = stand_in_call(
-        run,
         tmp_path,
         [
             *(["--side-by-side"] if side_by_side else []),
@@ -422,7 +490,7 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     result = json.loads((out / "rows_T.json").read_text())
     assert [s["healthy"] for s in result["servers"]] == [True, True]
     started = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [s["tree"] for s in started] == [str(Path(run.S) / "run-tree")] * 2
+    assert [s["tree"] for s in started] == [str(tmp_path / "run-tree")] * 2
     # (started together, the two may record their start in either order)
     eagle = next(s["argv"] for s in started if "--speculative-algorithm" in s["argv"])
     # plain-default's, from its log, or --plain-caps's
@@ -435,13 +503,13 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     for s in started:  # every server's rendezvous port fixed beside its HTTP port
         argv = s["argv"]
         http = int(argv[argv.index("--port") + 1])
-        assert int(argv[argv.index("--nccl-port") + 1]) == http + run.NCCL_PORT_OFFSET
+        assert int(argv[argv.index("--nccl-port") + 1]) == http + servers.NCCL_PORT_OFFSET
     if not side_by_side:
         assert order == SEQUENTIAL_ORDER and "side_by_side" not in result
         assert not any("--sleep-on-idle" in s["argv"] for s in started)
         return
     assert order == SIDE_BY_SIDE_ORDER
-    assert result["side_by_side"]["kv_tokens"] == run.SIDE_BY_SIDE_TOKENS
+    assert result["side_by_side"]["kv_tokens"] == throughput.SIDE_BY_SIDE_TOKENS
     assert result["side_by_side"]["started"] == ("together" if together else "one after another")
     if together:  # the stand-in logs a running cap of 4096, not --plain-caps's 2048
         assert result["servers"][0]["caps_not_plain_caps"]["max_running_requests"] == 4096
@@ -449,45 +517,46 @@ def test_a_call_runs_on_stand_in_servers(run, tmp_path, mode):
     assert len(set(ports)) == 4  # each server's HTTP and rendezvous ports its own
     for s in started:
         assert "--sleep-on-idle" in s["argv"]
-        assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(run.SIDE_BY_SIDE_TOKENS)
+        assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(throughput.SIDE_BY_SIDE_TOKENS)
 
 
-def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end(run):
-    before = run.cpu_ticks("cpu  1000 0 200 5000 100 0 0 50 0 0\n")
-    after = run.cpu_ticks("cpu  1300 0 300 5400 100 0 0 250 0 0\n")
+def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end():
+    before = machine.cpu_ticks("cpu  1000 0 200 5000 100 0 0 50 0 0\n")
+    after = machine.cpu_ticks("cpu  1300 0 300 5400 100 0 0 250 0 0\n")
     assert before == [1000, 0, 200, 5000, 100, 0, 0, 50]
     # 1000 ticks: 400 busy (user, system), 400 idle, 200 stolen
-    assert run.cpu_shares(before, after) == {"busy": 0.4, "steal": 0.2}
-    assert run.cpu_shares(before, before) is None  # no time passed
-    assert run.cpu_ticks("intr 5 6 7\n") is None and run.cpu_shares(None, after) is None
-    assert len(run.cpu_ticks()) == 8  # this machine's own /proc/stat
+    assert machine.cpu_shares(before, after) == {"busy": 0.4, "steal": 0.2}
+    assert machine.cpu_shares(before, before) is None  # no time passed
+    assert machine.cpu_ticks("intr 5 6 7\n") is None and machine.cpu_shares(None, after) is None
+    assert len(machine.cpu_ticks()) == 8  # this machine's own /proc/stat
 
 
-def test_adaptive_runs_plans_native_config_with_plain_defaults_caps(run, release_tree, monkeypatch):
+def test_adaptive_runs_plans_native_config_with_plain_defaults_caps(tmp_path, release_tree, monkeypatch):
     """`adaptive` launches what `eaglegate plan` gives a real 0.5.16 tree as its native
     alternative, with plain-default's logged running cap and graph size in place of the caps
     plan leaves to it; without them it stops before any server."""
-    (Path(run.S) / "pristine").symlink_to(release_tree("0.5.16").root.parent)
+    (tmp_path / "pristine").symlink_to(release_tree("0.5.16").root.parent)
     monkeypatch.setenv("EG", f"{sys.executable} -m eaglegate")
+    run = a_run(tmp_path, "--servers", "adaptive:accept", "--threshold", "56", "--plain-caps", "1,1")
+    run.running_cap.clear(), run.graph_max_bs.clear()  # as if plain-default had logged nothing
     with pytest.raises(SystemExit, match="plain-default's running cap"):
-        run.adaptive_config("adaptive", "accept", 56)
-    run.RUNNING_CAP["plain-default"], run.GRAPH_MAX_BS["plain-default"] = 4096, 256
-    tree, flags, env = run.adaptive_config("adaptive", "accept", 56)
-    assert tree == run.tree_of("adaptive") and env == {}
+        servers.config(run, "adaptive", "accept", 56)
+    run.running_cap["plain-default"], run.graph_max_bs["plain-default"] = 4096, 256
+    tree, flags, env = servers.config(run, "adaptive", "accept", 56)
+    assert tree == servers.tree_of("adaptive") == "pristine" and env == {}
     assert flags[flags.index("--max-running-requests") + 1] == "4096"
     assert flags[flags.index("--cuda-graph-max-bs") + 1] == "256"
     config = flags[flags.index("--speculative-adaptive-config") + 1]
-    assert "--speculative-adaptive" in flags and config == f"{run.S}/adaptive_gate.json"
+    assert "--speculative-adaptive" in flags and config == f"{run.stage}/adaptive_gate.json"
     tiers = json.loads(Path(config).read_text())
     # speculation's tier below the threshold, the steps=0 tier from it on
     assert tiers["56"] == {"candidate_steps": [0]} and min(map(int, tiers)) < 56
-    _, _, skip_env = run.adaptive_config("adaptive-skip", "accept", 56)
+    _, _, skip_env = servers.config(run, "adaptive-skip", "accept", 56)
     assert skip_env == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 
 
-def test_a_profiled_level_gets_its_windows_without_stacks_then_one_with(run, tmp_path):
+def test_a_profiled_level_gets_its_windows_without_stacks_then_one_with(tmp_path):
     proc, out, _ = stand_in_call(
-        run,
         tmp_path,
         ["--servers", "plain-default:accept", "--levels", "8", "--repeats", "1"]
         + ["--profile", "plain-default", "--profile-levels", "8", "--profile-windows", "2"],
@@ -502,8 +571,8 @@ def test_a_profiled_level_gets_its_windows_without_stacks_then_one_with(run, tmp
     assert text.count("2.000  decode_attention") == 3
 
 
-def test_profile_windows_start_later_in_their_load(run):
-    windows = run.profile_windows("gated-v2", "real", 64, 3)
+def test_profile_windows_start_later_in_their_load():
+    windows = profile.profile_windows("gated-v2", "real", 64, 3)
     assert [(n, stack) for n, stack, _, _ in windows] == [
         ("gated-v2-real-C64-nostack", False),
         ("gated-v2-real-C64-nostack2", False),

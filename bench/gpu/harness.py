@@ -1,0 +1,215 @@
+"""One call of the GPU benchmark as an object: `Run`, built from run.py's command line and the
+kit's environment, passed to every phase (no state at module level). It holds what the call
+asked for, where it runs (the kit's stage, the weights' folder, its cores), when it started,
+and what its servers told it on the way (the running caps and graph sizes they logged, the
+SGLang version plan read)."""
+import argparse
+import hashlib
+import os
+import time
+
+import machine
+import servers
+from phases import profile, throughput
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = [1, 8, 32, 64, 128, 256]
+
+
+def weights_dir(stage):
+    """Weights are written once per machine and version of the generator (the trained pairs'
+    drafts come from eagle3_train.py: its version counts too)."""
+    digest = hashlib.sha256(b"".join(open(os.path.join(HERE, f), "rb").read()
+                                     for f in ("weights.py", "eagle3_train.py"))).hexdigest()[:8]
+    return os.path.join(stage, "w-" + digest)
+
+
+def is_positive_int(text):
+    return text.strip().isdigit() and int(text) > 0
+
+
+def plain_caps_arg(text):
+    """--plain-caps CAP,GRAPH_BS: two positive integers."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(map(is_positive_int, parts)):
+        raise argparse.ArgumentTypeError(f"CAP,GRAPH_BS: two positive integers (e.g. 4096,256), not {text!r}")
+    return tuple(map(int, parts))
+
+
+def positive_int_arg(text):
+    if not is_positive_int(text):
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}")
+    return int(text)
+
+
+def levels_arg(text):
+    """A comma-separated list of positive integers."""
+    parts = text.split(",")
+    if not all(map(is_positive_int, parts)):
+        raise argparse.ArgumentTypeError(f"positive integers separated by commas (e.g. 8,128), not {text!r}")
+    return [int(c) for c in parts]
+
+
+def threshold_arg(text):
+    if text != "calibrate" and not is_positive_int(text):
+        raise argparse.ArgumentTypeError(f"a batch size or `calibrate`, not {text!r}")
+    return text
+
+
+def servers_arg(text):
+    """NAME:PAIR,...: each a server of the table (NAME@2, NAME+REV allowed) and a pair."""
+    items = [tuple(item.split(":")) for item in text.split(",")]
+    for item in items:
+        if len(item) != 2 or not all(item):
+            raise argparse.ArgumentTypeError(f"server:pair, not {':'.join(item)!r}")
+        if servers.server_kind(item[0]) not in servers.KINDS:
+            raise argparse.ArgumentTypeError(f"no server {item[0]!r}: one of {', '.join(servers.KINDS)}")
+    return items
+
+
+def parser():
+    ap = argparse.ArgumentParser(prog="run.py")
+    ap.add_argument("--servers", required=True, type=servers_arg,
+                    help="server:pair list, e.g. plain:accept,eagle:accept,gated:context "
+                         "(accept: throughput rows; context: equivalence outputs)")
+    ap.add_argument("--threshold", default="calibrate", type=threshold_arg,
+                    help="the gated server's (accept pair): a batch size, or `calibrate` (the default): "
+                         "what `eaglegate calibrate` picks from this run's plain and eagle rows, "
+                         "which must come before gated in --servers")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--levels", default=LEVELS, type=levels_arg)
+    ap.add_argument("--min-requests", type=int, default=0,
+                    help="requests per repeat at least (default: 8 at C=1, else three waves)")
+    ap.add_argument("--deadline-s", type=float, default=560)
+    ap.add_argument("--profile", default="",
+                    help="servers whose decode steps SGLang's torch profiler records, under load, "
+                         "after each --profile-levels level's rows (e.g. plain-default,gated-v2)")
+    ap.add_argument("--profile-levels", default=[8, 32], type=levels_arg)
+    ap.add_argument("--profile-windows", type=positive_int_arg, default=1,
+                    help="profiles without Python stacks per profiled level, each starting "
+                         f"{profile.PROFILE_WINDOW_GAP_S} s later in its load than the one before")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="context servers run SGLang's --enable-deterministic-inference")
+    ap.add_argument("--plain-caps", default=None, type=plain_caps_arg,
+                    help="CAP,GRAPH_BS: plain-default's logged running cap and largest decode graph "
+                         "batch size, for a call whose --servers lack plain-default (e.g. 4096,256)")
+    ap.add_argument("--catchup", action="store_true",
+                    help="instead of the levels: the catch-up workload on each server (speculative "
+                         "servers, a fixed --threshold): 8 long requests beside 120 short ones, then "
+                         "the 8 alone; per-request accept length after the gate resumes (rows_<tag>.json "
+                         "`catchup`)")
+    ap.add_argument("--pin-scheduler", action="store_true",
+                    help="each server's scheduler process alone on the first server core, the rest "
+                         "of the server on the others (G9, G10: it did not narrow the spread between "
+                         "starts, and slowed the speculative servers at C <= 8)")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="every server up at once on the GPU (at most 4, KV pools capped at "
+                         f"{throughput.SIDE_BY_SIDE_TOKENS} tokens, idle ones asleep), their timed repeats "
+                         "interleaved at each level: drift within the call falls on all alike. "
+                         "Throughput pairs only, with a fixed --threshold")
+    ap.add_argument("--start-together", action="store_true",
+                    help="with --side-by-side: launch every server at once, then wait for all "
+                         "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "
+                         "memory with all of them up, not each server's")
+    ap.add_argument("--tag", default="run")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    return ap
+
+
+class Run:
+    """One call: what it asked for (run.py's flags, as attributes of the same names), where it
+    runs, and what its servers logged."""
+
+    def __init__(self, args, stage, cores=None):
+        vars(self).update(vars(args))
+        self.servers = args.servers  # (name, pair), in the order they start
+        self.profile = set(filter(None, args.profile.split(",")))
+        self.stage = stage
+        self.weights = weights_dir(stage)
+        self.traces = f"{stage}/traces"
+        self.cores = cores or machine.Cores.of_this_process()
+        self.started = time.time()
+        self.running_cap = {}  # server -> the max_running_requests its scheduler logged
+        self.graph_max_bs = {}  # server -> the largest CUDA-graph batch size it captured
+        self.version = None  # the SGLang version of the first plan answer
+        if args.plain_caps:
+            self.running_cap["plain-default"], self.graph_max_bs["plain-default"] = args.plain_caps
+
+    @classmethod
+    def from_argv(cls, argv=None, environ=os.environ):
+        """The call run.py's command line asks for, or one line saying why it cannot run,
+        before any server starts (a refusal after the first start spends a minute of device
+        time)."""
+        args = parser().parse_args(argv)
+        stage = environ.get("STAGE")
+        if not stage:
+            raise SystemExit("run.py: $STAGE is not set: source .gpu/kit/setup.sh first")
+        run = cls(args, stage)
+        refusal = run.refusal()
+        if refusal:
+            raise SystemExit(refusal)
+        return run
+
+    def refusal(self):
+        """Why this call cannot run, or None."""
+        for name, pair in self.servers:  # a bad variant wastes the call
+            module = servers.variant_module(name)
+            if module and not servers.KINDS[servers.server_kind(name)].gates:
+                return f"{name}:{pair}: only a gating server runs another revision's gate module"
+            if module and not os.path.exists(module):
+                return (f"{name}:{pair}: no {module}; write it with `git show REV:eaglegate/patches/"
+                        f"gate_module.py` and carry bench/gpu/variants")
+        refusal = order_refusal(self.servers, self.threshold, self.plain_caps)
+        if refusal:
+            return refusal
+        if self.start_together and not self.side_by_side:
+            return "--start-together: only with --side-by-side"
+        if self.side_by_side:
+            refusal = throughput.side_by_side_refusal(self)
+            if refusal:
+                return f"--side-by-side: {refusal}"
+        if self.catchup and self.threshold == "calibrate":
+            return "--catchup needs a fixed --threshold (e.g. 16)"
+        if self.catchup:
+            kinds = [name for name, _ in self.servers if not servers.KINDS[servers.server_kind(name)].speculative
+                     or servers.KINDS[servers.server_kind(name)].plan == "native"]
+            if kinds:
+                return f"--catchup measures speculative servers, not {kinds[0]}"
+        return None
+
+    def elapsed(self):
+        return time.time() - self.started
+
+    def out_of_time(self):
+        """Too late for another timed repeat."""
+        return self.elapsed() > self.deadline_s - 45
+
+    def too_late_to_start(self):
+        """Too late to start another server one after another."""
+        return self.elapsed() > self.deadline_s - 110
+
+    def record_caps(self, name, caps):
+        """Keep the running cap and graph size a server logged (eagle-v2 and adaptive take
+        plain-default's)."""
+        if caps.get("max_running_requests") is not None:
+            self.running_cap[name] = caps["max_running_requests"]
+        if caps.get("graph_max_bs") is not None:
+            self.graph_max_bs[name] = caps["graph_max_bs"]
+
+
+def order_refusal(items, threshold, plain_caps):
+    """Why `items` (name, pair) cannot run in this order, or None: a server that reads what
+    another measures must come after it."""
+    for i, (name, pair) in enumerate(items):
+        before = {(n, p) for n, p in items[:i]}
+        kind = servers.server_kind(name)
+        if servers.KINDS[kind].plan == "native" and not plain_caps and \
+                not any(n == "plain-default" for n, _ in before):
+            return (f"{name}:{pair} needs plain-default's running cap and graph size: put "
+                    "plain-default before it in --servers, or pass --plain-caps CAP,GRAPH_BS")
+        if threshold == "calibrate" and pair in throughput.PAIRS and kind in servers.CALIBRATE_ON:
+            refs = [f"{ref}:{pair}" for ref in servers.CALIBRATE_ON[kind] if (ref, pair) not in before]
+            if refs:
+                return (f"{name}:{pair} calibrates its threshold on {' and '.join(refs)}: put them "
+                        "before it in --servers, or pass a fixed --threshold")
+    return None

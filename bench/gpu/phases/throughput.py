@@ -1,0 +1,188 @@
+"""Throughput: each server loaded at each level (an untimed pass, then the timed repeats:
+one row each), one server at a time or all side by side with their repeats interleaved; and
+calibrate's threshold from the rows measured before the gating server."""
+import json
+import statistics
+
+import loadgen
+import machine
+import servers
+
+from phases import profile
+
+# Sampling temperature per pair: the `real` pair's acceptance comes from the target sampling
+# token 0 with a probability below one (weights.py calibrates it); the others are greedy.
+TEMPERATURE = {"real": 1.0}
+PAIRS = ("accept", "real")
+
+
+def untimed_pass(run, url, res, c):
+    """An untimed repeat at this concurrency, as long as a timed one: in run G3 the first
+    repeat at a new level often ran slow (C=8: about half speed on eagle-v2 and gated-v2),
+    and in G9 a short pass (8 tokens) still left eagle-v2's repeats at C=8 and 32 rising
+    (2203, 2571, 3118; 6502, 7198, 7851). Its figure is kept (`untimed`) to show what it
+    absorbed."""
+    untimed = loadgen.bench(url, c, seed=900 + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
+                            min_requests=run.min_requests)
+    res.setdefault("untimed", {})[str(c)] = untimed["tok_s"]
+    print(f"   {res['server']} C={c:>3} untimed tok/s={untimed['tok_s']:>9}", flush=True)
+
+
+def timed_repeat(run, url, res, c, rep, rows):
+    """Repeat `rep` at concurrency c: one row. Every server's repeat `rep` at c has the same
+    prompts."""
+    ticks = machine.cpu_ticks()
+    row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
+                        min_requests=run.min_requests)
+    cpu = machine.cpu_shares(ticks, machine.cpu_ticks())
+    row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=machine.gpu_state(), cpu=cpu)
+    rows.append(row)
+    print(f"   {res['server']} C={c:>3} r{rep} tok/s={row['tok_s']:>9} errors={row['errors']} "
+          f"accept={row['mean_accept_len']}", flush=True)
+
+
+def throughput(run, rows):
+    """The work of one server alone: every level, its profile where asked."""
+    def work(url, res):
+        for c in run.levels:
+            untimed_pass(run, url, res, c)
+            for rep in range(run.repeats):
+                if run.out_of_time():
+                    res["cut_short"] = True
+                    return
+                timed_repeat(run, url, res, c, rep, rows)
+            if res["server"] in run.profile and c in run.profile_levels:
+                profile.profile(run, url, res, c, TEMPERATURE.get(res["pair"], 0.0))
+    return work
+
+
+# --side-by-side: every server of the call up at once on the one GPU, and at each level
+# their timed repeats interleaved (repeat r of each server in turn, the order rotated by one
+# each repeat). A machine whose speed drifts within a call then slows every server alike: in
+# H8 one start of a server ran its C=1 decode at 620-1000 tok/s from one minute to the next,
+# and one of three repeats at C=64 is often slow on every server of a call. Each server's KV
+# pool is capped so that four fit beside each other (C=256 of this harness peaked near 98k
+# tokens on plain-default in H9; with such a pool every server of H11 to H13 logged 0.5.16's
+# running cap of 4096 and max_total_num_tokens=200000), and an idle server sleeps
+# (--sleep-on-idle) rather than spin its scheduler on the cores the measured one uses.
+SIDE_BY_SIDE_TOKENS = 200_000
+SIDE_BY_SIDE_MAX = 4
+SIDE_BY_SIDE_PORT = 30100
+
+
+def side_by_side_order(up, rep):
+    """Repeat `rep`'s order: rotated by one each repeat, so that no server always runs
+    right after the same one."""
+    k = rep % len(up)
+    return up[k:] + up[:k]
+
+
+def side_by_side_dirs(names):
+    """The folder each server runs from: one per tree (pristine, patched, each variant),
+    copied once and shared by the servers of that tree. The first is `run-tree`, the folder
+    of a sequential call (SGLang's JIT caches name the path: a warm machine's are reused)."""
+    dirs, out = {}, []
+    for name in names:
+        key = (servers.tree_of(servers.server_kind(name)), servers.variant_module(name))
+        dirs.setdefault(key, "run-tree" if not dirs else f"run-tree-{len(dirs) + 1}")
+        out.append(dirs[key])
+    return out
+
+
+def side_by_side_refusal(run):
+    """Why a call cannot run its servers side by side, or None."""
+    items = run.servers
+    if len(items) > SIDE_BY_SIDE_MAX:
+        return f"at most {SIDE_BY_SIDE_MAX} servers fit beside each other, not {len(items)}"
+    if len({name for name, _ in items}) < len(items):
+        return "a server named twice (a second start is NAME@2)"
+    if any(pair not in PAIRS for _, pair in items):
+        return "throughput pairs only (accept, real)"
+    if run.catchup or run.profile:
+        return "not with --catchup or --profile (each measures one server alone)"
+    if run.start_together and not run.plain_caps:
+        return ("--start-together needs --plain-caps CAP,GRAPH_BS (the speculative servers start "
+                "before plain-default logs its own)")
+    if run.threshold == "calibrate" and any(servers.server_kind(name) in servers.CALIBRATE_ON for name, _ in items):
+        return "a fixed --threshold (calibrate reads rows measured before the gated server starts)"
+    return None
+
+
+def server_up(run, server):
+    """What a side-by-side call keeps of a server once it is up: the GPU's memory in use with
+    it beside the ones before it (one after another only), and the running cap and graph size
+    it logged (eagle-v2 and adaptive take plain-default's; started together, they had
+    --plain-caps, and a plain-default that logged others says so)."""
+    caps = servers.logged_caps(servers.server_log(server))
+    if run.start_together:
+        given = dict(zip(("max_running_requests", "graph_max_bs"), run.plain_caps, strict=True))
+        if server["name"] == "plain-default" and caps != given:
+            server["res"]["caps_not_plain_caps"] = caps
+            print(f"   plain-default logged {caps}, not --plain-caps {given}", flush=True)
+        return
+    server["res"]["gpu_used_mib"] = machine.gpu_used_mib()
+    run.record_caps(server["name"], caps)
+
+
+def side_by_side(run, rows):
+    """Start every server of the call one after another, each beside the ones already up
+    (--start-together: all launched at once, then each awaited; a server's `startup_s` is then
+    when the wait saw it up: for all but the first, at least its real start-up); then per level
+    an untimed pass on each, and the timed repeats interleaved. Returns each server's record."""
+    threshold = None if run.threshold == "calibrate" else int(run.threshold)
+    extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
+    started, copied = [], set()
+    dirs = side_by_side_dirs([n for n, _ in run.servers])
+    try:
+        for i, ((name, pair), tree_dir) in enumerate(zip(run.servers, dirs, strict=True)):
+            server = servers.launch(run, name, pair, threshold, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
+                                    extra_args=extra, copy_tree=tree_dir not in copied)
+            copied.add(tree_dir)
+            started.append(server)
+            if not run.start_together:
+                server_up(run, servers.wait_healthy(run, server))
+        if run.start_together:  # every process launched above; now wait for all of them
+            for server in started:
+                server_up(run, servers.wait_healthy(run, server))
+            used = machine.gpu_used_mib()  # the GPU's memory in use with all of them up
+            for server in started:
+                server["res"]["gpu_used_mib_all"] = used
+        up = [s for s in started if s["res"]["healthy"]]
+        for s in up:
+            s["res"]["warm_s"] = loadgen.warm(s["url"])
+        for c in run.levels:
+            for s in up:
+                untimed_pass(run, s["url"], s["res"], c)
+            for rep in range(run.repeats):
+                for s in side_by_side_order(up, rep):
+                    if run.out_of_time():
+                        s["res"]["cut_short"] = True
+                        return [s["res"] for s in started]
+                    timed_repeat(run, s["url"], s["res"], c, rep, rows)
+        return [s["res"] for s in started]
+    finally:
+        for i, s in enumerate(started):  # the GPU's memory frees only once all are down
+            servers.stop(run, s, wait_gpu=i == len(started) - 1)
+
+
+def sweep_file(rows, server, pair, path):
+    """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads:
+    every level the run measured (--levels), so a finer grid reaches calibrate."""
+    with open(path, "w") as f:
+        for c in sorted({r["C"] for r in rows}):
+            vals = [r["tok_s"] for r in rows if r["server"] == server and r["pair"] == pair
+                    and r["C"] == c and not r["errors"]]
+            if vals:
+                f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
+
+
+def calibrate(run, rows, server, pair):
+    """`eaglegate calibrate` on this run's plain and speculative medians: `server`'s threshold."""
+    plain, spec = servers.CALIBRATE_ON[server]
+    if not {plain, spec} <= {r["server"] for r in rows if r["pair"] == pair}:
+        raise SystemExit(f"--threshold calibrate needs {plain}:{pair} and {spec}:{pair} before {server}:{pair}")
+    sweep_file(rows, plain, pair, f"{run.out}/sweep_{plain}.jsonl")
+    sweep_file(rows, spec, pair, f"{run.out}/sweep_{spec}.jsonl")
+    answer = servers.eg(run, "calibrate", f"{run.out}/sweep_{plain}.jsonl", f"{run.out}/sweep_{spec}.jsonl", "--json")
+    print("== calibrate:", json.dumps(answer)[:600], flush=True)
+    return answer
