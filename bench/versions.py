@@ -298,7 +298,7 @@ def write_md(results: dict) -> None:
         + ("; uncommitted edits in the tree" if results["source"].get("dirty") else "") + ".",
         "",
         "The live column: the gate as it is now on an H200 (`eaglegate/patches/live_runs.json`, "
-        "raw rows in `bench/gpu/raw/`), rendered again with `--render` when a run is added.",
+        "raw rows in `bench/gpu/raw/`), written again by `bench/gpu/collect.py` from its run catalogue.",
         "",
         "| version | workers | paths v1/v2 | verdicts | plan family (worker) | patch | failures | s | live |",
         "|---|---|---|---|---|---|---|---|---|",
