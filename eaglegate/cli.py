@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 
 from eaglegate import __version__
-from eaglegate.analyzer import source
+from eaglegate import app as application
 from eaglegate.cli_agents import register as register_agents
 from eaglegate.cli_apply import register as register_apply
 from eaglegate.cli_common import (
@@ -77,7 +77,7 @@ def locate(
     Example: eaglegate locate --version 0.5.9
     """
     tree = locate_tree(path, python, git, rev, version)
-    workers = source.speculative_workers(tree)
+    workers = application.speculative_workers(tree)
     if as_json:
         print_json({**tree.to_json(), "speculative_workers": workers})
         return

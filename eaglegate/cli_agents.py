@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from eaglegate.app.requests import LOG_LEVELS, check_choice
 from eaglegate.cli_common import print_json
 from eaglegate.errors import UserError
 
@@ -31,9 +32,7 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate mcp --log-level INFO
         """
-        level = log_level.upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise UserError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level}")
+        level = check_choice("--log-level", log_level.upper(), LOG_LEVELS)
         try:
             from eaglegate.agents.server import serve
         except ImportError as exc:
@@ -53,8 +52,6 @@ def register(app: typer.Typer) -> None:
         """
         from eaglegate.agents.tools import call_tool, load_arguments
 
-        try:
-            answer = call_tool(name, load_arguments(arguments))
-        except UserError as exc:  # a refused call exits 1, as over MCP it is one error answer
-            raise UserError(str(exc)) from None
-        print_json(answer)
+        # A bad argument exits 2 (`UsageError`), as over MCP it is an error answer in the same
+        # words; a refusal of the work itself (a tree it must not write) exits 1.
+        print_json(call_tool(name, load_arguments(arguments)))

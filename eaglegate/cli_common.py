@@ -57,14 +57,17 @@ def existing_folder(value: Any) -> Any:
     return value
 
 
-def _threshold(value: int | None) -> int | None:
-    """Checked as the option is read, before any tree is located or fetched, in the
-    application layer's words: the line `eaglegate tool` and MCP give for the same value."""
-    return None if value is None else app.check_threshold(value)
+def number(check: Callable[[Any], Any]) -> Callable[[str | None], Any]:
+    """Option callback for a number: read as the command line spells it (`app.cli_value`) and
+    checked by the application layer's one check for that argument, as the option is read,
+    so `--threshold abc` is refused in the words `eaglegate tool` and MCP use."""
+    return lambda text: None if text is None else check(app.cli_value(text))
 
 
-ThresholdOpt = Annotated[int, typer.Option("--threshold", help=THRESHOLD_HELP, callback=_threshold)]
-OptionalThresholdOpt = Annotated[int | None, typer.Option("--threshold", help=THRESHOLD_HELP, callback=_threshold)]
+ThresholdOpt = Annotated[str, typer.Option("--threshold", help=THRESHOLD_HELP, metavar="INTEGER",
+                                           callback=number(app.check_threshold))]
+OptionalThresholdOpt = Annotated[str | None, typer.Option("--threshold", help=THRESHOLD_HELP, metavar="INTEGER",
+                                                          callback=number(app.check_threshold))]
 
 OutputOpt = Annotated[
     Path | None,
@@ -76,10 +79,29 @@ def locate_tree(
     path: str | None, python: str | None, git: str | None, rev: str | None, version: str | None
 ) -> source.SourceTree:
     """Locate the tree and say in one line on stderr when a default was used."""
-    tree = app.locate(app.TreeArgs(version=version, path=path, git=git, rev=rev, python=python),
-                      on_fetch=lambda line: err.print(f"[dim]{escape(line)}[/dim]"))
+    return located(app.TreeArgs(version=version, path=path, git=git, rev=rev, python=python))
+
+
+def tree_args(path: str | None, python: str | None, git: str | None, rev: str | None,
+              version: str | None) -> app.TreeArgs:
+    """The tree options as the application layer's request (checked as it is built)."""
+    return app.TreeArgs(version=version, path=path, git=git, rev=rev, python=python)
+
+
+def fetched(line: str) -> None:
+    err.print(f"[dim]{escape(line)}[/dim]")
+
+
+def noted(tree: source.SourceTree) -> None:
+    """Say in one line on stderr when a default was used."""
     if tree.note:
         err.print(f"[dim]{tree.note}[/dim]")
+
+
+def located(args: app.TreeArgs) -> source.SourceTree:
+    """Locate the tree the request names, saying so on stderr when a default was used."""
+    tree = app.locate(args, on_fetch=fetched)
+    noted(tree)
     return tree
 
 

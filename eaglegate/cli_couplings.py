@@ -62,18 +62,18 @@ def register(root: typer.Typer) -> None:
         Example: eaglegate couplings --version 0.5.9 --flags "--speculative-algorithm EAGLE3 --attention-backend triton"
         """
         # Inputs first: a bad one is refused before any tree is fetched or analysed.
-        app.check_couplings_request(flags, env, category, show_all)
+        request = app.CouplingsRequest(app.Launch(flags, env or []), category, show_all)
         tree = locate_tree(path, python, git, rev, version)
         # The spinner only where stderr is a terminal (as `map`'s progress bar): elsewhere it
         # shows nothing and its refresh thread only costs time.
         spinner = err.status(f"analysing {tree.label}…") if err.is_terminal else nullcontext()
         if as_json:
             with spinner:
-                text = app.couplings_json(tree, flags, env or [], categories=category, every=show_all)
+                text = app.answer_couplings_json(tree, request)
             sys.stdout.write(text)
             return
         with spinner:
-            found = app.couplings_answer(tree, flags, env or [], categories=category, every=show_all)
+            found = app.answer_couplings(tree, request)
         report, scoped = found.report, found.scoped
         # Imported only for the table (not for --json), like every command's rendering: the
         # CLI starts without loading it.

@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from eaglegate import app
-from eaglegate.cli_common import JsonOpt, err, existing_folder, out, print_json
+from eaglegate.cli_common import JsonOpt, err, out, print_json
 from eaglegate.live import calibrate as cal
 from eaglegate.live.sweep import MAX_CONCURRENCY, SweepProgress
 from eaglegate.reports import charts
@@ -43,7 +43,8 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name to send.", show_default="first of /v1/models")
 ]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait and stream).")
+    str, typer.Option("--timeout", help="Seconds one request may take in all (connect, wait and stream).",
+                      metavar="FLOAT")
 ]
 
 
@@ -86,15 +87,15 @@ def sweep(
         str, typer.Option("--concurrency", "-c", help=f"Levels: 1,2,4,8 or 1-256 (powers of two), at most {MAX_CONCURRENCY}.")
     ] = "1-256",
     prompts: PromptsOpt = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 256,
-    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.", callback=existing_folder)] = "sweep.jsonl",
-    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.")] = 2,
-    min_requests: Annotated[int, typer.Option("--min-requests", help="At least this many requests per level.")] = 8,
+    max_tokens: Annotated[str, typer.Option("--max-tokens", help="Tokens generated per request.", metavar="INTEGER")] = "256",
+    output: Annotated[str, typer.Option("--output", "-o", help="JSONL file; one line is appended per level.")] = "sweep.jsonl",
+    rounds: Annotated[str, typer.Option("--rounds", help="Requests per worker at each level.", metavar="INTEGER")] = "2",
+    min_requests: Annotated[str, typer.Option("--min-requests", help="At least this many requests per level.", metavar="INTEGER")] = "8",
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--stop-at-eos", help="Generate exactly --max-tokens per request (SGLang/vLLM extension).")] = True,
     tag: Annotated[str | None, typer.Option("--tag", help="A label stored in every line (e.g. 'spec').")] = None,
     api: ApiOpt = "auto",
     model: ModelOpt = None,
-    timeout: TimeoutOpt = 300.0,
+    timeout: TimeoutOpt = "300.0",
     as_json: JsonOpt = False,
 ) -> None:
     """Measure output tokens/s, TTFT and inter-token latency at each concurrency level.
@@ -104,12 +105,14 @@ def sweep(
 
     Example: eaglegate sweep --url localhost:30000 -c 1,2,4,8,16,32,64,128,256 -o spec.jsonl
     """
+    number = app.cli_value
+    request = app.SweepRequest(
+        url, concurrency=concurrency, prompts=prompts, output=output, api=api, model=model,
+        max_tokens=number(max_tokens), rounds=number(rounds), min_requests=number(min_requests),
+        ignore_eos=ignore_eos, timeout=number(timeout), tag=tag,
+    )
     with _progress(not as_json) as progress:
-        swept = app.sweep(
-            url, concurrency=concurrency, prompts=prompts, output=output, api=api, model=model,
-            max_tokens=max_tokens, rounds=rounds, min_requests=min_requests, ignore_eos=ignore_eos,
-            timeout=timeout, tag=tag, progress=_RichSweepProgress(progress),
-        )
+        swept = app.sweep(request, progress=_RichSweepProgress(progress))
     endpoint, records = swept.endpoint, swept.records
     if as_json:
         print_json({"output": output, "levels": records})
@@ -131,22 +134,22 @@ def calibrate(
     baseline: Annotated[str | None, typer.Argument(help="Sweep without speculation (ours or bench_serving JSONL).")] = None,
     spec: Annotated[str | None, typer.Argument(help="Sweep with speculation.")] = None,
     png: Annotated[str | None, typer.Option("--png", help="Draw both curves to this PNG (needs eaglegate\\[plot]).")] = None,
-    margin: Annotated[float, typer.Option("--margin", help="Gain below which speculation is not worth resuming (sets hysteresis).")] = 0.05,
+    margin: Annotated[str, typer.Option("--margin", help="Gain below which speculation is not worth resuming (sets hysteresis).", metavar="FLOAT")] = "0.05",
     estimate: Annotated[bool, typer.Option("--estimate", help="No measurements: a roofline estimate (docs/calibrate.md).")] = False,
-    params_b: Annotated[float | None, typer.Option("--params-b", help="Estimate: target parameters, billions.")] = None,
-    draft_tokens: Annotated[int | None, typer.Option("--draft-tokens", help="Estimate: --speculative-num-draft-tokens.")] = None,
-    accept_len: Annotated[float | None, typer.Option("--accept-len", help="Estimate: mean accepted tokens per step, bonus included.")] = None,
+    params_b: Annotated[str | None, typer.Option("--params-b", help="Estimate: target parameters, billions.", metavar="FLOAT")] = None,
+    draft_tokens: Annotated[str | None, typer.Option("--draft-tokens", help="Estimate: --speculative-num-draft-tokens.", metavar="INTEGER")] = None,
+    accept_len: Annotated[str | None, typer.Option("--accept-len", help="Estimate: mean accepted tokens per step, bonus included.", metavar="FLOAT")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help=f"Estimate: {', '.join(sorted(cal.GPUS))}.")] = None,
-    peak_tflops: Annotated[float | None, typer.Option("--peak-tflops", help="Estimate: dense BF16 TFLOP/s (overrides --gpu).")] = None,
-    bandwidth_tbs: Annotated[float | None, typer.Option("--bandwidth-tbs", help="Estimate: memory bandwidth, TB/s (overrides --gpu).")] = None,
-    draft_params_b: Annotated[float | None, typer.Option("--draft-params-b", help="Estimate: draft parameters, billions.", show_default="params-b / 20")] = None,
-    num_steps: Annotated[int | None, typer.Option("--num-steps", help="Estimate: draft forwards per step.", show_default="draft-tokens - 1")] = None,
-    context_len: Annotated[int, typer.Option("--context-len", help="Estimate: mean tokens in context per request.")] = 1024,
-    kv_kib: Annotated[float | None, typer.Option("--kv-kib-per-token", help="Estimate: KV cache KiB per token.", show_default="128 * sqrt(params-b / 8)")] = None,
-    flops_eff: Annotated[float, typer.Option("--flops-efficiency", help="Estimate: achieved fraction of peak FLOP/s.")] = 0.6,
-    bw_eff: Annotated[float, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.")] = 0.8,
-    overhead_ms: Annotated[float, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.")] = 0.0,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.")] = 1024,
+    peak_tflops: Annotated[str | None, typer.Option("--peak-tflops", help="Estimate: dense BF16 TFLOP/s (overrides --gpu).", metavar="FLOAT")] = None,
+    bandwidth_tbs: Annotated[str | None, typer.Option("--bandwidth-tbs", help="Estimate: memory bandwidth, TB/s (overrides --gpu).", metavar="FLOAT")] = None,
+    draft_params_b: Annotated[str | None, typer.Option("--draft-params-b", help="Estimate: draft parameters, billions.", show_default="params-b / 20", metavar="FLOAT")] = None,
+    num_steps: Annotated[str | None, typer.Option("--num-steps", help="Estimate: draft forwards per step.", show_default="draft-tokens - 1", metavar="INTEGER")] = None,
+    context_len: Annotated[str, typer.Option("--context-len", help="Estimate: mean tokens in context per request.", metavar="INTEGER")] = "1024",
+    kv_kib: Annotated[str | None, typer.Option("--kv-kib-per-token", help="Estimate: KV cache KiB per token.", show_default="128 * sqrt(params-b / 8)", metavar="FLOAT")] = None,
+    flops_eff: Annotated[str, typer.Option("--flops-efficiency", help="Estimate: achieved fraction of peak FLOP/s.", metavar="FLOAT")] = "0.6",
+    bw_eff: Annotated[str, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.", metavar="FLOAT")] = "0.8",
+    overhead_ms: Annotated[str, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.", metavar="FLOAT")] = "0.0",
+    max_concurrency: Annotated[str, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.", metavar="INTEGER")] = "1024",
     as_json: JsonOpt = False,
 ) -> None:
     """Find where speculation stops paying and recommend the gate's threshold and hysteresis.
@@ -155,19 +158,18 @@ def calibrate(
 
     Example: eaglegate calibrate --estimate --params-b 8 --draft-tokens 4 --accept-len 2.5 --gpu h200
     """
+    number = app.cli_value
     model = app.Estimate(
-        params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
-        peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs, draft_params_b=draft_params_b,
-        num_steps=num_steps, context_len=context_len, kv_kib_per_token=kv_kib,
-        flops_efficiency=flops_eff, bandwidth_efficiency=bw_eff, overhead_ms=overhead_ms,
-        max_concurrency=max_concurrency,
+        params_b=number(params_b), draft_tokens=number(draft_tokens),  # type: ignore[arg-type]
+        accept_len=number(accept_len), gpu=gpu, peak_tflops=number(peak_tflops),  # type: ignore[arg-type]
+        bandwidth_tbs=number(bandwidth_tbs), draft_params_b=number(draft_params_b),  # type: ignore[arg-type]
+        num_steps=number(num_steps), context_len=number(context_len),  # type: ignore[arg-type]
+        kv_kib_per_token=number(kv_kib), flops_efficiency=number(flops_eff),  # type: ignore[arg-type]
+        bandwidth_efficiency=number(bw_eff), overhead_ms=number(overhead_ms),  # type: ignore[arg-type]
+        max_concurrency=number(max_concurrency),  # type: ignore[arg-type]
     ) if estimate else None
-    calibrated = app.calibrate(baseline, spec, margin=margin, estimate=model)
-    base_curve, spec_curve, result = calibrated.base, calibrated.spec, calibrated.result
-    estimate_json = calibrated.estimate
-    rows = charts.display_rows(base_curve, spec_curve, result)
-    if png:
-        charts.render_png(base_curve, spec_curve, result, png)
+    calibrated = app.calibrate(app.CalibrateRequest(baseline, spec, margin=number(margin), estimate=model, png=png))
+    result, estimate_json, rows = calibrated.result, calibrated.estimate, calibrated.rows
     if as_json:
         data = result.to_json()
         if estimate_json is not None:
@@ -205,16 +207,16 @@ def calibrate(
 def verify_live_cmd(
     url: Annotated[str, typer.Option("--url", help="The gated server.")],
     baseline_url: Annotated[str, typer.Option("--baseline-url", help="The same model served without speculation.")],
-    low: Annotated[int, typer.Option("--low", help="Low concurrency (the gate speculates).")] = 1,
-    high: Annotated[int, typer.Option("--high", help="High concurrency (the gate decodes plainly).")] = 128,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed throughput loss at --high, as a fraction.")] = 0.1,
+    low: Annotated[str, typer.Option("--low", help="Low concurrency (the gate speculates).", metavar="INTEGER")] = "1",
+    high: Annotated[str, typer.Option("--high", help="High concurrency (the gate decodes plainly).", metavar="INTEGER")] = "128",
+    tolerance: Annotated[str, typer.Option("--tolerance", help="Allowed throughput loss at --high, as a fraction.", metavar="FLOAT")] = "0.1",
     prompts: PromptsOpt = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 128,
-    rounds: Annotated[int, typer.Option("--rounds", help="Requests per worker at each level.")] = 2,
+    max_tokens: Annotated[str, typer.Option("--max-tokens", help="Tokens generated per request.", metavar="INTEGER")] = "128",
+    rounds: Annotated[str, typer.Option("--rounds", help="Requests per worker at each level.", metavar="INTEGER")] = "2",
     logprobs: Annotated[bool, typer.Option("--logprobs/--no-logprobs", help="Ask for logprobs to compare token by token.")] = True,
     api: ApiOpt = "auto",
     model: ModelOpt = None,
-    timeout: TimeoutOpt = 300.0,
+    timeout: TimeoutOpt = "300.0",
     as_json: JsonOpt = False,
 ) -> None:
     """Check that the gated server gives the plain server's greedy tokens and throughput.
@@ -224,6 +226,12 @@ def verify_live_cmd(
 
     Example: eaglegate verify-live --url localhost:30000 --baseline-url localhost:30001 --high 128
     """
+    number = app.cli_value
+    request = app.VerifyLiveRequest(
+        url, baseline_url, low=number(low), high=number(high), tolerance=number(tolerance), prompts=prompts,
+        max_tokens=number(max_tokens), rounds=number(rounds), logprobs=logprobs, api=api, model=model,
+        timeout=number(timeout),
+    )
     with _progress(not as_json) as progress:
         state: dict[str, TaskID] = {}
 
@@ -233,11 +241,7 @@ def verify_live_cmd(
         def step() -> None:
             progress.advance(state["task"])
 
-        report = app.verify_live(
-            url, baseline_url, low=low, high=high, tolerance=tolerance, prompts=prompts,
-            max_tokens=max_tokens, rounds=rounds, logprobs=logprobs, api=api, model=model,
-            timeout=timeout, on_phase=phase, on_request=step,
-        )
+        report = app.verify_live(request, on_phase=phase, on_request=step)
     if as_json:
         print_json(report.to_json())
     else:
@@ -264,7 +268,7 @@ def verify_live_cmd(
         if not report.throughput_ok:
             out.print(
                 f"[red]throughput[/red] at concurrency {high_lv.concurrency}: gated is "
-                f"{high_lv.ratio:.3f} of plain, below 1 - {tolerance}"
+                f"{high_lv.ratio:.3f} of plain, below 1 - {request.tolerance}"
             )
         out.print("[green]PASS[/green]" if report.passed else "[red]FAIL[/red]")
     if not report.passed:

@@ -1,11 +1,11 @@
 """`eaglegate map` and `eaglegate graph`: the call-graph commands."""
 
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from eaglegate import app
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
@@ -22,8 +22,8 @@ from eaglegate.cli_common import (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("map")
+def register(root_app: typer.Typer) -> None:
+    @root_app.command("map")
     def map_command(
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -37,11 +37,9 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate map --version 0.5.9
         """
-        from eaglegate.app import map_answer
-
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
-            spec_map = map_answer(tree, progress)
+            spec_map = app.map_answer(tree, progress)
         if as_json:
             print_json(spec_map.to_json())
         else:
@@ -50,9 +48,9 @@ def register(app: typer.Typer) -> None:
             out.print(render_map(spec_map, show_all))
             err.print(f"[dim]{_timing(spec_map.timing)}[/dim]")
 
-    @app.command("graph")
+    @root_app.command("graph")
     def graph_command(
-        root: Annotated[Path, typer.Argument(help="A Python package or directory.", exists=True, file_okay=False)],
+        root: Annotated[str, typer.Argument(help="A Python package or directory.")],
         fmt: Annotated[str, typer.Option("--format", help="json or dot.")] = "json",
         output: OutputOpt = None,
     ) -> None:
@@ -63,29 +61,16 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate graph ./mypkg --format dot -o calls.dot
         """
-        import json
-
-        from eaglegate.analyzer.callgraph import CallGraph, export, load_codebase, to_dot
-        from eaglegate.errors import UserError
-
-        if fmt not in ("json", "dot"):
-            raise UserError(f"unknown format {fmt!r}: choose json or dot")
+        request = app.GraphRequest(root, fmt, None if output is None else str(output))
         with progress_bar("parsing", enabled=output is not None) as progress:
-            codebase, parsed, _ = load_codebase(root, progress)
-        graph = CallGraph(codebase).build_all()
-        if fmt == "json":
-            data = export(graph)
-            data["parse_failures"] = [f.__dict__ for f in parsed.failures]
-            text = json.dumps(data, separators=(",", ":")) + "\n"  # compact: 4x faster than indented
-        else:
-            text = to_dot(graph)
-        for failure in parsed.failures:
+            found = app.graph(request, progress)
+        for failure in found.failures:
             err.print(f"[yellow]skipped[/yellow] {failure.path}:{failure.lineno}: {failure.message}")
         if output:
-            output.write_text(text, encoding="utf-8")
-            err.print(f"wrote {output} ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges)")
+            output.write_text(found.text, encoding="utf-8")
+            err.print(f"wrote {output} ({found.nodes} nodes, {found.edges} edges)")
         else:
-            out.file.write(text)
+            out.file.write(found.text)
 
 
 def _timing(timing: dict[str, float]) -> str:

@@ -51,10 +51,12 @@ def register(root: typer.Typer) -> None:
         from eaglegate.patches.plan import ADAPTIVE_FLAGS
         from eaglegate.reports.terminal import render_plan
 
+        request = app.PlanRequest(threshold, app.Launch(flags, env or []),
+                                  None if config_out is None else str(config_out))
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)
-        plan = app.plan(analysis, threshold, flags, env or [])
+        plan = app.plan_of(analysis, request)
         # The route's own config, else the native alternative's (0.5.14 on, beside the patch).
         config = plan.adaptive_config or next(
             (a["adaptive_config"] for a in plan.alternatives if a.get("adaptive_config")), None)

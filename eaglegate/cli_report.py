@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from eaglegate import app
 from eaglegate.cli_common import (
     GitOpt,
     JsonOpt,
@@ -17,18 +18,16 @@ from eaglegate.cli_common import (
     RevOpt,
     VersionOpt,
     err,
+    fetched,
     locate_tree,
+    noted,
     out,
     print_json,
     progress_bar,
 )
-from eaglegate.errors import UserError
 
 if TYPE_CHECKING:
     from eaglegate.reports.model import Report
-
-DIFF_FORMATS = ("term", "md", "json")
-
 
 def _write(text: str, output: Path | None) -> None:
     import sys
@@ -55,10 +54,10 @@ def _show(renderable: object, output: Path | None) -> None:
         _write(terminal_text(renderable), None)
 
 
-def register(app: typer.Typer) -> None:
+def register(root_app: typer.Typer) -> None:
     FormatOpt = Annotated[str, typer.Option("--format", "-f", help="term, md, html, json, dot or mermaid.")]
 
-    @app.command("report")
+    @root_app.command("report")
     def report_command(
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -76,16 +75,15 @@ def register(app: typer.Typer) -> None:
         """
         from rich.markup import escape
 
-        from eaglegate.reports.formats import FORMATS, render
-        from eaglegate.reports.model import report_for
+        from eaglegate.reports.formats import render
         from eaglegate.reports.terminal import render_report
 
-        fmt = "json" if as_json else fmt
-        if fmt not in FORMATS:
-            raise UserError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        request = app.ReportRequest("json" if as_json else fmt, None if output is None else str(output),
+                                    not no_couplings)
         tree = locate_tree(path, python, git, rev, version)
-        with progress_bar("analysing", enabled=fmt == "term" or output is not None) as progress:
-            report = report_for(tree, progress, with_couplings=not no_couplings)
+        with progress_bar("analysing", enabled=request.fmt == "term" or output is not None) as progress:
+            report = app.report(tree, progress, with_couplings=request.with_couplings)
+        fmt = str(request.fmt)
         for section in (report.couplings, report.plan):
             if not section.available:
                 err.print(f"[yellow]note:[/yellow] {escape(section.note)}", highlight=False)
@@ -96,7 +94,7 @@ def register(app: typer.Typer) -> None:
         else:
             _write(render(report, fmt), output)
 
-    @app.command("diff")
+    @root_app.command("diff")
     def diff_command(
         a: Annotated[str | None, typer.Argument(help="A version (e.g. 0.5.9), a directory or a saved JSON report.")] = None,
         b: Annotated[str | None, typer.Argument(help="The version, directory or report to compare against A.")] = None,
@@ -110,19 +108,19 @@ def register(app: typer.Typer) -> None:
 
         Example: eaglegate diff 0.5.9 0.5.23
         """
-        from eaglegate.reports.diff import diff_reports, render_diff_markdown, render_diff_terminal
+        from eaglegate.reports.diff import render_diff_markdown, render_diff_terminal
 
-        fmt = "json" if as_json else fmt
-        if fmt not in DIFF_FORMATS:
-            raise UserError(f"unknown format {fmt!r}: choose one of {', '.join(DIFF_FORMATS)}")
         if path_a and a and not b:  # `diff --path-a DIR B`: the one argument is B
             a, b = None, a
-        reports = []
-        for name, arg, path in (("A", a, path_a), ("B", b, path_b)):
-            if not arg and not path:
-                raise UserError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")
-            reports.append(_load(arg, path))
-        d = diff_reports(*reports)
+        request = app.DiffRequest(app.DiffSide(a, path_a), app.DiffSide(b, path_b), "json" if as_json else fmt,
+                                  None if output is None else str(output))
+        fmt = str(request.fmt)
+
+        def load(side: app.DiffSide) -> "Report":
+            with progress_bar(f"analysing {side.arg or side.path}") as progress:
+                return app.load_report(side, on_fetch=fetched, progress=progress, on_tree=noted)
+
+        d = app.diff(request, load)
         if fmt == "json":
             if output is None:
                 print_json(d.to_json())
@@ -134,20 +132,3 @@ def register(app: typer.Typer) -> None:
             _write(render_diff_markdown(d), output)
         else:
             _show(render_diff_terminal(d), output)
-
-    def _load(arg: str | None, path: str | None) -> "Report":
-        import json
-
-        from eaglegate.reports.model import Report, report_for
-
-        if arg and arg.endswith(".json") and Path(arg).is_file():
-            try:
-                return Report.from_json(json.loads(Path(arg).read_text(encoding="utf-8")))
-            except (ValueError, KeyError) as exc:
-                raise UserError(f"{arg} is not a saved eaglegate report: {exc}") from exc
-        if path is None and arg and Path(arg).is_dir():
-            path = arg
-        tree = locate_tree(path, None, None, None, None if path else arg)
-        with progress_bar(f"analysing {tree.version}") as progress:
-            return report_for(tree, progress)
-

@@ -12,6 +12,7 @@ import pytest
 
 from eaglegate.agents import tools
 from eaglegate.agents.tools import AgentError, TreeArgs
+from eaglegate.app.agents import inside_tree
 from eaglegate.errors import UserError
 
 VERSION = "0.5.9"
@@ -47,12 +48,12 @@ def test_detail_is_bounded(detail):
 
 def test_inside_tree_resolves_links_and_dots(tree, tmp_path):
     located = tools.SESSION.locate(tree)
-    assert tools.inside_tree(located, "srt/managers/scheduler.py").name == "scheduler.py"
-    assert tools.inside_tree(located, "sglang/srt/managers/scheduler.py").name == "scheduler.py"
-    assert tools.inside_tree(located, str(located.root / "srt/server_args.py")).is_file()
+    assert inside_tree(located, "srt/managers/scheduler.py").name == "scheduler.py"
+    assert inside_tree(located, "sglang/srt/managers/scheduler.py").name == "scheduler.py"
+    assert inside_tree(located, str(located.root / "srt/server_args.py")).is_file()
     for hostile in ("../version.py", "srt/../../sglang/../x.py", "/etc/passwd", "~/.bashrc"):
         with pytest.raises(AgentError):
-            tools.inside_tree(located, hostile)
+            inside_tree(located, hostile)
     copy = tmp_path / "sglang"
     (copy / "srt").mkdir(parents=True)
     (copy / "__init__.py").write_text("")
@@ -61,7 +62,7 @@ def test_inside_tree_resolves_links_and_dots(tree, tmp_path):
     (copy / "srt" / "link.py").symlink_to(outside)
     scratch = tools.SESSION.locate(TreeArgs(path=str(tmp_path)))
     with pytest.raises(AgentError, match="outside the located SGLang tree"):
-        tools.inside_tree(scratch, "srt/link.py")
+        inside_tree(scratch, "srt/link.py")
 
 
 def test_tools_answer_compactly_with_file_line(tree):
@@ -105,7 +106,7 @@ def test_tool_command_prints_the_same_json(tree):
     assert json.loads(proc.stdout) == tools.map_paths(tree)
     bad = subprocess.run([*EAGLEGATE, "tool", "map_paths", '{"detail": 9}'],
                          capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 1 and bad.stdout == "" and "detail must be" in bad.stderr
+    assert bad.returncode == 2 and bad.stdout == "" and "detail must be" in bad.stderr
 
 
 def test_mcp_stdout_carries_only_protocol(tree):
@@ -169,10 +170,12 @@ def test_patch_tools_refuse_links_out_of_the_tree(tmp_path):
 
 
 def test_plan_gate_says_what_failed_and_answers_the_rest(tree, monkeypatch):
-    def broken(analysis):
+    from eaglegate.app import agents as operations
+
+    def broken(analysis, request):
         raise RuntimeError("detector crashed")
 
-    monkeypatch.setattr(tools, "_coupling_report", broken)
+    monkeypatch.setattr(operations, "couplings_of", broken)
     answer = tools.plan_gate(tree)
     assert answer["verdicts"] == {"available": False,
                                   "note": "the couplings analysis failed: RuntimeError: detector crashed"}

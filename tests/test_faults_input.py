@@ -179,10 +179,10 @@ def test_mcp_answers_every_request():
     refusals = [a["result"] for a in answers[4:7]]
     assert all(r["isError"] and "\n" not in r["content"][0]["text"] for r in refusals), refusals
     # The same words as `eaglegate tool`, which refuses the same arguments.
-    tool = error_line(eaglegate("tool", "locate", json.dumps({"version": VERSION, "bogus": 1})))
+    tool = error_line(eaglegate("tool", "locate", json.dumps({"version": VERSION, "bogus": 1})), 2)
     assert tool == f"error: {refusals[0]['content'][0]['text']}"
     tool = error_line(eaglegate("tool", "generate_patch",
-                                json.dumps({"version": VERSION, "threshold": MAX_THRESHOLD + 1})))
+                                json.dumps({"version": VERSION, "threshold": MAX_THRESHOLD + 1})), 2)
     assert tool.endswith(refusals[1]["content"][0]["text"])
     assert tool == f"error: threshold must be an integer batch size from 1 to {MAX_THRESHOLD}, not {MAX_THRESHOLD + 1}"
     assert "No closing quotation" in refusals[2]["content"][0]["text"]
@@ -239,8 +239,8 @@ def _mcp_refusal(tool: str, arguments: dict) -> str:
 def test_a_bad_argument_gets_one_message_from_every_entry_point(entry, cli_args, tool, tool_args, message, code):
     if entry == "cli":
         assert error_line(eaglegate(*cli_args), code) == f"error: {message}"
-    elif entry == "tool":  # a refused tool call exits 1, as over MCP it is one error answer
-        assert error_line(eaglegate("tool", tool, json.dumps(tool_args))) == f"error: {message}"
+    elif entry == "tool":  # a bad argument exits 2 from `eaglegate tool` too; a refused launch 1
+        assert error_line(eaglegate("tool", tool, json.dumps(tool_args)), code) == f"error: {message}"
     else:
         pytest.importorskip("mcp")
         assert _mcp_refusal(tool, tool_args) == message
@@ -259,7 +259,7 @@ LIVE_ARGUMENTS = [
                  "verify_live", {"url": "localhost:1", "baseline_url": "localhost:2", "tolerance": 1.5},
                  id="verify-live-tolerance"),
     pytest.param(["verify-live", "--url", "localhost:1", "--baseline-url", "localhost:2", "--timeout", "0"],
-                 "verify_live", {"url": "localhost:1", "baseline_url": "localhost:2", "timeout": 0.0},
+                 "verify_live", {"url": "localhost:1", "baseline_url": "localhost:2", "timeout": 0},
                  id="verify-live-timeout"),
     pytest.param(["calibrate", "a.jsonl"], "calibrate", {"baseline": "a.jsonl"}, id="calibrate-one-file"),
 ]
@@ -268,9 +268,10 @@ LIVE_ARGUMENTS = [
 @pytest.mark.parametrize("cli_args, operation, app_args", LIVE_ARGUMENTS)
 def test_live_inputs_are_checked_once_in_the_application_layer(cli_args, operation, app_args):
     from eaglegate import app
-    from eaglegate.errors import UsageError, UserError
+    from eaglegate.errors import UsageError
 
-    with pytest.raises(UserError) as refused:
-        getattr(app, operation)(**app_args)  # refused before any request is sent
-    code = 2 if isinstance(refused.value, UsageError) else 1
-    assert error_line(eaglegate(*cli_args), code) == f"error: {refused.value}"
+    request = {"sweep": app.SweepRequest, "verify_live": app.VerifyLiveRequest,
+               "calibrate": app.CalibrateRequest}[operation]
+    with pytest.raises(UsageError) as refused:
+        request(**app_args)  # refused as the request is built, before any request is sent
+    assert error_line(eaglegate(*cli_args), 2) == f"error: {refused.value}"

@@ -3,9 +3,10 @@ no threshold the user never gave, on real releases."""
 
 from __future__ import annotations
 
+from eaglegate.app.reports import plan_section as gate_plan_section
 from eaglegate.patches.codemods.server_args import FLAG
 from eaglegate.patches.plan import DEFAULT_THRESHOLD, build_plan
-from eaglegate.reports.model import THRESHOLD, gate_plan_section
+from eaglegate.reports.model import THRESHOLD
 
 from conftest import analysis
 

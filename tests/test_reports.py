@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from eaglegate.app.reports import report_of
 from eaglegate.reports.formats import render, terminal_text
 from eaglegate.reports.graph import spec_graph, to_dot, to_mermaid
 from eaglegate.reports.html import render_html
@@ -42,7 +43,7 @@ def couplings_built() -> bool:
 
 @functools.cache
 def report(version: str) -> Report:
-    return build_report(analysis(version))
+    return report_of(analysis(version))
 
 
 def line_at(root: str, where: str) -> str:
@@ -117,7 +118,7 @@ def test_json_holds_the_couplings_found(version):
 def test_json_is_stable_and_round_trips(version):
     r = report(version)
     first = render(r, "json")
-    assert render(build_report(analysis(version)), "json") == first
+    assert render(report_of(analysis(version)), "json") == first
     assert render(Report.from_json(json.loads(first)), "json") == first
 
 
@@ -342,38 +343,34 @@ def test_couplings_are_normalised_and_rendered():
     assert "couplings (2)" in text and all(len(line) <= 100 for line in text.splitlines())
 
 
-def test_plan_section_comes_from_the_planner_and_is_pluggable():
-    """The plan section is `patches.plan` at the version's defaults; a provider registered
-    first takes its place, and a planner that raises is reported, not fatal."""
+def test_plan_section_comes_from_the_planner_and_is_handed_to_the_report():
+    """The application layer's plan section is `patches.plan` at the version's defaults; the
+    report renders whichever section it is handed, a planner that raises is reported in the
+    section, not fatal, and a report handed none says the plan was not computed."""
     import dataclasses
 
+    from eaglegate.app import reports as use_cases
     from eaglegate.reports import model
 
     a = analysis("0.5.9")
-    plan = build_report(a, with_couplings=False).plan
+    plan = use_cases.report_of(a, with_couplings=False).plan
     assert plan.available and plan.detail["family"] == "v1-code-patch"
     assert plan.summary.startswith("v1-code-patch (EAGLEWorker")
     fake = model.Plan(True, "", "fake-family (EAGLEWorker, threshold 7)", {"family": "fake-family"})
-    model._plan_providers.insert(0, lambda _: fake)
-    try:
-        r = build_report(a, with_couplings=False)
-    finally:
-        model._plan_providers.pop(0)
+    r = build_report(a, with_couplings=False, plan=fake)
     assert r.plan == fake
     md = render_markdown(r)
     assert "fake-family (EAGLEWorker, threshold 7)" in md.split("## Call paths")[0]
     jsonschema.validate(r.to_json(), SCHEMA)
 
-    def broken(_):
-        raise RuntimeError("boom")
+    class Broken:  # an analysis whose planner's input fails
+        def __getattr__(self, name):
+            raise RuntimeError("boom")
 
-    model._plan_providers.insert(0, broken)
-    try:
-        failed = build_report(a, with_couplings=False).plan
-    finally:
-        model._plan_providers.pop(0)
+    failed = use_cases.plan_section(Broken())
     assert not failed.available and failed.note.startswith("gate plan failed: RuntimeError")
     jsonschema.validate(dataclasses.replace(r, plan=failed).to_json(), SCHEMA)
+    assert not build_report(a, with_couplings=False).plan.available
 
 
 # --- gallery -------------------------------------------------------------------------------

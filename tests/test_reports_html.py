@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from eaglegate.app.reports import report_of
 from eaglegate.reports.html import render_html
-from eaglegate.reports.model import Report, build_report
+from eaglegate.reports.model import Report
 
 from conftest import NEWEST, analysis
 
@@ -193,7 +194,7 @@ PROBE = """(() => {
 
 @functools.cache
 def report(version: str) -> Report:
-    return build_report(analysis(version))
+    return report_of(analysis(version))
 
 
 @needs_chromium

@@ -27,7 +27,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from eaglegate import __version__, app
+from eaglegate import __version__
 from eaglegate.agents import tools
 from eaglegate.agents.schemas import (
     CalibrateOut,
@@ -41,6 +41,7 @@ from eaglegate.agents.schemas import (
     SymbolOut,
 )
 from eaglegate.analyzer.parse import collecting_frozen
+from eaglegate.app import requests
 from eaglegate.errors import UserError
 from eaglegate.patches.model import MAX_THRESHOLD, THRESHOLD_HELP
 
@@ -50,13 +51,13 @@ R = TypeVar("R")
 
 # Inputs every tool shares: how the SGLang tree is named (at most one of the four).
 Version = Annotated[str | None, Field(
-    max_length=app.TEXT_LIMITS["version"], description="A released SGLang version, fetched once into eaglegate's cache (e.g. 0.5.9).")]
+    max_length=requests.TEXT_LIMITS["version"], description="A released SGLang version, fetched once into eaglegate's cache (e.g. 0.5.9).")]
 TreePath = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="A directory holding an SGLang source tree (site-packages, a checkout).")]
 Git = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="An SGLang git checkout.")]
 Rev = Annotated[str | None, Field(
-    max_length=app.TEXT_LIMITS["rev"], description="With git: a tag or commit to read.")]
+    max_length=requests.TEXT_LIMITS["rev"], description="With git: a tag or commit to read.")]
 Python = Annotated[str | None, Field(
     max_length=tools.MAX_TEXT_ARG, description="Another Python interpreter (a serving venv) whose installed SGLang to read.")]
 Detail = Annotated[int, Field(
@@ -143,7 +144,7 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def map_paths(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                   python: Python = None, detail: Detail = 0, page: PageNo = 1,
                   page_size: PageSize = 10,
-                  worker: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["worker"], description="v1 or v2 (or a class name) to see one worker.")] = None,
+                  worker: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["worker"], description="v1 or v2 (or a class name) to see one worker.")] = None,
                   below_page: PageNo = 1,
                   ) -> MapOut:
         """How the Scheduler's event loops reach each EAGLE worker (v1 EAGLEWorker, v2 EAGLEWorkerV2):
@@ -159,10 +160,10 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def find_couplings(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                        python: Python = None, detail: Detail = 0, page: PageNo = 1,
                        page_size: PageSize = 15,
-                       category: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["category"], description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
-                       worker: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["worker"], description="v1 or v2: findings affecting that worker path.")] = None,
-                       flags: Annotated[str, Field(max_length=app.MAX_FLAGS_TEXT, description="The server's launch flags, as for plan_gate, e.g. '--speculative-algorithm EAGLE3 --attention-backend triton'.")] = "",
-                       env: Annotated[list[Annotated[str, Field(max_length=app.MAX_ENV_TEXT)]] | None, Field(max_length=app.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE.")] = None,
+                       category: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["category"], description="buffer, cuda_graph, draft_state, mode_check or config_cap.")] = None,
+                       worker: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["worker"], description="v1 or v2: findings affecting that worker path.")] = None,
+                       flags: Annotated[str, Field(max_length=requests.MAX_FLAGS_TEXT, description="The server's launch flags, as for plan_gate, e.g. '--speculative-algorithm EAGLE3 --attention-backend triton'.")] = "",
+                       env: Annotated[list[Annotated[str, Field(max_length=requests.MAX_ENV_TEXT)]] | None, Field(max_length=requests.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE.")] = None,
                        all_findings: Annotated[bool, Field(strict=True, description="Every finding of every launch, one per site, instead of the launch's mechanisms.")] = False,
                        ) -> CouplingsOut:
         """What ties SGLang's runtime to speculation being on (buffers, CUDA graphs, draft state, mode
@@ -177,7 +178,7 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     @server.tool(annotations=READ_ONLY)
     def explain_symbol(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                        python: Python = None,
-                       symbol: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["symbol"], description="A function or class: qualified, Class.method, or a unique name.")] = None,
+                       symbol: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["symbol"], description="A function or class: qualified, Class.method, or a unique name.")] = None,
                        location: Annotated[str | None, Field(max_length=tools.MAX_TEXT_ARG, description="file:line inside the tree, as the other tools print it (srt/managers/scheduler.py:2368).")] = None,
                        detail: Detail = 0, page: PageNo = 1, page_size: PageSize = 12,
                        ) -> SymbolOut:
@@ -190,8 +191,8 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
     def plan_gate(version: Version = None, path: TreePath = None, git: Git = None, rev: Rev = None,
                   python: Python = None,
                   threshold: Annotated[int | None, Field(ge=1, le=MAX_THRESHOLD, strict=True, description="The batch size to gate at (default 32).")] = None,
-                  flags: Annotated[str, Field(max_length=app.MAX_FLAGS_TEXT, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
-                  env: Annotated[list[Annotated[str, Field(max_length=app.MAX_ENV_TEXT)]] | None, Field(max_length=app.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
+                  flags: Annotated[str, Field(max_length=requests.MAX_FLAGS_TEXT, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
+                  env: Annotated[list[Annotated[str, Field(max_length=requests.MAX_ENV_TEXT)]] | None, Field(max_length=requests.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
                   ) -> PlanOut:
         """One call for "where is the batch-size gate inserted and what blocks it": both worker paths with
         file:line, the couplings verdict per path, the plan for these flags (which worker runs, the route,
@@ -234,14 +235,14 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
 
     @server.tool(annotations=READ_ONLY)
     def calibrate_threshold(
-        baseline: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["baseline"], description="Sweep file of the server without speculation (eaglegate sweep's JSONL, or bench_serving's).")] = None,
-        spec: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["spec"], description="Sweep file of the same server with speculation.")] = None,
+        baseline: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["baseline"], description="Sweep file of the server without speculation (eaglegate sweep's JSONL, or bench_serving's).")] = None,
+        spec: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["spec"], description="Sweep file of the same server with speculation.")] = None,
         margin: Annotated[float, Field(description="Gain below which speculation is not worth resuming (sets the hysteresis).")] = 0.05,
         estimate: Annotated[bool, Field(strict=True, description="No sweeps: a roofline estimate from params_b, draft_tokens, accept_len and gpu (or peak_tflops and bandwidth_tbs).")] = False,
         params_b: Annotated[float | None, Field(description="Estimate: target parameters, billions.")] = None,
         draft_tokens: Annotated[int | None, Field(strict=True, description="Estimate: --speculative-num-draft-tokens.")] = None,
         accept_len: Annotated[float | None, Field(description="Estimate: mean accepted tokens per step, bonus included.")] = None,
-        gpu: Annotated[str | None, Field(max_length=app.TEXT_LIMITS["gpu"], description="Estimate: the GPU by name, e.g. h200.")] = None,
+        gpu: Annotated[str | None, Field(max_length=requests.TEXT_LIMITS["gpu"], description="Estimate: the GPU by name, e.g. h200.")] = None,
         peak_tflops: Annotated[float | None, Field(description="Estimate: dense BF16 TFLOP/s (overrides gpu).")] = None,
         bandwidth_tbs: Annotated[float | None, Field(description="Estimate: memory bandwidth, TB/s (overrides gpu).")] = None,
         context_len: Annotated[int | None, Field(strict=True, description="Estimate: mean tokens in context per request (default 1024).")] = None,

@@ -1,16 +1,18 @@
-"""The agent tools as plain Python over the library API.
+"""The agent tools as plain Python over the application layer.
 
 The MCP server (`server.py`) and `eaglegate tool NAME` call these functions and hand
 back what they return (`schemas.py` holds the shapes), so the answers and their
-schemas are the same over MCP and on the command line, and each is unit-testable.
+schemas are the same over MCP and on the command line, and each is unit-testable. Each
+tool builds the application layer's request, calls one of its operations
+(`eaglegate.app.agents` for the one-call answers) and only shapes and pages what it gets.
 
 What a caller may rely on:
 - Every answer is compact by default: a one-paragraph `summary` plus the key facts
   with file:line. `detail` (0, 1 or 2) adds conditions, evidence and full records;
   long lists are paged (`page`, `page_size`, and `next_page` in the answer) and never
   cut without saying so.
-- A bad argument raises `AgentError` (a `UserError`) with one line for the model; no
-  tool reads or writes outside the located SGLang tree and eaglegate's cache. Paths the
+- A bad argument raises `UsageError` (`AgentError` is its name here) with one line for
+  the model; no tool reads or writes outside the located SGLang tree and eaglegate's cache. Paths the
   agent gives are resolved (symlinks too) and must stay inside the tree.
 - Files change only in `apply_patch`/`revert_patch` with `confirm=True`, only in a
   tree that is not eaglegate's read-only release cache, and only at paths inside the
@@ -22,11 +24,8 @@ from __future__ import annotations
 
 import difflib
 import json
-import logging
 import re
-import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from eaglegate import app
@@ -46,22 +45,26 @@ from eaglegate.agents.schemas import (
 )
 from eaglegate.analyzer import source
 from eaglegate.analyzer.analysis import Analysis
-from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.spec_map import Hop, SpecMap, WorkerMap, WorkerPath
-from eaglegate.app import TreeArgs, check_text
-from eaglegate.errors import UserError
-from eaglegate.patches import generate
-from eaglegate.patches.codemods import v1_worker
+from eaglegate.app import agents as operations
+from eaglegate.app.agents import SESSION, ExplainRequest, Session
+from eaglegate.app.requests import (
+    MAX_DETAIL,
+    MAX_PAGE,
+    MAX_PAGE_SIZE,
+    TreeArgs,
+    check_detail,
+    check_paging,
+    check_worker,
+)
+from eaglegate.errors import UsageError
 from eaglegate.patches.diff import render_file
 from eaglegate.patches.model import PatchSet
-from eaglegate.reports import charts
 from eaglegate.reports.json_report import render_json
 from eaglegate.reports.markdown import render_markdown
-from eaglegate.reports.model import build_report
 
-MAX_DETAIL = 2
-MAX_PAGE_SIZE = 100
-MAX_PAGE = 100_000
+__all__ = ["MAX_DETAIL", "MAX_PAGE", "MAX_PAGE_SIZE", "SESSION", "AgentError", "Session", "TreeArgs"]
+
 MAX_TEXT_ARG = app.MAX_TEXT
 COMPACT_ITEMS = 4  # reasons and sites per verdict in a compact answer
 # Lines of source shown per detail level by explain_symbol.
@@ -69,11 +72,10 @@ EXCERPT_LINES = (25, 80, 400)
 REPORT_URIS = ("eaglegate://report/latest.md", "eaglegate://report/latest.json")
 
 T = TypeVar("T")
-log = logging.getLogger("eaglegate.agents")
 
-
-class AgentError(UserError):
-    """A refused tool call; the message is one line for the model to act on."""
+# A refused argument: the application layer's one type (exit 2 from `eaglegate tool`, an
+# error answer over MCP), under the name the agent tools' callers know.
+AgentError = UsageError
 
 
 # ---------------------------------------------------------------- arguments
@@ -107,28 +109,6 @@ def load_arguments(text: str) -> Any:
         raise AgentError(f"arguments are not JSON: {exc}") from None
 
 
-def check_detail(detail: int) -> int:
-    if isinstance(detail, bool) or not isinstance(detail, int):
-        raise AgentError(f"detail must be an integer 0..{MAX_DETAIL}, not {type(detail).__name__}")
-    if not 0 <= detail <= MAX_DETAIL:
-        raise AgentError(f"detail must be 0 (compact), 1 (more) or {MAX_DETAIL} (full), not {detail}")
-    return detail
-
-
-# The paging arguments and their largest value.
-PAGING = {"page": MAX_PAGE, "below_page": MAX_PAGE, "page_size": MAX_PAGE_SIZE}
-# The yes/no arguments.
-SWITCHES = ("confirm", "force", "all_findings")
-
-
-def check_paging(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AgentError(f"{name} must be an integer, not {type(value).__name__}")
-    if not 1 <= value <= PAGING[name]:
-        raise AgentError(f"{name} must be between 1 and {PAGING[name]}, not {value}")
-    return value
-
-
 def paginate(items: Sequence[T], page: int, page_size: int, page_name: str = "page") -> tuple[list[T], Page]:
     """One page of `items` (1-based) and where it stands; refuses pages past the end."""
     check_paging(page_name, page)
@@ -144,71 +124,6 @@ def paginate(items: Sequence[T], page: int, page_size: int, page_name: str = "pa
 
 
 # ---------------------------------------------------------------- trees and analyses
-
-
-class Session:
-    """The trees and analyses one server process has seen, and its latest report.
-
-    Tools run in worker threads; the analyzer's memo tables are not thread-safe, so
-    every use of an analysis holds `lock`."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self._analyses: dict[tuple[str, str], Analysis] = {}
-        self._full_graphs: dict[tuple[str, str], CallGraph] = {}
-        self._stamps: dict[tuple[str, str], tuple[int, int]] = {}
-        self.latest_report: dict[str, str] | None = None  # {"markdown", "json", "version"}
-
-    def locate(self, args: TreeArgs) -> source.SourceTree:
-        return app.locate(args, confined=True)
-
-    def analysis(self, tree: source.SourceTree) -> Analysis:
-        key = (str(tree.root), tree.version)
-        with self.lock:
-            stamp = _stamp(tree)
-            found = self._analyses.get(key)
-            if found is None or self._stamps.get(key) != stamp:
-                self.forget(tree)
-                found = app.analyse(tree)
-                self._analyses[key] = found
-                self._stamps[key] = stamp
-            return found
-
-    def full_graph(self, analysis: Analysis) -> CallGraph:
-        """The whole tree's call graph (for callers), built once, apart from the map's."""
-        key = (str(analysis.tree.root), analysis.tree.version)
-        with self.lock:
-            graph = self._full_graphs.get(key)
-            if graph is None:
-                graph = CallGraph(analysis.codebase)
-                graph.build_all()
-                self._full_graphs[key] = graph
-            return graph
-
-    def forget(self, tree: source.SourceTree) -> None:
-        """Drop what is known of a tree whose files just changed."""
-        with self.lock:
-            for store in (self._analyses, self._full_graphs, self._stamps):
-                for key in [k for k in store if k[0] == str(tree.root)]:
-                    del store[key]
-
-
-SESSION = Session()
-
-
-def _stamp(tree: source.SourceTree) -> tuple[int, int]:
-    """How many Python files the tree has and the newest mtime: an edit since the last
-    analysis shows here (a stat per file, milliseconds). Cached releases never change."""
-    if tree.origin == "release":
-        return (0, 0)
-    count, newest = 0, 0
-    for file in tree.root.rglob("*.py"):
-        try:
-            newest = max(newest, file.stat().st_mtime_ns)
-        except OSError:
-            continue
-        count += 1
-    return (count, newest)
 
 
 def _tree_json(tree: source.SourceTree) -> Tree:
@@ -247,12 +162,8 @@ def _cond(cond: Sequence[str], detail: int) -> list[str]:
 
 def locate(args: TreeArgs, session: Session = SESSION) -> LocateOut:
     """Which SGLang this is, where it lives, its speculative workers, and its patch state."""
-    tree = session.locate(args)
-    try:
-        state = app.status(tree).state
-    except (UserError, OSError) as exc:
-        state = f"unknown ({exc})"
-    workers = source.speculative_workers(tree)
+    found = operations.located(args, session)
+    tree, workers, state = found.tree, found.workers, found.patch_state
     summary = (f"SGLang {tree.version} ({tree.origin}) at {tree.root}; speculative workers: "
                f"{', '.join(workers) or 'none'}; gate patch: {state}.")
     return {"schema": AGENTS_SCHEMA, "summary": summary, "sglang": _tree_json(tree),
@@ -360,9 +271,8 @@ def map_paths(args: TreeArgs, detail: int = 0, page: int = 1, page_size: int = 1
     """How the Scheduler's event loops reach each EAGLE worker, hop by hop with file:line, and
     what each worker step does one level deeper (`below`, paged by `below_page`)."""
     check_detail(detail)
-    tree = session.locate(args)
+    tree, analysis = operations.analysed(args, session)
     with session.lock:
-        analysis = session.analysis(tree)
         sm = analysis.spec_map
         workers = sm.workers
         if worker is not None:
@@ -473,14 +383,10 @@ def find_couplings(args: TreeArgs, detail: int = 0, page: int = 1, page_size: in
     """What ties the runtime to speculation being on for the launch `flags`/`env` (one row per
     mechanism), and the verdict per worker path; `all_findings` pages every finding instead."""
     check_detail(detail)
-    worker = check_text("worker", worker, app.TEXT_LIMITS["worker"])
-    if worker is not None and worker.lower() not in ("v1", "v2"):
-        raise AgentError(f"worker must be v1 or v2, not {worker!r}")
-    kept, flags, env = app.check_couplings_request(flags, env, category, bool(all_findings))
-    tree = session.locate(args)
+    worker = check_worker(worker)
+    request = app.CouplingsRequest(app.Launch(flags, env), category, all_findings)
+    tree, analysis, found = operations.couplings_for(args, request, session)
     with session.lock:
-        analysis = session.analysis(tree)
-        found = app.couplings(analysis, flags, env, categories=kept, every=bool(all_findings))
         data = found.report.to_json()  # only the category asked for
         spec_map = analysis.spec_map
         view = found.scoped
@@ -541,55 +447,12 @@ def _verdict_line(verdict: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- explain_symbol
 
 
-def inside_tree(tree: source.SourceTree, given: str) -> Path:
-    """The file `given` names (relative to the package, `sglang/...`, or absolute), resolved
-    with symlinks followed; refused unless it lies inside the located tree."""
-    text = check_text("location", given)
-    if text is None:
-        raise AgentError("location is empty")
-    root = tree.root.resolve()
-    candidate = Path(text).expanduser()
-    if not candidate.is_absolute():
-        parts = candidate.parts
-        if parts and parts[0] == root.name and not (root / candidate).exists():
-            candidate = Path(*parts[1:]) if len(parts) > 1 else Path(".")
-        candidate = root / candidate
-    resolved = candidate.resolve()
-    if not resolved.is_relative_to(root):
-        raise AgentError(f"{given!r} is outside the located SGLang tree ({root}); "
-                         "give a path inside it, e.g. srt/managers/scheduler.py:1123")
-    if not resolved.is_file():
-        raise AgentError(f"{given!r} is not a file in the located SGLang tree")
-    return resolved
-
-
-def _symbol_at(analysis: Analysis, rel: str, line: int) -> str | None:
-    """The innermost function or class of file `rel` whose lines hold `line`."""
-    cb = analysis.codebase
-    best: tuple[int, str] | None = None
-    for qn, scope in cb.scopes.items():
-        if scope.kind not in ("function", "class") or cb.scope_module[qn].path != rel:
-            continue
-        end = scope.end_lineno or scope.lineno
-        if scope.lineno <= line <= end and (best is None or end - scope.lineno < best[0]):
-            best = (end - scope.lineno, qn)
-    if best is None:
-        module = next((m for m in cb.modules.values() if m.path == rel), None)
-        return module.name if module else None
-    return best[1]
-
-
-def _excerpt(tree: source.SourceTree, analysis: Analysis, qn: str, detail: int,
-             focus: int | None) -> dict[str, Any] | None:
-    cb = analysis.codebase
-    scope = cb.scopes.get(qn)
-    if scope is None:
+def _excerpt(found: operations.Explained, detail: int) -> dict[str, Any] | None:
+    """The definition's lines (those around the line asked for when it is long)."""
+    scope = found.analysis.codebase.scopes.get(found.symbol)
+    if scope is None or not found.lines:
         return None
-    rel = cb.scope_module[qn].path
-    file = (tree.root / rel).resolve()
-    if not file.is_relative_to(tree.root.resolve()):
-        return None  # a symlink out of the tree: never read through it
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines, focus = found.lines, found.focus
     first = scope.lineno if scope.kind != "module" else 1
     last = scope.end_lineno or len(lines)
     limit = EXCERPT_LINES[detail]
@@ -598,7 +461,7 @@ def _excerpt(tree: source.SourceTree, analysis: Analysis, qn: str, detail: int,
         start = max(first, focus - limit // 2)  # keep the asked line in view
     end = min(last, start + limit - 1)
     text = "\n".join(f"{n:>5} {lines[n - 1]}" for n in range(start, end + 1) if n <= len(lines))
-    out: dict[str, Any] = {"file": rel, "start": start, "end": end, "definition_lines": [first, last],
+    out: dict[str, Any] = {"file": found.file, "start": start, "end": end, "definition_lines": [first, last],
                            "text": text, "truncated": start > first or end < last}
     if out["truncated"]:
         out["note"] = (f"lines {start}-{end} of {first}-{last}; detail={min(detail + 1, MAX_DETAIL)} "
@@ -621,53 +484,25 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
                    session: Session = SESSION) -> SymbolOut:
     """A function or class: where it is defined, who calls it, what it calls, and its source."""
     check_detail(detail)
-    symbol = check_text("symbol", symbol, app.TEXT_LIMITS["symbol"])
-    if (symbol is None) == (location is None):
-        raise AgentError("give exactly one of symbol (e.g. EAGLEWorker.forward_batch_generation) "
-                         "or location (e.g. srt/managers/scheduler.py:2368)")
-    tree = session.locate(args)
-    focus: int | None = None
+    found = operations.explain(args, ExplainRequest(symbol, location), session)
+    tree, analysis = found.tree, found.analysis
     with session.lock:
-        analysis = session.analysis(tree)
-        cb = analysis.codebase
         sm = analysis.spec_map
-        candidates: list[str] = []
-        if location is not None:
-            text = check_text("location", location) or ""
-            match = re.fullmatch(r"(.+?)(?::(\d+))?", text)
-            assert match is not None
-            file = inside_tree(tree, match.group(1))
-            rel = file.relative_to(tree.root.resolve()).as_posix()
-            focus = int(match.group(2)) if match.group(2) else None
-            qn = _symbol_at(analysis, rel, focus or 1)
-            if qn is None:
-                raise AgentError(f"{rel} is not a Python module the analysis parsed")
-        else:
-            assert symbol is not None
-            if not re.fullmatch(r"[A-Za-z_][\w.]*", symbol):
-                raise AgentError(f"symbol must be a dotted Python name, not {symbol!r}")
-            candidates = cb.find(symbol)
-            if not candidates:
-                raise AgentError(f"no function or class named {symbol!r} in SGLang {tree.version}; "
-                                 "try a qualified name such as Scheduler.run_batch")
-            qn = candidates[0] if len(candidates) == 1 else ""
-        if not qn:
-            shown, meta = paginate(candidates, page, page_size)
+        if not found.symbol:
+            shown, meta = paginate(found.candidates, page, page_size)
             return {"schema": AGENTS_SCHEMA, "sglang": _tree_json(tree), "definition": None,
-                    "summary": f"{len(candidates)} symbols match {symbol!r}: pass one of the candidates",
+                    "summary": f"{len(found.candidates)} symbols match {found.symbol or symbol!r}: pass one of "
+                               "the candidates",
                     "candidates": shown, "callers": [], "callees": [], "calls_page": meta,
                     "excerpt": None}
-        graph = session.full_graph(analysis)
-        callers = ([(c, s) for c in sorted(graph.graph.predecessors(qn)) for s in graph.sites(c, qn)]
-                   if qn in graph.graph else [])
-        callees = ([(c, s) for c in sorted(graph.graph.successors(qn)) for s in graph.sites(qn, c)]
-                   if qn in graph.graph else [])
+        qn, callers, callees = found.symbol, found.callers, found.callees
+        cb = analysis.codebase
         longest = callers if len(callers) >= len(callees) else callees
         _, meta = paginate(longest, page, page_size)
         lo = (page - 1) * page_size
         scope = cb.scopes[qn]
         definition: dict[str, Any] = {"symbol": qn, "kind": scope.kind, "defined_at": _where(analysis, qn),
-                      "end_line": scope.end_lineno, "class": cb.owner_class(qn)}
+                                      "end_line": scope.end_lineno, "class": cb.owner_class(qn)}
         if scope.kind == "class":
             definition["bases"] = cb.bases(qn)
         roles = _roles(sm, qn)
@@ -680,7 +515,7 @@ def explain_symbol(args: TreeArgs, symbol: str | None = None, location: str | No
                 "definition": definition, "candidates": [],
                 "callers": _call_list(sm, callers[lo : lo + page_size], detail),
                 "callees": _call_list(sm, callees[lo : lo + page_size], detail),
-                "calls_page": meta, "excerpt": _excerpt(tree, analysis, qn, detail, focus)}
+                "calls_page": meta, "excerpt": _excerpt(found, detail)}
 
 
 def _roles(sm: SpecMap, qn: str) -> list[str]:
@@ -703,35 +538,9 @@ def _roles(sm: SpecMap, qn: str) -> list[str]:
 # ---------------------------------------------------------------- patches
 
 
-def _insertion(tree: source.SourceTree, patch: PatchSet) -> dict[str, Any] | None:
-    """Where the gate's call-site edit lands in the original worker file (first changed line)."""
-    v2 = patch.worker == "v2"
-    suffix = "speculative/eagle_worker_v2.py" if v2 else "speculative/eagle_worker.py"
-    worker = next((c for c in patch.changes if c.path.endswith(suffix) and c.before is not None), None)
-    if worker is None or worker.before is None:
-        return None
-    original = source.decode_python(worker.before)
-    before = original.splitlines()
-    after = source.decode_python(worker.after).splitlines()
-    rel = worker.path.split("/", 1)[1]
-    edits = []
-    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            edits.append({"at": f"{rel}:{i1 + 1}", "op": tag, "new": [s.strip() for s in after[j1:j2]][:3]})
-    if v2:
-        call_site = next((e for e in edits if any("is_gated_decode" in s for s in e["new"])), edits[0])
-        return {"file": rel, "where": call_site["at"], "symbol": "EAGLEWorkerV2.forward_batch_generation",
-                "what": "first in the decode branch: a step the gate reserved as plain runs the target's "
-                        "one-token DECODE through its own CUDA graphs; first in the extend branch: a "
-                        "prefill while the gate is off runs without the draft",
-                "edits": edits}
-    entry = v1_worker.entry_method_name(original, worker.path)
-    # The call-site edit is the one inside the entry method (the first is the import).
-    call_site = next((e for e in edits if any("_eaglegate_gated" in s for s in e["new"])), edits[0])
-    return {"file": rel, "where": call_site["at"], "symbol": f"EAGLEWorker.{entry}",
-            "what": "before the entry's extend branch: ask the gate, and run a gated decode "
-                    "through the existing forward_target_extend/forward_draft_extend pair",
-            "edits": edits}
+def _insertion(patch: PatchSet) -> dict[str, Any] | None:
+    """Where the gate's call-site edit lands: the patch generator's own answer."""
+    return None if patch.insertion is None else patch.insertion.to_json()
 
 
 def _hunks(patch: PatchSet) -> list[dict[str, Any]]:
@@ -748,9 +557,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
                    page_size: int = 4, session: Session = SESSION) -> PatchOut:
     """The gate patch for this tree (nothing is written): files, insertion point, flags, diff."""
     check_detail(detail)
-    app.check_threshold(threshold)
-    tree = session.locate(args)
-    made = app.make_patch(tree, threshold, confined=True)
+    tree, made = operations.generate(args, threshold, session)
     patch = made.files
     files = []
     for c in patch.changes:
@@ -762,7 +569,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
                       "removed": sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))})
     hunks = _hunks(patch)
     chunk, meta = paginate(hunks, page, page_size)
-    point = _insertion(tree, patch)
+    point = _insertion(patch)
     summary = (f"SGLang {tree.version} ({patch.family}), threshold {threshold}: "
                + (f"{len(files)} file(s) change, {len(hunks)} hunk(s)" if files else "already patched, nothing to change")
                + (f"; the gate goes in {point['symbol']} at {point['where']}" if point else "")
@@ -777,16 +584,7 @@ def generate_patch(args: TreeArgs, threshold: int, detail: int = 0, page: int = 
 def apply_patch(args: TreeArgs, threshold: int, confirm: bool = False,
                 session: Session = SESSION) -> ChangeOut:
     """Install the gate patch, atomically with a manifest; writes only with confirm=True."""
-    app.check_threshold(threshold)
-    if confirm is not True:
-        raise AgentError("apply_patch changes SGLang's files: call it again with confirm: true "
-                         "(generate_patch shows the diff first); nothing was written")
-    tree = session.locate(args)
-    with session.lock:
-        try:
-            applied = app.apply(tree, threshold, confined=True)
-        finally:
-            session.forget(tree)
+    tree, applied = operations.apply_gate(args, threshold, confirm, session)
     outcome = applied.outcome
     return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
             "action": "apply", "changed": outcome.changed, "message": outcome.message,
@@ -796,15 +594,7 @@ def apply_patch(args: TreeArgs, threshold: int, confirm: bool = False,
 def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
                  session: Session = SESSION) -> ChangeOut:
     """Restore every byte the gate patch changed; writes only with confirm=True."""
-    if confirm is not True:
-        raise AgentError("revert_patch changes SGLang's files: call it again with confirm: true; "
-                         "nothing was written")
-    tree = session.locate(args)
-    with session.lock:
-        try:
-            outcome, status = app.revert(tree, force=bool(force), confined=True)
-        finally:
-            session.forget(tree)
+    tree, outcome, status = operations.revert_gate(args, confirm, force, session)
     return {"schema": AGENTS_SCHEMA, "summary": outcome.message, "sglang": _tree_json(tree),
             "action": "revert", "changed": outcome.changed, "message": outcome.message,
             "launch_flags": [], "status": status.to_json()}
@@ -816,52 +606,17 @@ def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
 def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
               env: list[str] | None = None, session: Session = SESSION) -> PlanOut:
     """One call: which worker runs, what blocks switching speculation off, and where the gate goes."""
-    if threshold is not None:
-        app.check_threshold(threshold)
-    flags, env = app.check_launch(flags, env)
-    tree = session.locate(args)
+    request = app.PlanRequest(threshold, app.Launch(flags, env))
+    answer = operations.plan_gate(args, request, session)
+    tree, analysis = answer.tree, answer.analysis
     with session.lock:
-        analysis = session.analysis(tree)
-        # A malformed launch is the caller's error, not a part of the answer that failed.
-        app.check_launch_settings(analysis, flags, env)
         sm = analysis.spec_map
         workers = [_worker_facts(analysis, w, 0) for w in sm.workers]
         for facts in workers:
             facts.pop("steps", None)  # map_paths and explain_symbol give the steps
-        try:
-            data = _coupling_report(analysis)
-            view = app.couplings_for_launch(analysis, flags, env)
-            kept = {(f.where, f.symbol) for f in view.kept}
-            findings = [f for f in data.get("findings", []) if isinstance(f, dict)
-                        and (f.get("site"), f.get("symbol")) in kept]
-            blocking = [f for f in findings if f.get("severity") in _BLOCKING]
-            # The blocking findings the verdicts rest on, in the verdicts' order.
-            cited = [(f.get("site"), f.get("symbol")) for v in data.get("verdicts", [])
-                     if isinstance(v, dict) for f in v.get("findings", []) if isinstance(f, dict)]
-            by_key = {(f.get("site"), f.get("symbol")): f for f in blocking}
-            shown = [by_key[key] for key in dict.fromkeys(cited) if key in by_key]
-            verdicts: dict[str, Any] = {
-                "available": True, "paths": _verdicts(data, 0),
-                "blocking_cited": [{k: _short(sm, f[k]) if k == "symbol" else f.get(k)
-                                    for k in ("category", "kind", "symbol", "site", "worker_path")}
-                                   for f in shown[:COMPACT_ITEMS * 2]],
-                "findings_total": len(findings), "blocking_total": len(blocking),
-                "blocking_mechanisms": len(view.blocking()), "launch_selects": view.selects,
-                "more": "find_couplings (same flags) pages through them by mechanism; all_findings=true "
-                        "lists every finding of every launch"}
-        except AgentError as exc:
-            verdicts = {"available": False, "note": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - one failing part must not sink the one-call answer
-            log.exception("couplings failed on %s", tree.root)
-            verdicts = {"available": False, "note": f"the couplings analysis failed: {type(exc).__name__}: {exc}"}
-        try:
-            plan = _plan_facts(analysis, threshold, flags, env)
-        except UserError as exc:
-            plan = {"available": False, "note": str(exc)}
-        except Exception as exc:  # noqa: BLE001
-            log.exception("plan failed on %s", tree.root)
-            plan = {"available": False, "note": f"the gate plan failed: {type(exc).__name__}: {exc}"}
-    gate = _gate_facts(tree)
+        verdicts = _launch_verdicts(answer, sm)
+        plan = _plan_facts(answer)
+    gate = _gate_facts(answer.gate)
     parts = [f"SGLang {tree.version}"]
     parts += [_path_summary(analysis, w) for w in sm.workers]
     if verdicts.get("available"):
@@ -885,18 +640,41 @@ def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
             "next_steps": next_steps}
 
 
-def _gate_facts(tree: source.SourceTree) -> dict[str, Any]:
+def _launch_verdicts(answer: operations.GateAnswer, sm: SpecMap) -> dict[str, Any]:
+    """The verdicts per worker path and the blocking findings they rest on, for the launch."""
+    if answer.couplings is None or answer.scope is None:
+        return {"available": False, "note": answer.couplings_note}
+    data = answer.couplings.to_json()
+    view = answer.scope
+    kept = {(f.where, f.symbol) for f in view.kept}
+    findings = [f for f in data.get("findings", []) if isinstance(f, dict)
+                and (f.get("site"), f.get("symbol")) in kept]
+    blocking = [f for f in findings if f.get("severity") in _BLOCKING]
+    # The blocking findings the verdicts rest on, in the verdicts' order.
+    cited = [(f.get("site"), f.get("symbol")) for v in data.get("verdicts", [])
+             if isinstance(v, dict) for f in v.get("findings", []) if isinstance(f, dict)]
+    by_key = {(f.get("site"), f.get("symbol")): f for f in blocking}
+    shown = [by_key[key] for key in dict.fromkeys(cited) if key in by_key]
+    return {"available": True, "paths": _verdicts(data, 0),
+            "blocking_cited": [{k: _short(sm, f[k]) if k == "symbol" else f.get(k)
+                                for k in ("category", "kind", "symbol", "site", "worker_path")}
+                               for f in shown[:COMPACT_ITEMS * 2]],
+            "findings_total": len(findings), "blocking_total": len(blocking),
+            "blocking_mechanisms": len(view.blocking()), "launch_selects": view.selects,
+            "more": "find_couplings (same flags) pages through them by mechanism; all_findings=true "
+                    "lists every finding of every launch"}
+
+
+def _gate_facts(gate: operations.Gate) -> dict[str, Any]:
     """The patch generator's own answer: where the gate goes for the worker a default launch
     runs, or why there is no code patch (the same for every threshold)."""
-    try:
-        family = generate.check_family(tree)
-        patch = app.patch_files(tree, confined=True)
-    except UserError as exc:
-        return {"route": "no code patch", "reason": str(exc)}
+    patch = gate.patch
+    if patch is None:
+        return {"route": "no code patch", "reason": gate.refused}
     route = ("code patch in the overlap worker EAGLEWorkerV2" if patch.worker == "v2"
              else "code patch in the v1 EAGLEWorker")
-    facts: dict[str, Any] = {"route": route, "family": family}
-    point = _insertion(tree, patch)
+    facts: dict[str, Any] = {"route": route, "family": gate.family}
+    point = _insertion(patch)
     if point:
         facts["insertion_point"] = {k: point[k] for k in ("file", "where", "symbol", "what")}
     elif not patch.changes:
@@ -904,9 +682,11 @@ def _gate_facts(tree: source.SourceTree) -> dict[str, Any]:
     return facts
 
 
-def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list[str]) -> dict[str, Any]:
+def _plan_facts(answer: operations.GateAnswer) -> dict[str, Any]:
     """The per-version gate plan (`patches.plan`), compact."""
-    data = app.plan(analysis, threshold, flags, env).to_json()
+    if answer.plan is None:
+        return {"available": False, "note": answer.plan_note}
+    data = answer.plan.to_json()
     keep = ("family", "worker", "threshold", "launch_flags", "env", "adaptive_config", "caps",
             "blocked_by", "route", "patch", "caveats", "alternatives")
     out: dict[str, Any] = {"available": True, **{k: data.get(k) for k in keep}}
@@ -922,9 +702,7 @@ def _plan_facts(analysis: Analysis, threshold: int | None, flags: str, env: list
 def report(args: TreeArgs, detail: int = 0, session: Session = SESSION) -> ReportOut:
     """Build the report of this tree and keep it as the latest-report resources (Markdown, JSON)."""
     check_detail(detail)
-    tree = session.locate(args)
-    with session.lock:
-        built = build_report(session.analysis(tree))
+    tree, built = operations.report(args, session)
     text = render_json(built)
     markdown = render_markdown(built)
     session.latest_report = {"markdown": markdown, "json": text, "version": tree.version}
@@ -959,10 +737,10 @@ def calibrate_threshold(baseline: str | None = None, spec: str | None = None, ma
                  if value is not None]
         if given:  # silently dropped, they would answer another question
             raise AgentError(f"{', '.join(given)} only shape an estimate: pass estimate: true, or no sweep files")
-    calibrated = app.calibrate(baseline, spec, margin=margin, estimate=model)
+    calibrated = app.calibrate(app.CalibrateRequest(baseline, spec, margin=margin, estimate=model))
     result = calibrated.result
     data = result.to_json()
-    data["rows"] = charts.display_rows(calibrated.base, calibrated.spec, result)
+    data["rows"] = calibrated.rows
     if result.status == "crosses":
         summary = (f"speculation stops paying at concurrency {result.crossover:.1f}: gate at threshold "
                    f"{result.threshold}" + (f", resume below {result.resume_at + 1}" if result.resume_at else ""))
@@ -1000,14 +778,9 @@ def check_arguments(name: str, arguments: dict[str, Any]) -> None:
     if unknown:
         raise AgentError(f"{name} takes no argument {', '.join(unknown)}; it takes "
                          f"{', '.join(sorted(accepted))}")
-    app.check_inputs(arguments)
-    for key, value in arguments.items():
-        if key == "detail":
-            check_detail(value)
-        elif key in PAGING:
-            check_paging(key, value)
-        elif (key in SWITCHES or key == "estimate") and not isinstance(value, bool):
-            raise AgentError(f"{key} must be true or false, not {value!r}")
+    app.check_arguments(arguments)
+    if name not in TREELESS:  # the tree as the agents name it (`TreeArgs.confined`)
+        TreeArgs(**{k: arguments[k] for k in _TREE_KEYS if k in arguments}, confined=True)
 
 
 def call_tool(name: str, arguments: dict[str, Any], session: Session = SESSION) -> dict[str, Any]:

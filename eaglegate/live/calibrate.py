@@ -336,11 +336,11 @@ def roofline_for_gpu(gpu: str | None, peak_tflops: float | None, bandwidth_tbs: 
     if gpu is not None:
         key = gpu.lower().replace("-", "").replace(" ", "")
         if key not in GPUS:
-            raise UserError(f"unknown GPU {gpu!r}: one of {', '.join(sorted(GPUS))}, or pass --peak-tflops and --bandwidth-tbs")
+            raise UsageError(f"unknown GPU {gpu!r}: one of {', '.join(sorted(GPUS))}, or pass --peak-tflops and --bandwidth-tbs")
         flops, bw = GPUS[key]
         return peak_tflops or flops, bandwidth_tbs or bw
     if peak_tflops is None or bandwidth_tbs is None:
-        raise UserError("--estimate needs --gpu, or both --peak-tflops and --bandwidth-tbs")
+        raise UsageError("--estimate needs --gpu, or both --peak-tflops and --bandwidth-tbs")
     return peak_tflops, bandwidth_tbs
 
 
@@ -350,3 +350,19 @@ def estimate_curves(model: Roofline, max_concurrency: int = 1024) -> tuple[Curve
     base = Curve.of("baseline (estimate)", [(c, model.plain_tps(c)) for c in levels])
     spec = Curve.of("speculative (estimate)", [(c, model.spec_tps(c)) for c in levels])
     return base, spec
+
+
+def display_rows(base: Curve, spec: Curve, cal: Calibration) -> list[dict[str, float]]:
+    """The rows to show: the measured levels, or powers of two for a dense (estimated) curve."""
+    if len(cal.rows) <= 24:
+        return cal.rows
+    lo, hi = cal.rows[0]["concurrency"], cal.rows[-1]["concurrency"]
+    levels: list[float] = []
+    c = lo
+    while c <= hi:
+        levels.append(c)
+        c *= 2
+    return [
+        {"concurrency": c, "baseline": base.at(c), "spec": spec.at(c), "ratio": spec.at(c) / base.at(c)}
+        for c in levels
+    ]

@@ -1,31 +1,19 @@
 """The charts `eaglegate calibrate` draws: a text chart for the terminal and a PNG.
 
-Drawing is reporting; the curves and the calibration come from `eaglegate.live.calibrate`.
+Drawing is reporting; the curves, the calibration and the rows to show come from
+`eaglegate.live.calibrate`, handed over by the application layer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eaglegate.errors import UserError
-from eaglegate.live.calibrate import Calibration, Curve
 
-
-def display_rows(base: Curve, spec: Curve, cal: Calibration) -> list[dict[str, float]]:
-    """The rows to show: the measured levels, or powers of two for a dense (estimated) curve."""
-    if len(cal.rows) <= 24:
-        return cal.rows
-    lo, hi = cal.rows[0]["concurrency"], cal.rows[-1]["concurrency"]
-    levels: list[float] = []
-    c = lo
-    while c <= hi:
-        levels.append(c)
-        c *= 2
-    return [
-        {"concurrency": c, "baseline": base.at(c), "spec": spec.at(c), "ratio": spec.at(c) / base.at(c)}
-        for c in levels
-    ]
+if TYPE_CHECKING:  # the types it draws, handed to it (docs/architecture.md, "Layers")
+    from eaglegate.live.calibrate import Calibration, Curve
 
 
 def render_text_chart(rows: Sequence[dict[str, float]], width: int = 40) -> list[str]:

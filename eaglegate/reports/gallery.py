@@ -24,16 +24,19 @@ FILES = {"md": "report.md", "html": "report.html", "json": "report.json"}
 
 def make_gallery(versions: list[str], out: Path) -> list[Path]:
     """Write the gallery for `versions` (released SGLang, fetched and cached) into `out`."""
+    # The one module of `reports` that drives the application layer: a developer's script
+    # that asks for real reports, then renders them as `eaglegate report` does
+    # (docs/architecture.md, "Layers").
+    from eaglegate import app
     from eaglegate.analyzer.source import from_release, portable_text
     from eaglegate.reports.diff import diff_reports, render_diff_markdown
     from eaglegate.reports.formats import render
-    from eaglegate.reports.model import report_for
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     reports = []
     for version in versions:
-        report = report_for(from_release(version))
+        report = app.report(from_release(version))
         reports.append(report)
         folder = out / version
         folder.mkdir(exist_ok=True)

@@ -1,6 +1,7 @@
 """The one report model every renderer draws from.
 
-`build_report(analysis)` turns an `Analysis` into a `Report`: which SGLang, which
+`build_report(analysis, plan=...)` turns an `Analysis` and the plan section it is handed
+(`eaglegate.app.reports`) into a `Report`: which SGLang, which
 worker each flag set selects, the scheduler → worker paths with their hops and steps,
 the couplings and the verdict per worker path, the gate plan, and the files that did
 not parse. Each fact is stored once; Markdown, HTML, JSON, DOT/Mermaid and the terminal
@@ -16,14 +17,11 @@ instead of inventing content.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eaglegate.analyzer.couplings.model import COUPLINGS_SCHEMA_VERSION, CouplingReport
-from eaglegate.patches.codemods.server_args import FLAG as THRESHOLD_FLAG
-from eaglegate.patches.plan import DEFAULT_THRESHOLD, build_plan, worker_plans
 
 THRESHOLD = "THRESHOLD"  # what a report shows for the threshold it was not given
 
@@ -306,10 +304,11 @@ class Report:
 
     def source_lines(self, where: Where, context: int = 3) -> list[tuple[int, str]]:
         """The lines around a file:line, read from the tree (empty when unreadable)."""
-        file = Path(self.root) / where.path
+        from eaglegate.analyzer.files import text
+
         try:
-            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+            lines = text(Path(self.root) / where.path).splitlines()
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             return []
         lo, hi = max(1, where.line - context), min(len(lines), where.line + context)
         return [(n, lines[n - 1]) for n in range(lo, hi + 1)]
@@ -378,69 +377,6 @@ class Report:
             plan=Plan(p["available"], p["note"], p.get("summary", ""), p.get("detail") or {}),
             parse_failures=list(data["parse_failures"]), short=dict(data.get("names") or {}),
         )
-
-
-# --- plan providers ------------------------------------------------------------------------
-# `register_plan_provider(fn)` with `fn(analysis) -> Plan`; the first provider that returns
-# a Plan fills the section. The gate planner (`patches.plan`) is registered below.
-PlanProvider = Callable[[Any], "Plan | None"]
-_plan_providers: list[PlanProvider] = []
-
-
-def register_plan_provider(provider: PlanProvider) -> None:
-    if provider not in _plan_providers:
-        _plan_providers.append(provider)
-
-
-def gate_plan_section(analysis: Any) -> Plan | None:
-    """A provider over `eaglegate.patches.plan.worker_plans`: each worker's plan under the
-    launch that selects it (the default EAGLE launch, or the one change that selects the
-    worker), with no threshold: a report is asked for none, so the threshold's value is shown
-    as THRESHOLD (`eaglegate plan --threshold N --flags …` gives the plan for one launch)."""
-    plans = worker_plans(analysis, DEFAULT_THRESHOLD)
-    default = next((plan for plan, change in plans.values() if not change), None) \
-        or build_plan(analysis, DEFAULT_THRESHOLD)
-    detail = _without_threshold(default.to_json())
-    lines, others = {}, {}
-    for label, (plan, change) in plans.items():
-        own = _without_threshold(plan.to_json())
-        line = f"{own['family']} ({own['worker']}" + (f", with {change})" if change else ")")
-        if own.get("launch_flags"):
-            line += ": launch with " + " ".join(str(f) for f in own["launch_flags"])
-        lines[label] = line
-        if change:
-            others[label] = {**own, "selected_by": change}
-    summary = f"{detail.get('family')} ({detail.get('worker') or 'no worker'})"
-    if detail.get("launch_flags"):
-        summary += ": launch with " + " ".join(str(f) for f in detail["launch_flags"])
-    summary += "".join(f"; for {label}: {lines[label]}" for label in others)
-    return Plan(True, "", summary, {**detail, "other_workers": others, "worker_plans": lines})
-
-
-def _without_threshold(detail: dict[str, Any]) -> dict[str, Any]:
-    """The plan's JSON with the threshold it was built for shown as THRESHOLD."""
-    given = str(detail.get("threshold"))
-    flags = detail.get("launch_flags") or []
-    detail["launch_flags"] = [THRESHOLD if i and flags[i - 1] == THRESHOLD_FLAG and f == given else f
-                              for i, f in enumerate(flags)]
-    if detail.get("patch"):
-        detail["patch"]["apply"] = detail["patch"]["apply"].replace(f"--threshold {given}", f"--threshold {THRESHOLD}")
-    detail["threshold"] = None
-    return detail
-
-
-register_plan_provider(gate_plan_section)
-
-
-def _plan(analysis: Any) -> Plan:
-    for provider in _plan_providers:
-        try:
-            plan = provider(analysis)
-        except Exception as exc:  # noqa: BLE001 - reported in the section, like the couplings
-            return Plan(False, f"gate plan failed: {type(exc).__name__}: {exc}")
-        if plan is not None:
-            return plan
-    return Plan(False, f"gate plan {NOT_AVAILABLE} (`eaglegate plan`)")
 
 
 # --- couplings -----------------------------------------------------------------------------
@@ -557,8 +493,10 @@ def _selected_when(spec_map: Any) -> dict[str, list[str]]:
     return result
 
 
-def build_report(analysis: Any, with_couplings: bool = True) -> Report:
-    """The report of one `Analysis` (see `eaglegate.analyzer.analysis.analyze`)."""
+def build_report(analysis: Any, with_couplings: bool = True, plan: Plan | None = None) -> Report:
+    """The report of one `Analysis` (see `eaglegate.analyzer.analysis.analyze`) with the plan
+    section it is handed (`eaglegate.app.reports.plan_section`); without one, the section says
+    it was not computed."""
     from eaglegate import __version__
 
     spec_map = analysis.spec_map
@@ -607,15 +545,8 @@ def build_report(analysis: Any, with_couplings: bool = True) -> Report:
         generator=f"eaglegate {__version__}", version=tree.version, origin=tree.origin,
         root=str(tree.root), scheduler=spec_map.scheduler, scheduler_at=sched_at,
         event_loops=sorted(loops, key=lambda e: (not e.main, e.function)),
-        workers=workers, couplings=couplings, plan=_plan(analysis),
+        workers=workers, couplings=couplings,
+        plan=plan if plan is not None else Plan(False, f"gate plan {NOT_AVAILABLE} (`eaglegate plan`)"),
         parse_failures=sorted(spec_map.failures, key=lambda f: (f["path"], f["line"])),
         short={qn: short(qn) for qn in sorted(names) if short(qn) != qn},
     )
-
-
-def report_for(tree: Any, progress: Callable[[int, int], None] | None = None,
-               with_couplings: bool = True) -> Report:
-    """Analyse a located tree and build its report (the CLI's one library call)."""
-    from eaglegate.analyzer.needed import analyze_checked
-
-    return build_report(analyze_checked(tree, progress), with_couplings)

@@ -1,0 +1,513 @@
+"""What each operation is asked: typed requests, each argument checked once, where it is read.
+
+Every front door (the command line, `eaglegate tool`, MCP) hands its raw values to the one
+check for that argument here; a bad value raises `UsageError` with one line, the same line
+from every door (exit 2 on the command line and from `eaglegate tool`, `isError` over MCP).
+`ARGUMENTS` names each argument's check, so a front door that takes arguments by name (the
+agent tools' JSON) checks them all before any work, as the command line does when it builds
+a request. The command line reads numbers as text (`cli_value`), so `--threshold abc` and
+`"threshold": "abc"` are refused in the same words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from eaglegate.errors import UsageError
+from eaglegate.live.calibrate import Roofline
+from eaglegate.patches.model import MAX_THRESHOLD
+
+# Free-text arguments: long enough for any real path or launch line, short enough that a
+# pasted file is refused.
+MAX_TEXT = 400
+MAX_FLAGS_TEXT = 2000
+MAX_ENV_TEXT = 200
+MAX_ENV_ENTRIES = 32
+# Every free-text argument an operation takes, with its longest plausible value.
+TEXT_LIMITS = {"version": 64, "path": MAX_TEXT, "git": MAX_TEXT, "rev": 200, "python": MAX_TEXT,
+               "flags": MAX_FLAGS_TEXT, "category": 40, "worker": 40, "symbol": 300, "location": MAX_TEXT,
+               "baseline": MAX_TEXT, "spec": MAX_TEXT, "gpu": 64}
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)", re.IGNORECASE)
+
+# The agents' answers: how much detail, and how they page.
+MAX_DETAIL = 2
+MAX_PAGE_SIZE = 100
+MAX_PAGE = 100_000
+PAGING = {"page": MAX_PAGE, "below_page": MAX_PAGE, "page_size": MAX_PAGE_SIZE}
+SWITCHES = ("confirm", "force", "all_findings", "estimate")
+
+REPORT_FORMATS = ("term", "md", "html", "json", "dot", "mermaid")
+DIFF_FORMATS = ("term", "md", "json")
+GRAPH_FORMATS = ("json", "dot")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+# ---------------------------------------------------------------- one check per argument
+
+
+def cli_value(text: str | None) -> object:
+    """A number as the command line spells it (`32`, `0.05`), the text itself otherwise: the
+    checks below then refuse `--threshold abc` as they refuse `"threshold": "abc"`."""
+    if text is None or not _NUMBER.fullmatch(text.strip()):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def check_threshold(threshold: object) -> int:
+    """The gate's batch size: the one bound of the product (SGLang keeps batch sizes in int32)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= MAX_THRESHOLD:
+        raise UsageError(f"threshold must be an integer batch size from 1 to {MAX_THRESHOLD}, not {threshold!r}")
+    return threshold
+
+
+def check_optional_threshold(threshold: object) -> int | None:
+    return None if threshold is None else check_threshold(threshold)
+
+
+def check_text(name: str, value: object, limit: int = MAX_TEXT) -> str | None:
+    """A free-text argument, stripped; None when absent or blank."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a string, not {type(value).__name__}")
+    if len(value) > limit or "\x00" in value:
+        raise UsageError(f"{name} is not a plausible value (over {limit} characters or a NUL byte)")
+    return value.strip() or None
+
+
+def check_flags(flags: object) -> str:
+    return check_text("flags", flags, MAX_FLAGS_TEXT) or ""
+
+
+def check_env(env: object) -> list[str]:
+    """NAME=VALUE environment entries of the server."""
+    if env is not None and not isinstance(env, (list, tuple)):
+        raise UsageError(f"env must be a list of NAME=VALUE strings, not {type(env).__name__}")
+    if env is not None and len(env) > MAX_ENV_ENTRIES:
+        raise UsageError(f"env holds at most {MAX_ENV_ENTRIES} entries, not {len(env)}")
+    return [e for e in (check_text("env", item, MAX_ENV_TEXT) for item in (env or [])) if e]
+
+
+def check_launch(flags: object, env: object) -> tuple[str, list[str]]:
+    """The server's launch flags (one string) and NAME=VALUE environment entries."""
+    return check_flags(flags), check_env(env)
+
+
+def check_categories(categories: object) -> list[str]:
+    """The coupling categories to keep (one, or a list; none: every category)."""
+    from eaglegate.analyzer.couplings.model import CATEGORIES
+
+    if categories is None:
+        return []
+    values = [categories] if isinstance(categories, str) else categories
+    if not isinstance(values, (list, tuple)):
+        raise UsageError(f"category must be a string or a list of them, not {type(categories).__name__}")
+    kept = []
+    for value in values:
+        name = check_text("category", value, TEXT_LIMITS["category"])
+        if name is not None and name not in CATEGORIES:
+            raise UsageError(f"category must be one of {', '.join(CATEGORIES)}, not {name!r}")
+        if name is not None:
+            kept.append(name)
+    return kept
+
+
+def check_count(name: str, value: object, low: int = 1) -> int:
+    """A count (requests, tokens, rounds, a concurrency): an integer from `low` on."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError(f"{name} must be an integer from {low} on, not {value!r}")
+    return value
+
+
+def check_positive(name: str, value: object) -> float:
+    """A quantity that must be above zero (seconds, parameters, bandwidth)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UsageError(f"{name} must be a number above 0, not {value!r}")
+    return float(value)
+
+
+def check_fraction(name: str, value: object) -> float:
+    """A share of something, from 0 up to (not including) 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise UsageError(f"{name} must be in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of words (a format, a log level)."""
+    if not isinstance(value, str) or value not in choices:
+        raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def check_switch(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def check_output(path: object) -> None:
+    """An output file's folder must exist: a typo should not create a tree of folders, nor
+    fail only after minutes of work."""
+    if path is not None and not Path(str(path)).parent.is_dir():
+        raise UsageError(f"no such folder: {Path(str(path)).parent} (create it first)")
+
+
+def check_png(path: object) -> str | None:
+    """A PNG to draw: its folder exists and the plotting library is installed, both known
+    before any work."""
+    if path is None:
+        return None
+    text = check_text("--png", path)
+    check_output(text)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'eaglegate[plot]'") from None
+    return text
+
+
+def check_detail(detail: object) -> int:
+    if isinstance(detail, bool) or not isinstance(detail, int):
+        raise UsageError(f"detail must be an integer 0..{MAX_DETAIL}, not {type(detail).__name__}")
+    if not 0 <= detail <= MAX_DETAIL:
+        raise UsageError(f"detail must be 0 (compact), 1 (more) or {MAX_DETAIL} (full), not {detail}")
+    return detail
+
+
+def check_paging(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= PAGING[name]:
+        raise UsageError(f"{name} must be between 1 and {PAGING[name]}, not {value}")
+    return value
+
+
+def check_worker(worker: object) -> str | None:
+    text = check_text("worker", worker, TEXT_LIMITS["worker"])
+    if text is not None and text.lower() not in ("v1", "v2"):
+        raise UsageError(f"worker must be v1 or v2, not {text!r}")
+    return text
+
+
+# The roofline's figures and whether each is a count; the roofline itself checks their ranges.
+ESTIMATE_FIGURES = {"params_b": False, "draft_tokens": True, "accept_len": False, "peak_tflops": False,
+                    "bandwidth_tbs": False, "draft_params_b": False, "num_steps": True, "context_len": True,
+                    "kv_kib_per_token": False, "flops_efficiency": False, "bandwidth_efficiency": False,
+                    "overhead_ms": False, "max_concurrency": True}
+
+
+def check_figure(name: str, value: object) -> None:
+    """An estimate's figure is a number (an integer where it counts): a JSON caller may send anything."""
+    count = ESTIMATE_FIGURES[name]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int if count else (int, float))):
+        raise UsageError(f"--{name.replace('_', '-')} must be {'an integer' if count else 'a number'}, not {value!r}")
+
+
+def _text(name: str) -> Callable[[object], object]:
+    return lambda value: check_text(name, value, TEXT_LIMITS.get(name, MAX_TEXT))
+
+
+# Each argument a front door may pass by name, and its one check: the agent tools check
+# their JSON here, the requests below call the same functions.
+ARGUMENTS: dict[str, Callable[[object], object]] = {
+    **{name: _text(name) for name in TEXT_LIMITS if name not in ("flags", "category", "worker")},
+    "flags": check_flags, "env": check_env, "category": check_categories, "worker": check_worker,
+    "threshold": check_optional_threshold, "margin": partial(check_fraction, "--margin"),
+    "detail": check_detail, **{name: partial(check_paging, name) for name in PAGING},
+    **{name: partial(check_switch, name) for name in SWITCHES},
+    **{name: partial(check_figure, name) for name in ESTIMATE_FIGURES},
+}
+
+
+def check_arguments(arguments: dict[str, object]) -> None:
+    """Every argument among `arguments` (by name) that has a check here, checked."""
+    for name, value in arguments.items():
+        check = ARGUMENTS.get(name)
+        if check is not None:
+            check(value)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def _set(request: object, name: str, value: object) -> None:
+    object.__setattr__(request, name, value)  # a frozen request keeps its checked value
+
+
+@dataclass(frozen=True)
+class TreeArgs:
+    """How the caller names the SGLang tree (at most one of path/python/git/version).
+
+    `confined` is the agents' policy: an agent names only Python interpreters (a person at
+    the command line may name any executable that runs Python)."""
+
+    version: str | None = None
+    path: str | None = None
+    git: str | None = None
+    rev: str | None = None
+    python: str | None = None
+    confined: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("version", "path", "git", "rev", "python"):
+            _set(self, name, check_text(name, getattr(self, name), TEXT_LIMITS[name]))
+        if self.confined and self.python is not None and not _PYTHON_NAME.fullmatch(Path(self.python).name):
+            # The interpreter is executed to read metadata: only something named python.
+            raise UsageError(f"python must name a Python interpreter (python, python3.11...), not {self.python!r}")
+        if self.rev is not None and self.rev.startswith("-"):
+            raise UsageError(f"rev must be a tag or commit, not {self.rev!r}")
+        if self.path is not None:
+            _set(self, "path", str(Path(self.path).expanduser().resolve()))  # the real tree is named
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A server's launch: its flags (one string) and NAME=VALUE environment entries."""
+
+    # Raw values in (JSON may send anything), checked values kept: a `str` and a `list[str]`.
+    flags: Any = ""
+    env: Any = None
+
+    def __post_init__(self) -> None:
+        _set(self, "flags", check_flags(self.flags))
+        _set(self, "env", check_env(self.env))
+
+
+@dataclass(frozen=True)
+class CouplingsRequest:
+    """`couplings`: the launch, the categories kept, and whether every launch's findings."""
+
+    launch: Launch = field(default_factory=Launch)
+    categories: Any = None  # checked: a list of category names
+    every: bool = False
+
+    def __post_init__(self) -> None:
+        _set(self, "categories", check_categories(self.categories))
+        _set(self, "every", check_switch("all_findings", self.every))
+        if self.every and (self.launch.flags or self.launch.env):
+            raise UsageError("--all (all_findings=) lists every finding of every launch: give either it "
+                             "or --flags/--env (flags=, env=)")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """`plan`: the threshold (optional), the launch, and where to write the adaptive config."""
+
+    threshold: object = None
+    launch: Launch = field(default_factory=Launch)
+    config_out: str | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "threshold", check_optional_threshold(self.threshold))
+        check_output(self.config_out)
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """`report`: the format, the output file, and whether the couplings are analysed."""
+
+    fmt: object = "term"
+    output: str | None = None
+    with_couplings: bool = True
+
+    def __post_init__(self) -> None:
+        _set(self, "fmt", check_choice("--format", self.fmt, REPORT_FORMATS))
+        check_output(self.output)
+
+
+@dataclass(frozen=True)
+class DiffSide:
+    """One side of a diff: a version, a directory or a saved report (`arg`), or a directory (`path`)."""
+
+    arg: str | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "arg", check_text("version", self.arg, MAX_TEXT))
+        _set(self, "path", check_text("path", self.path, MAX_TEXT))
+
+
+@dataclass(frozen=True)
+class DiffRequest:
+    a: DiffSide
+    b: DiffSide
+    fmt: object = "term"
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "fmt", check_choice("--format", self.fmt, DIFF_FORMATS))
+        check_output(self.output)
+        for name, side in (("A", self.a), ("B", self.b)):
+            if not side.arg and not side.path:
+                raise UsageError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")
+
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """`graph`: any Python package or directory, the format, the output file."""
+
+    root: str
+    fmt: object = "json"
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "fmt", check_choice("--format", self.fmt, GRAPH_FORMATS))
+        check_output(self.output)
+        root = check_text("path", self.root)
+        if root is None or not Path(root).is_dir():
+            raise UsageError(f"no such directory: {self.root}")
+        _set(self, "root", root)
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    url: object
+    concurrency: object = "1-256"
+    prompts: object = None
+    output: object = "sweep.jsonl"
+    api: object = "auto"
+    model: object = None
+    max_tokens: object = 256
+    rounds: object = 2
+    min_requests: object = 8
+    ignore_eos: bool = True
+    timeout: object = 300.0
+    tag: object = None
+
+    def __post_init__(self) -> None:
+        from eaglegate.live.client import check_api
+        from eaglegate.live.sweep import parse_levels
+
+        _set(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
+        _set(self, "rounds", check_count("--rounds", self.rounds))
+        _set(self, "min_requests", check_count("--min-requests", self.min_requests))
+        _set(self, "timeout", check_positive("--timeout", self.timeout))
+        check_output(self.output)
+        _set(self, "url", _url(self.url))
+        _set(self, "api", check_api(self.api))
+        _set(self, "concurrency", parse_levels(check_text("--concurrency", self.concurrency) or ""))
+        _set(self, "prompts", check_text("--prompts", self.prompts))
+        _set(self, "model", check_text("--model", self.model))
+        _set(self, "tag", check_text("--tag", self.tag))
+
+
+def _url(url: object) -> str:
+    text = check_text("--url", url)
+    if text is None:
+        raise UsageError("--url must name the server (host:port or a URL)")
+    return text
+
+
+@dataclass(frozen=True)
+class VerifyLiveRequest:
+    url: object
+    baseline_url: object
+    low: object = 1
+    high: object = 128
+    tolerance: object = 0.1
+    prompts: object = None
+    max_tokens: object = 128
+    rounds: object = 2
+    logprobs: bool = True
+    api: object = "auto"
+    model: object = None
+    timeout: object = 300.0
+
+    def __post_init__(self) -> None:
+        from eaglegate.live.client import check_api
+
+        _set(self, "low", check_count("--low", self.low))
+        _set(self, "high", check_count("--high", self.high))
+        _set(self, "tolerance", check_fraction("--tolerance", self.tolerance))
+        _set(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
+        _set(self, "rounds", check_count("--rounds", self.rounds))
+        _set(self, "timeout", check_positive("--timeout", self.timeout))
+        _set(self, "url", _url(self.url))
+        _set(self, "baseline_url", _url(self.baseline_url))
+        _set(self, "api", check_api(self.api))
+        _set(self, "prompts", check_text("--prompts", self.prompts))
+        _set(self, "model", check_text("--model", self.model))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """`calibrate --estimate`'s model of the server (docs/calibrate.md): what the roofline
+    needs, the GPU by name or by its peak figures."""
+
+    params_b: float | None = None
+    draft_tokens: int | None = None
+    accept_len: float | None = None
+    gpu: str | None = None
+    peak_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    draft_params_b: float | None = None
+    num_steps: int | None = None
+    # The model's own defaults, so the two cannot drift apart.
+    context_len: int = Roofline.context_len
+    kv_kib_per_token: float | None = None
+    flops_efficiency: float = Roofline.flops_efficiency
+    bandwidth_efficiency: float = Roofline.bandwidth_efficiency
+    overhead_ms: float = Roofline.overhead_ms
+    max_concurrency: int = 1024
+
+    def roofline(self) -> Roofline:
+        """The roofline this estimate describes, its figures checked as it is built."""
+        from eaglegate.live import calibrate as cal
+
+        for name in ESTIMATE_FIGURES:
+            check_figure(name, getattr(self, name))
+        check_text("gpu", self.gpu, TEXT_LIMITS["gpu"])
+        missing = [n for n, v in (("--params-b", self.params_b), ("--draft-tokens", self.draft_tokens),
+                                  ("--accept-len", self.accept_len)) if v is None]
+        if missing:
+            raise UsageError(f"--estimate needs {', '.join(missing)}")
+        assert self.params_b is not None and self.draft_tokens is not None and self.accept_len is not None
+        check_count("--context-len", self.context_len)
+        check_count("--max-concurrency", self.max_concurrency, 2)
+        flops, bw = cal.roofline_for_gpu(self.gpu, self.peak_tflops, self.bandwidth_tbs)
+        return cal.Roofline(
+            params_b=self.params_b, draft_tokens=self.draft_tokens, accept_len=self.accept_len,
+            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=self.draft_params_b,
+            num_steps=self.num_steps, context_len=self.context_len,
+            kv_kib_per_token=self.kv_kib_per_token, flops_efficiency=self.flops_efficiency,
+            bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
+        )
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    """`calibrate`: two sweep files, or a roofline estimate; the margin; a PNG to draw."""
+
+    baseline: object = None
+    spec: object = None
+    margin: object = 0.05
+    estimate: Estimate | None = None
+    png: object = None
+    model: Roofline | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        _set(self, "baseline", check_text("baseline", self.baseline, TEXT_LIMITS["baseline"]))
+        _set(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
+        _set(self, "margin", check_fraction("--margin", self.margin))
+        _set(self, "png", check_png(self.png))
+        if self.estimate is not None:
+            if self.baseline or self.spec:
+                raise UsageError("--estimate takes no sweep files")
+            _set(self, "model", self.estimate.roofline())
+        elif not self.baseline or not self.spec:
+            raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
+
+
+def request_fields(request: Any) -> dict[str, Any]:
+    """A request's checked values by name (for the operations that take them apart)."""
+    return {name: getattr(request, name) for name in request.__dataclass_fields__}
