@@ -137,6 +137,7 @@ class BatchGate:
         self.failure: str | None = None  # what that error was
         self.metrics: _GateMetrics | None = None  # set when SGLang's metrics are on
         self._switches_recorded = 0
+        self.depth_gate: DepthGate | None = None  # set only when the launch gives a depth table
 
     @classmethod
     def from_settings(
@@ -197,6 +198,8 @@ class BatchGate:
         self.failures += 1
         self.failure = f"{type(exc).__name__} in {where}: {exc}"
         self.gated = False
+        if self.depth_gate is not None:
+            self.depth_gate.hand_back()
         if self.metrics is not None:
             self.metrics.failed()
         logger.error("batch gate: off for the life of this server after %s; "
@@ -207,6 +210,8 @@ class BatchGate:
         after an error in the gate, `gate(>32, <28): failed (<error>), ..., 1 failure`."""
         state = f"failed ({self.failure})" if self.failure else "off" if self.gated else "spec"
         failures = f", {self.failures} failure{'s' * (self.failures != 1)}" if self.failures else ""
+        if self.depth_gate is not None:
+            return self.depth_gate.describe(state) + failures
         return (
             f"gate(>{self.threshold}, <{self.resume_below}): {state}, "
             f"{self.speculative_steps} spec / {self.gated_steps} gated{failures}"
@@ -543,6 +548,337 @@ class _GateMetrics:
             self.state.set(int(gated))
 
 
+# ---- the depth gate: speculation's depth per decode step (overlap worker) ----------------
+#
+# Off unless the launch gives a depth table (`SGLANG_SPEC_DEPTH_TABLE`). The table maps a
+# batch band x a context band to a depth: 0 is the gate's plain decode, d > 0 speculation
+# with d draft steps (d + 1 tokens verified). The context of a step is the mean KV length
+# its requests read, `seq_lens_sum / batch size` from the scheduler's CPU copy (no device
+# sync): the step reads batch x mean tokens of KV, so a band of the mean with a band of the
+# batch places the step by its KV read, and one long request does not move the whole batch
+# as the maximum would.
+#
+# A depth runs through CUDA graphs of its own only where the release built them: the tiers of
+# SGLang's adaptive speculation (`--speculative-adaptive`, 0.5.12 on), one
+# `SpecRuntimeState` per step count in `AdaptiveController._states`. The gate switches to a
+# tier through the worker's own `apply_runtime_state` (what the controller's `_activate`
+# calls) when it decides the step, where the KV is reserved: the reservation is sized for the
+# deepest tier (`max_speculative_num_draft_tokens`), as SGLang's own per-step switch in the
+# worker's forward relies on. Nothing is captured at a switch. The controller's own choice
+# (per batch from 0.5.13, from acceptance) is replaced by `_DepthPolicy` while the gate
+# holds the depth, so the two never pull the worker between tiers. A depth the server has no
+# tier for (no `--speculative-adaptive`, a depth outside its candidate steps, or a release
+# before 0.5.12) runs at the launch's `--speculative-num-steps`: the table collapses to
+# {0, launch depth}, said in one line at start-up.
+
+ENV_DEPTH_TABLE = "SGLANG_SPEC_DEPTH_TABLE"  # inline JSON, or the path of a JSON file
+LAUNCH_DEPTH = "launch"  # a cell's depth: the launch's own --speculative-num-steps
+MAX_DEPTH = 16  # a sanity bound on a cell; SGLang's tiers are a few steps deep
+
+
+class DepthTable:
+    """Batch bands x context bands -> depth, from a JSON object:
+
+        {"batch": [8, 32], "context": [4096],
+         "depth": [[3, 3], [2, 3], [0, 1]], "margin": [[...], ...]}
+
+    `batch` and `context` are the inclusive upper bounds of each band but the last, which is
+    open (so 3 batch bands and 2 context bands above); `depth[i][j]` is the depth for batch
+    band i and context band j, an integer 0..16 or "launch"; `margin`, optional and of the same
+    shape, is what the table's maker measured for each choice (shown, never used)."""
+
+    def __init__(
+        self,
+        batch_bounds: Sequence[int],
+        context_bounds: Sequence[int],
+        depths: Sequence[Sequence[int | str]],
+        margins: Sequence[Sequence[float]] | None = None,
+    ) -> None:
+        self.batch_bounds = list(batch_bounds)
+        self.context_bounds = list(context_bounds)
+        self.depths = [list(row) for row in depths]
+        self.margins = None if margins is None else [list(row) for row in margins]
+
+    @classmethod
+    def parse(cls, text: str) -> DepthTable:
+        """The table a setting gives: inline JSON, else the path of a JSON file. Raises
+        ValueError, saying what is wrong, for anything else."""
+        import json
+
+        text = text.strip()
+        if not text.startswith("{"):
+            try:
+                with open(text, encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError as exc:
+                raise ValueError(f"cannot read {text!r}: {exc.strerror}") from None
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        if not isinstance(spec, dict):
+            raise ValueError("not a JSON object")
+        unknown = sorted(set(spec) - {"batch", "context", "depth", "margin"})
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        batch = _bounds(spec.get("batch"), "batch")
+        context = _bounds(spec.get("context", []), "context")
+        depths = _matrix(spec.get("depth"), "depth", len(batch) + 1, len(context) + 1)
+        for row in depths:
+            for cell in row:
+                if cell != LAUNCH_DEPTH and not (_is_int(cell) and 0 <= cell <= MAX_DEPTH):
+                    raise ValueError(f"depth {cell!r}: not an integer 0..{MAX_DEPTH} or {LAUNCH_DEPTH!r}")
+        margins = spec.get("margin")
+        if margins is not None:
+            margins = _matrix(margins, "margin", len(batch) + 1, len(context) + 1)
+            if not all(isinstance(m, (int, float)) and not isinstance(m, bool) for row in margins for m in row):
+                raise ValueError("margin: not all numbers")
+        return cls(batch, context, depths, margins)
+
+    @classmethod
+    def from_settings(cls, environ: dict[str, str] | None = None) -> DepthTable | None:
+        """The launch's table, or None: when unset (the depth gate is off, silently), or bad
+        (off, said in one line)."""
+        env = os.environ if environ is None else environ
+        text = env.get(ENV_DEPTH_TABLE, "")
+        if not text.strip():
+            return None
+        try:
+            return cls.parse(text)
+        except ValueError as exc:
+            logger.warning("depth gate: off, %s is not a depth table: %s", ENV_DEPTH_TABLE, exc)
+            return None
+
+    def cell(self, batch_size: int, context: int) -> int | str:
+        """The table's depth for a step of this batch size and mean KV length."""
+        import bisect
+
+        row = bisect.bisect_left(self.batch_bounds, batch_size)
+        return self.depths[row][bisect.bisect_left(self.context_bounds, context)]
+
+    def shape(self) -> str:
+        return f"{len(self.batch_bounds) + 1}x{len(self.context_bounds) + 1}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bounds(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(v) and v > 0 for v in value):
+        raise ValueError(f"{name}: not a list of positive integers")
+    if any(b <= a for a, b in zip(value, value[1:])):  # noqa: B905 - Python 3.8 in SGLang 0.4's range
+        raise ValueError(f"{name}: bounds not strictly increasing")
+    return value
+
+
+def _matrix(value: Any, name: str, rows: int, columns: int) -> list[list[Any]]:
+    if not (isinstance(value, list) and len(value) == rows
+            and all(isinstance(row, list) and len(row) == columns for row in value)):
+        raise ValueError(f"{name}: not {rows} rows (batch bands) of {columns} (context bands)")
+    return value
+
+
+class DepthGate:
+    """The depth of each decode step: the table's cell, mapped to a depth this server runs,
+    with the batch gate's hysteresis on leaving depth 0 (the draft state a plain stretch left
+    behind costs acceptance at each return); between depths above 0 it follows the table
+    at once, as a switch is a pointer swap."""
+
+    def __init__(self, table: DepthTable, launch_depth: int, tiers: dict[int, Any],
+                 worker: Any = None, controller: Any = None) -> None:
+        self.table = table
+        self.launch_depth = launch_depth
+        self.tiers = tiers  # depth -> the release's SpecRuntimeState; {} where it has none
+        self.worker = worker
+        self.controller = controller
+        self.depth = launch_depth  # of the last decode step decided
+        self.steps_by_depth: dict[int, int] = {}
+        self.depth_switches = 0
+        self.last_context = 0
+        self.metrics: _DepthMetrics | None = None
+        self._steps_out = 0  # consecutive gated steps whose cell is above 0
+        self._release_policy: Any = None  # the controller's policy, while `_DepthPolicy` stands in
+
+    @classmethod
+    def attach(cls, worker: Any, table: DepthTable) -> DepthGate:
+        """The depth gate for this worker: its tiers, where the release built them, else the
+        launch depth alone (said in one line)."""
+        # 0.5.3.x's worker keeps the steps in its server args only.
+        launch = int(getattr(worker, "speculative_num_steps", None) or worker.server_args.speculative_num_steps)
+        controller = getattr(worker, "adaptive_controller", None)
+        states = getattr(controller, "_states", None)
+        tiers: dict[int, Any] = {}
+        if isinstance(states, dict) and hasattr(worker, "apply_runtime_state"):
+            tiers = {int(d): s for d, s in states.items() if int(d) > 0}
+        gate = cls(table, launch, tiers, worker, controller if tiers else None)
+        wanted = sorted({gate.runs(cell, wanted=True) for row in table.depths for cell in row} - {0})
+        missing = [d for d in wanted if d != launch and d not in tiers]
+        if missing:
+            logger.warning(
+                "depth gate: no CUDA-graph tier for depth %s in this server (SGLang builds them "
+                "with --speculative-adaptive, from 0.5.12); those cells run at the launch's %d steps",
+                ", ".join(map(str, missing)), launch)
+        if gate.controller is not None:
+            gate._release_policy = gate.controller.params
+            gate.controller.params = _DepthPolicy(gate._release_policy, gate)
+        return gate
+
+    def runs(self, cell: int | str, wanted: bool = False) -> int:
+        """The depth a cell runs at here (`wanted`: the cell's own depth, launch resolved)."""
+        depth = self.launch_depth if cell == LAUNCH_DEPTH else int(cell)
+        if wanted or depth == 0 or depth in self.tiers:
+            return depth
+        return self.launch_depth
+
+    def decide(self, gate: BatchGate, batch_size: int, context: int) -> int:
+        """This step's depth; 0 is a gated (plain) step. Advances `gate.gated`, its
+        hysteresis and switch count as `BatchGate.decide` does."""
+        self.last_context = context
+        depth = self.runs(self.table.cell(batch_size, context))
+        if gate.gated:
+            self._steps_out = self._steps_out + 1 if depth > 0 else 0
+            if self._steps_out < gate.resume_steps:
+                return 0
+            self._steps_out = 0
+            gate.gated = False
+            gate.switches += 1
+            logger.info("depth gate: depth %d for %d steps, speculation back on", depth, gate.resume_steps)
+        elif depth == 0:
+            gate.gated = True
+            gate.switches += 1
+            logger.info("depth gate: batch %d, context %d: depth 0, speculation off", batch_size, context)
+        return depth
+
+    def run_at(self, depth: int) -> None:
+        """Put the worker in `depth`'s tier for the step about to run (a gated step, 0, runs
+        in whichever tier is in place: its forward is the gate's own), and count the step."""
+        if depth > 0:
+            state = self.tiers.get(depth)
+            if state is not None and self.in_place() != depth:
+                self.worker.apply_runtime_state(state)
+                self.depth_switches += 1
+        self.depth = depth
+        self.steps_by_depth[depth] = self.steps_by_depth.get(depth, 0) + 1
+        if self.metrics is not None:
+            self.metrics.step(depth)
+
+    def step(self, gate: BatchGate, batch: Any, eligible: bool) -> bool:
+        """Decide, switch and count one decode step of the scheduler's `batch`; True = gated.
+        A step the gate may not gate (`_step_eligible`) speculates in the tier in place."""
+        size = len(batch.reqs)
+        context = int(batch.seq_lens_sum) // size if size else 0
+        depth = self.decide(gate, size, context)
+        if depth == 0 and not eligible:
+            depth = self.in_place()
+        self.run_at(depth)
+        return depth == 0
+
+    def in_place(self) -> int:
+        """The depth of the tier the worker is in (the launch's where it has no tiers)."""
+        return int(getattr(self.worker, "speculative_num_steps", None) or self.launch_depth)
+
+    def prefill_gated(self, gate: BatchGate, batch_size: int) -> bool:
+        """Whether requests joining a batch of this size run their prefill without the draft:
+        speculation is off, or the table puts the next decode step at depth 0."""
+        return gate.gated or self.runs(self.table.cell(batch_size, self.last_context)) == 0
+
+    def hand_back(self) -> None:
+        """After an error in the gate: the controller's own policy back, and (0.5.12.x,
+        whose policy switches only on acceptance) the worker back in the tier it chose."""
+        controller, policy = self.controller, self._release_policy
+        self.controller = self._release_policy = None
+        if controller is None or policy is None:
+            return
+        try:
+            controller.params = policy
+            current = getattr(policy, "current_steps", None)
+            state = self.tiers.get(current) if current is not None else None
+            if state is not None:
+                self.worker.apply_runtime_state(state)
+        except Exception as exc:  # noqa: BLE001 - from 0.5.13 the next step's own switch corrects it
+            logger.warning("depth gate: the release's tier not restored: %s: %s", type(exc).__name__, exc)
+
+    def describe(self, state: str) -> str:
+        """For the decode log line, e.g. `depth gate(3x2): spec, depth 2, by depth 0:10 2:50
+        3:7, 4 depth switches`."""
+        counts = " ".join(f"{d}:{n}" for d, n in sorted(self.steps_by_depth.items()))
+        return (f"depth gate({self.table.shape()}): {state}, depth {self.depth}, "
+                f"by depth {counts or '-'}, {self.depth_switches} depth switches")
+
+
+class _DepthPolicy:
+    """Stands in for the adaptive controller's policy while the depth gate holds the depth:
+    its per-batch choice (0.5.13 on) is the depth the gate chose for this step, and measured
+    acceptance switches nothing (`on_verify_complete` from 0.5.13, `update` in 0.5.12.x). Any
+    other member is the release's. After an error in the gate (`_overlap_gate` off) every
+    member is the release's again."""
+
+    def __init__(self, release: Any, depth_gate: DepthGate) -> None:
+        self._release = release
+        self._depth_gate = depth_gate
+
+    def _held(self) -> bool:
+        gate = _overlap_gate
+        return gate is not None and gate.depth_gate is self._depth_gate
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        if self._held():
+            depth = self._depth_gate.depth
+            # A gated step never reaches the worker's switch; any other keeps the gate's tier.
+            return depth if depth in self._depth_gate.tiers else self._depth_gate.in_place()
+        return self._release.get_steps_for_batch(batch_size)
+
+    def on_verify_complete(self, *args: Any, **kwargs: Any) -> int | None:
+        if self._held():
+            return None
+        return self._release.on_verify_complete(*args, **kwargs)
+
+    def update(self, *args: Any, **kwargs: Any) -> bool:
+        if self._held():
+            return False
+        return self._release.update(*args, **kwargs)
+
+    @property
+    def current_steps(self) -> int:
+        if self._held():
+            return self._depth_gate.in_place()
+        return self._release.current_steps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._release, name)
+
+
+class _DepthMetrics:
+    """`sglang:spec_depth_gate_*` metrics: the depth of the last decode step, and decode steps
+    by depth."""
+
+    def __init__(self, depth: Any, steps: Any) -> None:
+        self.depth, self.steps = depth, steps
+
+    @classmethod
+    def create(cls) -> _DepthMetrics | None:
+        try:
+            from prometheus_client import Counter, Gauge
+        except ImportError:
+            return None
+        try:
+            return cls(
+                Gauge("sglang:spec_depth_gate_depth",
+                      "Speculation depth (draft steps) of the last decode step; 0 = plain decode.",
+                      multiprocess_mode="mostrecent"),
+                Counter("sglang:spec_depth_gate_steps", "Decode steps by the depth they ran at.", ["depth"]),
+            )
+        except Exception:  # noqa: BLE001 - never fail start-up over metrics
+            logger.exception("depth gate: no Prometheus metrics")
+            return None
+
+    def step(self, depth: int) -> None:
+        self.depth.set(depth)
+        self.steps.labels(depth=str(depth)).inc()
+
+
+
 # ---- the gated step ----------------------------------------------------------------------
 
 
@@ -741,7 +1077,7 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # The decision reads the scheduler's batch; the gated steps read and write the batch the
     # worker gets: a ModelWorkerBatch up to 0.5.12, the scheduler's own batch from 0.5.13.
     ("sglang.srt.managers.schedule_batch", "ScheduleBatch",
-     ("reqs", "return_logprob", "return_hidden_states", "?has_grammar")),
+     ("reqs", "return_logprob", "return_hidden_states", "?has_grammar", "?seq_lens_sum:int")),
     ("sglang.srt.managers.schedule_batch", "ModelWorkerBatch|ScheduleBatch",
      ("forward_mode", "spec_info", "spec_algorithm", "seq_lens:Tensor",
       "seq_lens_cpu:Tensor|None", "seq_lens_sum:int", "req_pool_indices:Tensor",
@@ -755,12 +1091,19 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("next_token_ids", "accept_lens", "next_draft_input", "?speculative_num_draft_tokens",
       "?new_seq_lens", "?allocate_lens|last_batch_allocate_lens")),
     ("sglang.srt.managers.overlap_utils", "FutureMap", ("?output_tokens_buf",)),
+    # The depth gate, with a depth table only: the adaptive tiers (0.5.12 on) and the policy
+    # it stands in for (`params`: AdaptiveSpeculativeParams, from 0.5.20 any AdaptiveSpecPolicy).
+    ("sglang.srt.speculative.adaptive_runtime_state", "AdaptiveController",
+     ("?_states", "?params")),
+    ("sglang.srt.speculative.adaptive_runtime_state", "SpecRuntimeState",
+     ("?speculative_num_steps",)),
 )
 # The objects the gate finds on the worker, by the class each is, for the same check.
 RELIES_ON_OBJECTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("", "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2",
      ("server_args", "target_worker", "?topk", "?speculative_num_draft_tokens",
-      "?war_fastpath_runner")),
+      "?war_fastpath_runner", "?speculative_num_steps", "?adaptive_controller",
+      "?apply_runtime_state")),
     ("target_worker", "sglang.srt.managers.tp_worker", "TpModelWorker",
      ("model_runner", "forward_batch_generation")),
     ("target_worker.model_runner", "sglang.srt.model_executor.model_runner", "ModelRunner",
@@ -933,7 +1276,8 @@ def init_overlap_batch_gate(worker: Any) -> None:
     global _overlap_gate
     _overlap_gate = None
     try:
-        gate = gate_for(worker)
+        table = DepthTable.from_settings()
+        gate = gate_for(worker) if table is None else _gate_for_table(worker, table)
         if gate is None:
             return
         reason = _overlap_gate_off_reason(worker)
@@ -941,6 +1285,10 @@ def init_overlap_batch_gate(worker: Any) -> None:
             logger.warning("batch gate: off because %s", reason)
             worker._eaglegate_batch_gate = None
             return
+        if table is not None:
+            gate.depth_gate = DepthGate.attach(worker, table)
+            if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
+                gate.depth_gate.metrics = _DepthMetrics.create()
         worker._eaglegate_plain_decode = build_plain_decode(worker, full_hidden=False)
         if worker._eaglegate_plain_decode is None:
             worker._eaglegate_batch_gate = None
@@ -952,10 +1300,26 @@ def init_overlap_batch_gate(worker: Any) -> None:
             gate.metrics = _GateMetrics.create(gate)
     except Exception as exc:  # noqa: BLE001 - the server starts as unpatched SGLang
         logger.error("batch gate: off: %s in its start-up: %s", type(exc).__name__, exc)
+        depth_gate = getattr(getattr(worker, "_eaglegate_batch_gate", None), "depth_gate", None)
+        if depth_gate is not None:
+            depth_gate.hand_back()
         worker._eaglegate_batch_gate = None
         return
     _overlap_gate = gate
     logger.info("batch gate: on (overlap worker), %s", gate.describe())
+
+
+def _gate_for_table(worker: Any, table: DepthTable) -> BatchGate | None:
+    """The gate when the launch gives a depth table: the batch gate's own (its threshold
+    then unused: the table decides), or one built for the table alone, off for the same
+    targets (hybrid) as the batch gate."""
+    gate = gate_for(worker)
+    if gate is None and not _hybrid_target(worker):
+        resume = _positive_int(os.environ.get(ENV_RESUME_STEPS)) or DEFAULT_RESUME_STEPS
+        # The threshold only names the gate here: the largest batch bound of the table.
+        gate = BatchGate(table.batch_bounds[-1] if table.batch_bounds else 1, resume_steps=resume)
+        worker._eaglegate_batch_gate = gate
+    return gate
 
 
 def _step_eligible(batch: Any) -> bool:
@@ -986,7 +1350,10 @@ def decode_alloc_len(draft_input: Any, batch: Any, alloc_len: Any) -> Any:
             if not _batch_supported(batch):
                 return alloc_len
             _last_decode_size = len(batch.reqs)
-            gated = gate.decide(len(batch.reqs)) and _step_eligible(batch)
+            if gate.depth_gate is None:
+                gated = gate.decide(len(batch.reqs)) and _step_eligible(batch)
+            else:
+                gated = gate.depth_gate.step(gate, batch, _step_eligible(batch))
             gate.record(gated)
         except Exception as exc:  # noqa: BLE001 - a broken decision speculates, as unpatched
             _fail("the decision", exc)
@@ -1284,6 +1651,8 @@ def is_gated_prefill(batch: Any) -> bool:
         joining = 0 if seq_lens is None else len(seq_lens)
         # The last decode step's size may count requests that have finished since: a prefill
         # misjudged that way only starts those requests with empty draft rows.
+        if gate.depth_gate is not None:
+            return gate.depth_gate.prefill_gated(gate, _last_decode_size + joining)
         return gate.gated or _last_decode_size + joining > gate.threshold
     except Exception as exc:  # noqa: BLE001
         _fail("the gated-prefill check", exc)
