@@ -161,7 +161,7 @@ _DISK_FULL = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from txhelpers import tree_hash
     from eaglegate.analyzer.source import from_path
-    from eaglegate.patches.generate import generate_patch
+    from conftest import default_patch
 
     mount, release, stage = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     site = mount / "site"

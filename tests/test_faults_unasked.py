@@ -260,8 +260,6 @@ def test_latin1_modules_among_the_edited_ones(latin1_site, release_tree, tmp_pat
 _KILL_IN_JOURNAL = """
 import os, signal
 from eaglegate.patches import transaction
-
-from conftest import default_patch
 def on_step(label):
     if label == "temp sglang.eaglegate.json":
         os.kill(os.getpid(), signal.SIGKILL)

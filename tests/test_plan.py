@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 
 import pytest
@@ -341,5 +342,4 @@ def test_the_native_routes_measured_cost_is_what_the_benchmark_holds():
     assert f"({min(native) / 1000:.1f}-{max(native) / 1000:.1f}k " in NATIVE_COST
     assert f"against {min(plain) / 1000:.1f}-{max(plain) / 1000:.1f}k output tok/s" in NATIVE_COST
     assert f"served {min(ratio):.1f}-{max(ratio):.1f} times as much" in NATIVE_COST
-    for run in runs:
-        assert run in NATIVE_COST
+    assert not re.search(r"\b[A-Z]\d+\b", NATIVE_COST), "run ids stay out of user-visible output"

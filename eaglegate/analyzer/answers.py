@@ -25,6 +25,7 @@ from typing import Any
 
 from eaglegate import __version__
 from eaglegate.analyzer import cache
+from eaglegate.analyzer.files import read_bytes
 from eaglegate.analyzer.parse import content_digest, package_prefix, python_files
 from eaglegate.analyzer.source import SourceTree
 
@@ -35,7 +36,7 @@ def tree_digest(root: Path) -> str:
     key = hashlib.blake2b(digest_size=20)
     key.update(".".join(package_prefix(root)).encode() + b"\n")
     for file in python_files(root):
-        key.update(f"{file.relative_to(root).as_posix()}\0{content_digest(file.read_bytes())}\n".encode())
+        key.update(f"{file.relative_to(root).as_posix()}\0{content_digest(read_bytes(file))}\n".encode())
     return key.hexdigest()
 
 

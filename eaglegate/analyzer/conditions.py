@@ -57,9 +57,8 @@ def _atom(node: ast.expr) -> str:
 def formula(codebase: Codebase, text: str, scope_qn: str) -> Formula:
     """The condition as a propositional formula; names and attributes assigned from one
     boolean expression are followed to it."""
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    node = files.expression(text)
+    if node is None:
         return TRUE
     return _formula(codebase, node, scope_qn, 0)
 
@@ -74,9 +73,8 @@ def _formula(cb: Codebase, node: ast.expr, scope_qn: str, depth: int) -> Formula
         alias = _alias(cb, node, scope_qn)
         if alias is not None:
             text, context = alias
-            try:
-                aliased = ast.parse(text, mode="eval").body
-            except SyntaxError:
+            aliased = files.expression(text)
+            if aliased is None:
                 return TRUE
             return _formula(cb, aliased, context, depth + 1)
     return ("atom", _atom(node))

@@ -276,11 +276,11 @@ def loop_started(cb: Codebase, dispatch: list, resolved: Resolved) -> bool:
 
 
 def _condition(cb: Codebase, scope_qn: str, text: str, resolved: Resolved) -> Any:
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    parsed = files.expression(text)
+    if parsed is None:
         return UNKNOWN
-    node = _Substitute(cb, scope_qn, resolved.values).visit(node)
+    # A copy: the substitution rewrites the tree it visits, and the parsed one is shared.
+    node = _Substitute(cb, scope_qn, resolved.values).visit(copy.deepcopy(parsed))
     return evaluate(node, resolved.values, resolved.env)
 
 

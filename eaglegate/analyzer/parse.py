@@ -22,7 +22,7 @@ from typing import Any
 from eaglegate import __version__
 from eaglegate.analyzer import cache
 from eaglegate.analyzer import summary as summarizer
-from eaglegate.analyzer.source import decode_python
+from eaglegate.analyzer.files import decode, read_bytes
 from eaglegate.analyzer.summary import ModuleSummary, ParseFailure, summarize
 
 # Summaries are named by the code that makes them: a changed summarizer never reads old ones.
@@ -130,7 +130,7 @@ def reachable_files(root: Path, class_names: tuple[str, ...],
     for file in python_files(root):
         name, is_package = module_name(root, file, prefix)
         modules[name] = (file, is_package)
-    contents = {name: path.read_bytes() for name, (path, _) in modules.items()}
+    contents = {name: read_bytes(path) for name, (path, _) in modules.items()}
     # The answer depends only on the modules' names and bytes and on the question, and
     # scanning every file takes longer than hashing them: a second run reads it back.
     hashed = {name: content_digest(data) for name, data in contents.items()}
@@ -202,9 +202,9 @@ def _summarize_file(job: tuple[str, str, str, bool, str]) -> ModuleSummary | Par
 
 def _summarize_one(job: tuple[str, str, str, bool, str]) -> ModuleSummary | ParseFailure:
     path, name, rel, is_package, digest = job
-    data = Path(path).read_bytes()
+    data = read_bytes(path)
     try:
-        text = decode_python(data)  # a BOM or a PEP 263 coding line, as Python reads them
+        text = decode(data)  # a BOM or a PEP 263 coding line, as Python reads them
     except UnicodeDecodeError as exc:
         return ParseFailure(rel, 0, f"not {exc.encoding}: {exc.reason} at byte {exc.start}")
     except SyntaxError as exc:  # a coding line naming an encoding Python does not know
@@ -253,7 +253,7 @@ def _parse_tree(
     for file in file_list:
         rel = file.relative_to(root).as_posix()
         name, is_package = module_name(root, file, prefix)
-        digest = digests.get(file) or content_digest(file.read_bytes())
+        digest = digests.get(file) or content_digest(read_bytes(file))
         hashes.append(f"{name}:{rel}:{digest}")  # names are in the summaries, so in the key
         # The module name and path are part of the summary, so they are part of the key.
         key = hashlib.blake2b(f"{digest}|{name}|{rel}".encode(), digest_size=20).hexdigest()

@@ -493,9 +493,8 @@ def _read_by(settings: Settings, wanted: set[str]) -> set[str]:
 
 
 def _settings_read(text: str, settings: Settings) -> set[str]:
-    try:
-        node = ast.parse(text, mode="eval")
-    except SyntaxError:
+    node = files.expression(text)
+    if node is None:
         return set()
     return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in settings.defaults}
 
@@ -504,9 +503,8 @@ def _all_true(conds: tuple[str, ...], values: dict[str, Any], env: dict[str, Any
               predicates: dict[str, ast.expr] | None = None) -> Any:
     outcome: Any = True
     for text in conds:
-        try:
-            node = ast.parse(text, mode="eval").body
-        except SyntaxError:
+        node = files.expression(text)
+        if node is None:
             return UNKNOWN
         value = evaluate(node, values, env, predicates)
         if value is False:

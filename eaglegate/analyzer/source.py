@@ -13,7 +13,6 @@ import base64
 import csv
 import fcntl
 import hashlib
-import io
 import json
 import os
 import re
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tokenize
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from eaglegate.analyzer import files
 from eaglegate.errors import UserError
 
 DEFAULT_RELEASE = "0.5.9"  # where the EAGLE-3 throughput plateau was first reported
@@ -98,9 +97,8 @@ def read_package_version(package_dir: Path) -> str | None:
         version_file = package_dir / name
         if not version_file.is_file():
             continue
-        try:
-            tree = ast.parse(version_file.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
+        tree = files.tree(version_file)
+        if tree is None:
             continue
         for node in tree.body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
@@ -492,20 +490,11 @@ def speculative_workers(tree: SourceTree) -> list[str]:
 
 def _read(file: Path) -> str:
     try:
-        return file.read_text(encoding="utf-8", errors="replace")
+        return files.read_bytes(file).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
 
-def decode_python(data: bytes) -> str:
-    """A module's bytes as Python reads them: a BOM, a PEP 263 coding line, else UTF-8.
-
-    Raises UnicodeDecodeError when the bytes are not in that encoding, SyntaxError for a
-    coding line Python does not know.
-    """
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
-
-
-def read_python(path: str | Path) -> str:
-    return decode_python(Path(path).read_bytes())
+# The agents' insertion point decodes a change's bytes through here until it reads the
+# generator's `PatchSet.insertion`; `files.decode` is the one decoder.
+decode_python = files.decode

@@ -18,6 +18,7 @@ from typing import Any
 
 import networkx as nx
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph, load_codebase
 from eaglegate.analyzer.conditions import (
     Formula,
@@ -298,7 +299,7 @@ def check_needed_files(cb: Codebase, question: Question) -> None:
     would silently answer about another class of that name, or miss a worker."""
     defines = re.compile(r"^[ \t]*class[ \t]+(" + "|".join(map(re.escape, question.classes)) + r")\b", re.M)
     for failure in cb.parsed.failures:
-        text = (cb.root / failure.path).read_text(encoding="utf-8", errors="replace")
+        text = files.read_bytes(cb.root / failure.path).decode("utf-8", errors="replace")
         found = defines.search(text)
         if found:
             raise UserError(f"{cb.root / failure.path}:{failure.lineno}: {failure.message}; it defines "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import enum
-import textwrap
 import traceback
 import types
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglegate.analyzer.source import decode_python, read_python
+from eaglegate.analyzer import files
 from eaglegate.patches.codemods.v1_worker import ENTRY_NAMES, FINISH, INIT, PREPARE
 from eaglegate.patches.model import PatchSet
 
@@ -402,7 +401,7 @@ class _Worker:
 
 def _load_gate(source: str) -> types.ModuleType:
     module = types.ModuleType("eaglegate_batch_gate_under_test")
-    exec(compile(source, GATE_PATH, "exec"), module.__dict__)
+    exec(files.module_code(source, GATE_PATH), module.__dict__)
     return module
 
 
@@ -459,14 +458,11 @@ def _free_names(func: ast.FunctionDef) -> set[str]:
 def _compile_entry(
     worker_source: str, gate: types.ModuleType
 ) -> tuple[Callable[..., Any], ast.FunctionDef]:
-    tree = ast.parse(worker_source)
-    func = _entry(tree)
-    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
-    lines = worker_source.splitlines(keepends=True)[first - 1 : func.end_lineno]
+    func = _entry(files.parsed(worker_source))
     namespace: dict[str, Any] = {name: _Anything(name) for name in _free_names(func)}
     namespace[PREPARE] = getattr(gate, PREPARE)
     namespace[FINISH] = getattr(gate, FINISH)
-    exec(compile(textwrap.dedent("".join(lines)), WORKER_PATH, "exec"), namespace)
+    exec(files.definition_code(worker_source, func, WORKER_PATH), namespace)
     return namespace[func.name], func
 
 
@@ -475,10 +471,9 @@ def _alloc_for_decode(batch: _Batch, token_per_req: int) -> _Tensor:
 
 
 def _schedule_batch_class(schedule_batch_source: str) -> ast.ClassDef:
-    tree = ast.parse(schedule_batch_source)
     return next(
         node
-        for node in tree.body
+        for node in files.parsed(schedule_batch_source).body
         if isinstance(node, ast.ClassDef) and node.name == "ScheduleBatch"
     )
 
@@ -505,8 +500,7 @@ def _real_prepare_for_decode(schedule_batch_source: str) -> Callable[[Any], None
         alloc_for_decode=_alloc_for_decode,
         SWAChunkCache=type("SWAChunkCache", (), {}),
     )
-    lines = schedule_batch_source.splitlines(keepends=True)[func.lineno - 1 : func.end_lineno]
-    exec(compile(textwrap.dedent("".join(lines)), "schedule_batch.py", "exec"), namespace)
+    exec(files.definition_code(schedule_batch_source, func, "schedule_batch.py"), namespace)
     prepare: Callable[[Any], None] = namespace["prepare_for_decode"]
     return prepare
 
@@ -571,7 +565,7 @@ def check_sources(
 
     check(
         "EAGLEWorker.__init__ ends by building the gate",
-        _init_builds_gate(ast.parse(worker_source)),
+        _init_builds_gate(files.parsed(worker_source)),
         f"no `{INIT}(self)` at the end of EAGLEWorker.__init__",
     )
     runner = worker.target_worker.model_runner
@@ -776,7 +770,7 @@ def _schedule_batch(package_root: Path | None) -> str | None:
     if package_root is None:
         return None
     path = package_root / SCHEDULE_BATCH_PATH
-    return read_python(path) if path.is_file() else None
+    return files.text(path) if path.is_file() else None
 
 
 def check_patch(
@@ -787,7 +781,7 @@ def check_patch(
     `package_root` (the unpatched `sglang` directory the patch was made for) lets the
     check run that version's real `ScheduleBatch.prepare_for_decode`.
     """
-    by_suffix = {c.path.split("/", 1)[-1]: decode_python(c.after) for c in patch.changes}
+    by_suffix = {c.path.split("/", 1)[-1]: files.decode(c.after) for c in patch.changes}
     missing = [p for p in (WORKER_PATH, GATE_PATH) if p not in by_suffix]
     if missing:
         report = BehaviourReport(entry="?", threshold=threshold)
@@ -800,12 +794,12 @@ def check_patch(
 
 def check_tree(package_root: Path, threshold: int = 4) -> BehaviourReport:
     """The check on an installed, patched `sglang` package directory."""
-    worker = read_python(package_root / WORKER_PATH)
+    worker = files.text(package_root / WORKER_PATH)
     gate_file = package_root / GATE_PATH
     if not gate_file.is_file():
         report = BehaviourReport(entry="?", threshold=threshold)
         report.checks.append(Check("gate module installed", False, f"{gate_file} missing"))
         return report
     return check_sources(
-        worker, read_python(gate_file), threshold, _schedule_batch(package_root)
+        worker, files.text(gate_file), threshold, _schedule_batch(package_root)
     )

@@ -162,9 +162,8 @@ def declared(root: Path, cls: ClassSource) -> dict[str, Declared]:
 def annotation_types(annotation: str) -> set[str]:
     """The types an annotation names, wrappers left out: `Optional[torch.Tensor]` is
     {Tensor, None}."""
-    try:
-        node = ast.parse(annotation, mode="eval").body
-    except SyntaxError:
+    node = files.expression(annotation)
+    if node is None:
         return {annotation}
     names: set[str] = set()
     for sub in ast.walk(node):

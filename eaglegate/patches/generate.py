@@ -14,14 +14,13 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
-import io
-import tokenize
 from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from eaglegate.analyzer.source import SourceTree, decode_python
+from eaglegate.analyzer import files
+from eaglegate.analyzer.source import SourceTree
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods import (
     adaptive_feed,
@@ -154,12 +153,8 @@ def _modules_with(tree: SourceTree, under: str, *texts: str) -> list[str]:
     """The modules under `sglang/<under>` whose source contains every one of `texts` (a byte
     search: the files it rules out are never parsed)."""
     wanted = [t.encode() for t in texts]
-    found = []
-    for path in (tree.root / under).rglob("*.py"):
-        data = path.read_bytes()
-        if all(t in data for t in wanted):
-            found.append(str(path.relative_to(tree.root)))
-    return sorted(found)
+    return sorted(str(path.relative_to(tree.root)) for path in (tree.root / under).rglob("*.py")
+                  if files.contains(path, *wanted))
 
 
 def _one_module(tree: SourceTree, under: str, what: str, *texts: str) -> str | None:
@@ -208,7 +203,7 @@ def decode_prep_edit(tree: SourceTree) -> tuple[str, Callable[[str, str], str]]:
     has none (0.5.3.post2/post3), else `eagle_utils.eagle_prepare_for_decode` (0.5.15 on)."""
     prep = tree.root / DECODE_PREP_V2
     if prep.is_file():
-        if f"def {v2_decode_prep.PREP}(".encode() in prep.read_bytes():
+        if files.contains(prep, f"def {v2_decode_prep.PREP}(".encode()):
             return DECODE_PREP_V2, v2_decode_prep.patch_decode_prep
         return DECODE_PREP_V2_BATCH, v2_decode_prep.patch_allocate_for_eagle_v2
     return DECODE_PREP_V2_FUNCTION, v2_decode_prep.patch_prepare_function
@@ -231,7 +226,7 @@ def _read(tree: SourceTree, rel: str) -> bytes:
     path = tree.root / rel
     if not path.is_file():
         raise UserError(f"sglang/{rel} is missing from {tree.root}")
-    return path.read_bytes()
+    return files.read_bytes(path)
 
 
 def _text(tree: SourceTree, rel: str) -> tuple[str, str]:
@@ -243,8 +238,7 @@ def _text(tree: SourceTree, rel: str) -> tuple[str, str]:
 
 def _decoded(data: bytes, rel: str) -> tuple[str, str]:
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding), encoding
+        return files.encoded(data)
     except (SyntaxError, UnicodeDecodeError) as exc:  # an unknown coding, bytes not in it
         raise UserError(f"sglang/{rel} cannot be decoded as Python decodes it: {exc}") from None
 
@@ -304,8 +298,8 @@ def _insertion(changes: list[FileChange], worker: str) -> Insertion | None:
     change = next((c for c in changes if c.path.split("/", 1)[-1] == rel_worker and c.before is not None), None)
     if change is None or change.before is None:
         return None
-    original = decode_python(change.before)
-    before, after = original.splitlines(), decode_python(change.after).splitlines()
+    original = files.decode(change.before)
+    before, after = original.splitlines(), files.decode(change.after).splitlines()
     blocks = [(f"{rel_worker}:{i1 + 1}", tag, [line.strip() for line in after[j1:j2]][:3])
               for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
               if tag != "equal"]
@@ -355,7 +349,7 @@ def generate_patch(tree: SourceTree, worker: str, *, required: bool = False) -> 
         if change is not None:
             changes.append(change)
     gate_path = tree.root / GATE
-    existing = gate_path.read_bytes() if gate_path.is_file() else None
+    existing = files.read_bytes(gate_path) if gate_path.is_file() else None
     gate = gate_module_source()
     if existing != gate:
         changes.append(FileChange(path=f"{tree.root.name}/{GATE}", before=existing, after=gate))

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglegate.analyzer.files import read_bytes
 from eaglegate.errors import UserError
 
 FORMAT = 1
@@ -121,7 +122,7 @@ class Layout:
 def load(layout: Layout) -> Manifest | None:
     """The manifest, or None when the tree holds none; a damaged one is a UserError."""
     try:
-        raw = layout.manifest.read_bytes()
+        raw = read_bytes(layout.manifest)
     except FileNotFoundError:
         return None
     try:

@@ -23,6 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.analysis import Analysis
 from eaglegate.analyzer.launch import (
     evaluate_launch,
@@ -31,7 +32,6 @@ from eaglegate.analyzer.launch import (
     selection_atoms,
 )
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
-from eaglegate.analyzer.source import read_python
 from eaglegate.analyzer.spec_map import WorkerMap
 from eaglegate.errors import UserError
 from eaglegate.patches import live_runs
@@ -47,8 +47,8 @@ NATIVE_COST = (
     "draft/target pairs): its steps=0 state served 27-42 % of plain decoding under load (5.3-6.0k "
     "against 12.8-21.6k output tok/s at 64-256 concurrent requests), less than static EAGLE, because "
     "a steps=0 step still runs a one-token TARGET_VERIFY, not the decode kernels; the overlap "
-    "worker's code patch served 2.1-3.7 times as much there (bench/gpu/results.json, runs H4 and H5, "
-    "and H19, H21, H22, H26, H28, H30 and H31 with the servers up side by side)"
+    "worker's code patch served 2.1-3.7 times as much there, with the servers up side by side "
+    "(bench/gpu/README.md)"
 )
 
 
@@ -348,14 +348,13 @@ def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
     """This version's own adaptive-config validator, compiled from its source (no sglang import)."""
     for qn in analysis.codebase.find("_load_adaptive_config"):
         module = analysis.codebase.scope_module[qn]
-        source = read_python(analysis.tree.root / module.path)  # as Python decodes it (PEP 263)
-        tree = ast.parse(source)
-        wanted: list[ast.stmt] = [n for n in tree.body
-                                  if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
+        source = files.text(analysis.tree.root / module.path)
+        wanted = [n for n in files.parsed(source).body
+                  if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
         if not wanted:
             continue
         namespace: dict[str, Any] = {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
-        exec(compile(ast.Module(body=wanted, type_ignores=[]), module.path, "exec"), namespace)  # noqa: S102
+        exec(files.definition_code(source, wanted[0], module.path), namespace)  # noqa: S102
         return namespace["_load_adaptive_config"], f"{module.path}:{wanted[0].lineno}"
     return None
 

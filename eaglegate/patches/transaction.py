@@ -49,6 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from eaglegate.analyzer.files import read_bytes
 from eaglegate.analyzer.source import read_package_version
 from eaglegate.errors import UserError
 from eaglegate.patches.manifest import (
@@ -410,7 +411,7 @@ def _check_writable(layout: Layout, paths: list[str]) -> None:
 
 def _read(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -1109,7 +1110,7 @@ def find_marks(parent: Path) -> Marks:
     srt = parent / PACKAGE / "srt"
     for path in sorted(srt.rglob("*.py")) if srt.is_dir() else ():
         try:
-            data = path.read_bytes()
+            data = read_bytes(path)
         except OSError:
             continue
         if not _carries_marks(data):

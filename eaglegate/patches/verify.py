@@ -22,8 +22,9 @@ from typing import Any
 import libcst as cst
 import networkx as nx
 
+from eaglegate.analyzer import files
 from eaglegate.analyzer.needed import analyze_checked
-from eaglegate.analyzer.source import SourceTree, read_python
+from eaglegate.analyzer.source import SourceTree
 from eaglegate.patches import behaviour, gate_contract, gate_module, generate, live_runs
 from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
@@ -54,7 +55,7 @@ class VerifyReport:
 
 def _wired(tree: SourceTree, rel: str) -> bool:
     path = tree.root / rel
-    return path.is_file() and GATE_MODULE.encode() in path.read_bytes()
+    return path.is_file() and files.contains(path, GATE_MODULE.encode())
 
 
 def patched_families(tree: SourceTree) -> list[str]:
@@ -70,20 +71,18 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
 
     report = VerifyReport(tree.version, live=live_runs.live_status(tree.version))
     families = patched_families(tree)
-    files = [generate.WORKER] if "v1" in families else []
+    edited = [generate.WORKER] if "v1" in families else []
     if "v2" in families:
-        files += [generate.WORKER_V2, generate.decode_prep_edit(tree)[0]]
+        edited += [generate.WORKER_V2, generate.decode_prep_edit(tree)[0]]
     # Any other file that carries the gate's marks (edits of a patch this one does not know).
     marked = [p.split("/", 1)[1] for p in find_marks(tree.root.parent).files]
-    for rel in dict.fromkeys([*files, generate.SERVER_ARGS, generate.GATE, *marked]):
+    for rel in dict.fromkeys([*edited, generate.SERVER_ARGS, generate.GATE, *marked]):
         path = tree.root / rel
         if not path.is_file():
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, "missing"))
             continue
-        data = path.read_bytes()  # bytes: both parsers honour a BOM or a PEP 263 coding line
         try:
-            cst.parse_module(data)
-            compile(data, str(path), "exec")
+            files.check_compiles(files.read_bytes(path), str(path))
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", True))
         except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError) as exc:
             report.checks.append(VerifyCheck(f"{rel} parses and compiles", False, str(exc).splitlines()[0]))
@@ -129,10 +128,10 @@ def _overlap_wiring(tree: SourceTree) -> VerifyCheck:
     try:
         for rel, transform in ((generate.WORKER_V2, v2_worker.patch_worker),
                                generate.decode_prep_edit(tree)):
-            text = read_python(tree.root / rel)  # as Python decodes it (PEP 263)
+            text = files.text(tree.root / rel)
             if transform(text, rel) != text:
                 return VerifyCheck(name, False, f"{rel} is not fully patched")
-        worker = cst.parse_module(read_python(tree.root / generate.WORKER_V2))
+        worker = files.concrete(files.text(tree.root / generate.WORKER_V2))
         firsts = _first_statements_of_branches(worker)
     except Exception as exc:  # noqa: BLE001 - a refusal or a broken file is a failed check
         return VerifyCheck(name, False, str(exc).splitlines()[0])

@@ -16,6 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
+from eaglegate.analyzer import files
 from eaglegate.errors import UserError
 
 GATE_MODULE = "sglang.srt.speculative.batch_gate"
@@ -46,7 +47,7 @@ class Anchor:
 
 def parse(source: str, file: str) -> cst.Module:
     try:
-        return cst.parse_module(source)
+        return files.concrete(source)
     except cst.ParserSyntaxError as exc:
         raise UserError(f"{file} does not parse: {exc.message}") from exc
 
