@@ -255,7 +255,7 @@ def test_cli_writes_every_format(tmp_path):
     proc = _cli("report", "--version", "0.5.9", "--json")  # = --format json, on stdout
     jsonschema.validate(json.loads(proc.stdout), SCHEMA)
     bad = _cli("report", "--version", "0.5.9", "--format", "pdf")
-    assert bad.returncode == 1 and "unknown format" in bad.stderr
+    assert bad.returncode == 2 and "--format must be one of term, md, html, json, dot, mermaid" in bad.stderr
 
 
 # --- HTML (static checks; the browser test is in test_reports_html.py) ---------------------

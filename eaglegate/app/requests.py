@@ -507,7 +507,3 @@ class CalibrateRequest:
         elif not self.baseline or not self.spec:
             raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
 
-
-def request_fields(request: Any) -> dict[str, Any]:
-    """A request's checked values by name (for the operations that take them apart)."""
-    return {name: getattr(request, name) for name in request.__dataclass_fields__}
