@@ -169,7 +169,7 @@ def test_an_unusable_cache_folder_is_one_line(tmp_path):
 
 
 def test_a_malformed_url_is_one_line():
-    line = error_line(eaglegate("sweep", "--url", "http://[::1", "-c", "1"))
+    line = error_line(eaglegate("sweep", "--url", "http://[::1", "-c", "1"), 2)
     assert line == "error: not a URL: 'http://[::1' (Invalid IPv6 URL)"
 
 

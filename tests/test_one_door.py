@@ -154,6 +154,9 @@ BAD = [
           ("--model", "m" * 401, "--model is not a plausible value (over 400 characters or a NUL byte)"),
           ("--tag", "t" * 401, "--tag is not a plausible value (over 400 characters or a NUL byte)"))],
     _case(["sweep", "--url", " "], None, None, "--url must name the server (host:port or a URL)", "sweep-url"),
+    _case(["sweep", "--url", "ftp://x"], None, None, "not an http(s) URL: 'ftp://x'", "sweep-url-scheme"),
+    _case(["sweep", "--url", "http://[::1"], None, None, "not a URL: 'http://[::1' (Invalid IPv6 URL)",
+          "sweep-url-malformed"),
     # verify-live
     *[_case(["verify-live", "--url", "localhost:1", "--baseline-url", "localhost:2", flag, value], None, None,
             message, f"verify-live{flag}-{value}")
@@ -165,7 +168,8 @@ BAD = [
           ("--rounds", "0", "--rounds must be an integer from 1 on, not 0"),
           ("--timeout", "-1", "--timeout must be a number above 0, not -1"),
           ("--api", "grpc", "--api must be auto, completions, chat or generate, not 'grpc'"),
-          ("--baseline-url", " ", "--url must name the server (host:port or a URL)"))],
+          ("--baseline-url", " ", "--url must name the server (host:port or a URL)"),
+          ("--baseline-url", "http://h:99999", "bad port in URL 'http://h:99999': Port out of range 0-65535"))],
     # calibrate / calibrate_threshold
     _case(["calibrate", "a.jsonl", "b.jsonl", "--margin", "abc"], "calibrate_threshold",
           {"baseline": "a.jsonl", "spec": "b.jsonl", "margin": "abc"}, "--margin must be in [0, 1), got 'abc'",

@@ -26,10 +26,10 @@ class Swept:
 def sweep(request: SweepRequest, progress: SweepProgress | None = None) -> Swept:
     """Measure output tokens/s, TTFT and inter-token latency at each concurrency level,
     appending one JSON line per finished level to the request's output."""
-    from eaglegate.live.client import load_prompts, resolve_endpoint
+    from eaglegate.live.client import load_prompts
     from eaglegate.live.sweep import run_sweep
 
-    endpoint = resolve_endpoint(str(request.url), request.api)  # type: ignore[arg-type]
+    endpoint = request.endpoint
     prompts = load_prompts(request.prompts)  # type: ignore[arg-type]
     records = run_sweep(endpoint, request.concurrency, prompts, str(request.output),  # type: ignore[arg-type]
                         model=request.model, max_tokens=request.max_tokens,  # type: ignore[arg-type]
@@ -99,11 +99,10 @@ def _curve(label: str, points: list[Point], value: str = "output_throughput") ->
 def verify_live(request: VerifyLiveRequest, on_phase: Callable[[str, int, int], None] | None = None,
                 on_request: Callable[[], None] | None = None) -> LiveReport:
     """Check that the gated server gives the plain server's greedy tokens and throughput."""
-    from eaglegate.live.client import load_prompts, resolve_endpoint
+    from eaglegate.live.client import load_prompts
     from eaglegate.live.verify_live import verify_live as run
 
-    gated = resolve_endpoint(str(request.url), request.api)  # type: ignore[arg-type]
-    plain = resolve_endpoint(str(request.baseline_url), request.api)  # type: ignore[arg-type]
+    gated, plain = request.gated, request.plain
     prompts = load_prompts(request.prompts)  # type: ignore[arg-type]
     return run(gated, plain, prompts, low=request.low, high=request.high,  # type: ignore[arg-type]
                tolerance=request.tolerance, max_tokens=request.max_tokens,  # type: ignore[arg-type]

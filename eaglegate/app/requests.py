@@ -383,9 +383,10 @@ class SweepRequest:
     ignore_eos: bool = True
     timeout: object = 300.0
     tag: object = None
+    endpoint: Any = field(default=None, init=False)  # the server, resolved from url and api
 
     def __post_init__(self) -> None:
-        from eaglegate.live.client import check_api
+        from eaglegate.live.client import check_api, resolve_endpoint
         from eaglegate.live.sweep import parse_levels
 
         _set(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
@@ -395,6 +396,7 @@ class SweepRequest:
         check_output(self.output)
         _set(self, "url", _url(self.url))
         _set(self, "api", check_api(self.api))
+        _set(self, "endpoint", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
         _set(self, "concurrency", parse_levels(check_text("--concurrency", self.concurrency) or ""))
         _set(self, "prompts", check_text("--prompts", self.prompts))
         _set(self, "model", check_text("--model", self.model))
@@ -422,9 +424,11 @@ class VerifyLiveRequest:
     api: object = "auto"
     model: object = None
     timeout: object = 300.0
+    gated: Any = field(default=None, init=False)  # the servers, resolved from the urls and api
+    plain: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        from eaglegate.live.client import check_api
+        from eaglegate.live.client import check_api, resolve_endpoint
 
         _set(self, "low", check_count("--low", self.low))
         _set(self, "high", check_count("--high", self.high))
@@ -435,6 +439,8 @@ class VerifyLiveRequest:
         _set(self, "url", _url(self.url))
         _set(self, "baseline_url", _url(self.baseline_url))
         _set(self, "api", check_api(self.api))
+        _set(self, "gated", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
+        _set(self, "plain", resolve_endpoint(str(self.baseline_url), self.api))  # type: ignore[arg-type]
         _set(self, "prompts", check_text("--prompts", self.prompts))
         _set(self, "model", check_text("--model", self.model))
 

@@ -122,19 +122,19 @@ def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
     try:
         parts = urlsplit(raw)
     except ValueError as exc:  # e.g. an unclosed IPv6 bracket: http://[::1
-        raise UserError(f"not a URL: {url!r} ({exc})") from None
+        raise UsageError(f"not a URL: {url!r} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"not an http(s) URL: {url!r}")
+        raise UsageError(f"not an http(s) URL: {url!r}")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
-        raise UserError(f"bad port in URL {url!r}: {exc}") from None
+        raise UsageError(f"bad port in URL {url!r}: {exc}") from None
     path = parts.path.rstrip("/")
     if path.endswith("/generate") or api == "generate":
         if not path.endswith("/generate"):
             path += "/generate"
         if api not in ("auto", "generate"):
-            raise UserError(f"URL {url!r} does not match --api {api}")
+            raise UsageError(f"URL {url!r} does not match --api {api}")
         return Endpoint(parts.scheme, parts.hostname, port, path, chat=False, native=True)
     if path.endswith("/chat/completions"):
         chat = True
@@ -146,7 +146,7 @@ def resolve_endpoint(url: str, api: Api = "auto") -> Endpoint:
             path += "/v1"
         path += "/chat/completions" if chat else "/completions"
     if api == "chat" and not chat or api == "completions" and chat:
-        raise UserError(f"URL {url!r} does not match --api {api}")
+        raise UsageError(f"URL {url!r} does not match --api {api}")
     return Endpoint(parts.scheme, parts.hostname, port, path, chat)
 
 
