@@ -7,6 +7,8 @@ as written, with its package bases built the same way, and installed under its m
 in `sys.modules`. What the body needs from outside the package (torch, other libraries) is an
 inert stand-in: a default like `torch.zeros(...)` gives a stand-in, not a tensor, and calling
 a method that really uses torch fails, as it should in a test that never meant to call it.
+What the module imports from Python's standard library is imported for real: a `ClassVar`
+annotation must stay a class variable, a `defaultdict(set)` registry must work.
 Nothing here is shaped by hand: a release whose field defaults to None gets None.
 """
 
@@ -19,6 +21,7 @@ import copy
 import dataclasses
 import enum
 import functools
+import importlib
 import sys
 import types
 from pathlib import Path
@@ -60,6 +63,28 @@ class Outside:
         return f"<outside {self._name}>"
 
 
+class _Deferred:
+    """A package class a method reads: built from the release's source when first used (most
+    methods never run in a test, and building every class they name would take long)."""
+
+    def __init__(self, release: Release, found: gate_contract.ClassSource) -> None:
+        self._release, self._found = release, found
+
+    def _built(self) -> type:
+        return self._release.build(self._found)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._built(), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._built()(*args, **kwargs)
+
+    def __instancecheck__(self, instance: Any) -> bool:
+        return isinstance(instance, self._built())
+
+
 def _decorator_name(node: ast.expr) -> str:
     while isinstance(node, (ast.Call, ast.Attribute)):
         node = node.func if isinstance(node, ast.Call) else node.value
@@ -99,9 +124,31 @@ def _created_names(node: ast.ClassDef) -> set[str]:
     return names
 
 
+def _standard_library(module: ast.Module) -> dict[str, Any]:
+    """The names `module` imports at its top level from Python's standard library, imported
+    for real (no GPU behind any of them)."""
+    found: dict[str, Any] = {}
+    for node in module.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in sys.stdlib_module_names:
+            imported = importlib.import_module(node.module)
+            found.update({alias.asname or alias.name: getattr(imported, alias.name)
+                          for alias in node.names if hasattr(imported, alias.name)})
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in sys.stdlib_module_names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    found[bound] = importlib.import_module(alias.name if alias.asname else bound)
+    return found
+
+
 # Classes built once per release tree and process: building ScheduleBatch's body is most of
 # a test's time.
 _BUILT: dict[Path, dict[tuple[str, str], type]] = {}
+# What a module defines or imports, and where a name a method reads is a package class.
+_NAMES: dict[tuple[Path, str], set[str]] = {}
+_LOOKUPS: dict[tuple[Path, str, str], gate_contract.ClassSource | None] = {}
+_FOUND: dict[tuple[Path, str, str], gate_contract.ClassSource | None] = {}
 
 
 class Release:
@@ -121,7 +168,8 @@ class Release:
         bases = []
         namespace: dict[str, Any] = {"dataclass": dataclasses.dataclass,
                                      "dataclasses": dataclasses, "field": dataclasses.field,
-                                     "functools": functools, **_ENUM_NAMES}
+                                     "functools": functools, **_standard_library(cls.module),
+                                     **_ENUM_NAMES}
         for base in cls.node.bases:
             name = _decorator_name(base)
             if name in _ENUM_NAMES:
@@ -140,38 +188,69 @@ class Release:
                 found = gate_contract._class_in(self.root, module, node)
                 namespace[node] = (self.build(found) if found is not None and found.name != cls.name
                                    else Outside(node))
-        self._functions(cls.node, cls.module, namespace)
+        self._functions(cls.node, cls.module, namespace, module)
         code = compile(source, f"<{cls.rel}>", "exec",
                        flags=__future__.annotations.compiler_flag, dont_inherit=True)
         # dataclasses reads string annotations in the namespace of the class's module.
-        home = types.ModuleType(f"{module} ({self.root})")
-        home.__dict__.update(namespace)
-        sys.modules[home.__name__] = home
+        # One home per module, as a real module is: its classes see each other, and what its
+        # top-level statements register (`imported`) is what its classes' methods read.
+        name = f"{module} ({self.root})"
+        home = sys.modules.get(name) or types.ModuleType(name)
+        sys.modules[name] = home
+        for name_read, value in namespace.items():
+            if not isinstance(home.__dict__.get(name_read), type):  # a class of the module stays
+                home.__dict__[name_read] = value
         exec(code, home.__dict__)  # noqa: S102 - the release's own class body
         built = home.__dict__[cls.name]
         self.classes[key] = built
         return built
 
-    def _functions(self, scope: ast.AST, module: ast.Module, namespace: dict[str, Any]) -> None:
+    def _functions(self, scope: ast.AST, module: ast.Module, namespace: dict[str, Any],
+                   module_name: str) -> None:
         """The names `scope` reads when its code runs: the module's own functions (built
-        from their source, and what they read in turn), else stand-ins."""
+        from their source, and what they read in turn), the package's classes (built when
+        first used: `SpecInputType.EAGLE_DRAFT` in a method is the release's member), else
+        stand-ins."""
         defined = {node.name: node for node in module.body
                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for node in ast.walk(scope):
             if not isinstance(node, ast.Name) or node.id in namespace or node.id in vars(builtins):
                 continue
             func = defined.get(node.id)
-            namespace[node.id] = Outside(node.id)
+            found = None if func is not None else self._package_class(module_name, node.id)
+            namespace[node.id] = Outside(node.id) if found is None else _Deferred(self, found)
             if func is not None:
                 func = _strip_function(copy.deepcopy(func))
-                self._functions(func, module, namespace)
+                self._functions(func, module, namespace, module_name)
                 exec(compile(ast.Module(body=[func], type_ignores=[]), "<release function>", "exec",  # noqa: S102
                              flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
+
+    def find(self, modules: str, classes: str) -> gate_contract.ClassSource | None:
+        """`gate_contract.find_class`, once per release and process."""
+        key = (self.root, modules, classes)
+        if key not in _FOUND:
+            _FOUND[key] = gate_contract.find_class(self.root, modules, classes)
+        return _FOUND[key]
+
+    def _package_class(self, module_name: str, name: str) -> gate_contract.ClassSource | None:
+        """The package's class `name` as `module_name` defines or imports it, or None; asked
+        of each name a method reads, so the module's own names are read once."""
+        key = (self.root, module_name, name)
+        if key not in _LOOKUPS:
+            if key[:2] not in _NAMES:
+                path = gate_contract.module_file(self.root, module_name)
+                tree = ast.parse(path.read_bytes()) if path is not None else ast.Module(body=[])
+                _NAMES[key[:2]] = (
+                    {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+                    | {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
+            _LOOKUPS[key] = (gate_contract._class_in(self.root, module_name, name)
+                             if name in _NAMES[key[:2]] else None)
+        return _LOOKUPS[key]
 
     def install(self, monkeypatch: Any) -> None:
         """Put the classes of `RELIES_ON` under their modules' names in `sys.modules`."""
         for modules, classes, _names in gate_module.RELIES_ON:
-            cls = gate_contract.find_class(self.root, modules, classes)
+            cls = self.find(modules, classes)
             if cls is None:
                 continue
             module = f"sglang.{cls.rel.removesuffix('.py').replace('/', '.')}"
@@ -191,9 +270,29 @@ class Release:
         return self.modules[name]
 
     def cls(self, modules: str, classes: str) -> type:
-        found = gate_contract.find_class(self.root, modules, classes)
+        found = self.find(modules, classes)
         assert found is not None, f"{classes} not in {self.root}"
         return self.build(found)
+
+    def imported(self, modules: str, classes: str) -> type:
+        """The class as importing its module leaves it: the module's top-level assignments,
+        functions and calls run once after the class (a registry's members are registered
+        there, not in its body); its imports and `if` blocks do not run."""
+        found = self.find(modules, classes)
+        assert found is not None, f"{classes} not in {self.root}"
+        built = self.build(found)
+        home = sys.modules[built.__module__].__dict__
+        if not home.get("__imported__"):
+            home["__imported__"] = True
+            body = [_strip_function(copy.deepcopy(n)) if isinstance(n, ast.FunctionDef) else n
+                    for n in found.module.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Expr))]
+            module = ast.Module(body=body, type_ignores=[])
+            for node in ast.walk(module):
+                if isinstance(node, ast.Name) and node.id not in home and node.id not in vars(builtins):
+                    home[node.id] = Outside(node.id)
+            exec(compile(module, f"<{found.rel}>", "exec",  # noqa: S102 - the release's own module
+                         flags=__future__.annotations.compiler_flag, dont_inherit=True), home)
+        return built
 
     def instance(self, cls: type, **values: Any) -> Any:
         """An instance of a release class as its constructor makes it with these values (a

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
-import enum
 import importlib.util
 import json
 import sys
@@ -40,7 +39,7 @@ PREFILL_GRAPH_RELEASES = [v["version"] for v in json.loads(CATALOGUE.read_text()
 
 
 class T:
-    """A tensor stand-in over a NumPy array."""
+    """A tensor stand-in over a NumPy array (GPU: a release's source gives no tensors)."""
 
     def __init__(self, values, dtype=None, device="cuda"):
         self.a = np.array(values, dtype=dtype)
@@ -87,7 +86,12 @@ class T:
 
 
 class Event:
+    """A device event (GPU): records in order; the scheduler waits on it with `synchronize`."""
+
     recorded = 0
+
+    def synchronize(self):
+        pass
 
     def record(self):
         Event.recorded += 1
@@ -104,72 +108,121 @@ def fake_torch():
     return torch
 
 
-@dataclasses.dataclass
-class EagleDraftInput:
-    """0.5.12's draft input: the fields the gate reads and the FutureMap stores."""
+# The releases of the newer shape (the draft input's `bonus_tokens`, the result's row width):
+# 0.5.12.post1's ModelWorkerBatch, 0.5.16's scheduler batch without a capture field. A test
+# about other releases names its own `version`.
+NEWER = ["0.5.12.post1", "0.5.16"]
 
-    topk_p: T = None
-    topk_index: T = None
-    hidden_states: T = None
-    bonus_tokens: T = None
-    num_tokens_per_req: int = -1
-    num_tokens_for_logprob_per_req: int = -1
-    new_seq_lens: T = None
-    verify_done: Event = None
-    future_indices: object = dataclasses.field(default=None, init=False)
 
-    @classmethod
-    def hidden_size_for(cls, worker):
-        return worker.draft_runner.model_config.spec_hidden_size
+class Sglang:
+    """One release's SGLang as the gate sees it: its classes built from its source
+    (`release_defs`: class bodies with their fields, defaults, enum members and methods),
+    installed under their modules' names, and a fresh copy of the gate module."""
 
-    @classmethod
-    def dtype_for(cls, worker):
-        return worker.draft_runner.model_config.dtype
+    def __init__(self, version: str, monkeypatch) -> None:
+        for name in ("SGLANG_SPEC_BATCH_GATE_THRESHOLD", "SGLANG_SPEC_BATCH_GATE_RESUME",
+                     "SGLANG_SPEC_BATCH_GATE_RESUME_STEPS"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setitem(sys.modules, "torch", fake_torch())
+        self.version = version
+        self.root = release(version).root
+        self.defs = Release(self.root)
+        self.defs.install(monkeypatch)
+        cls = self.defs.cls
+        self.Capture = cls("sglang.srt.model_executor.forward_batch_info", "CaptureHiddenMode")
+        self.Mode = cls("sglang.srt.model_executor.forward_batch_info", "ForwardMode")
+        self.Algorithm = self.defs.imported("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+        self.ScheduleBatch = cls("sglang.srt.managers.schedule_batch", "ScheduleBatch")
+        self.WorkerBatch = cls("sglang.srt.managers.schedule_batch", "ModelWorkerBatch|ScheduleBatch")
+        self.DraftInput = cls("sglang.srt.speculative.eagle_info", "EagleDraftInput")
+        self.Result = cls("sglang.srt.managers.utils|sglang.srt.managers.scheduler", "GenerationBatchResult")
+        self.draft_fields = {f.name for f in dataclasses.fields(self.DraftInput)}
+        self.token_field = "bonus_tokens" if "bonus_tokens" in self.draft_fields else "verified_id"
+        self.batch_fields = {f.name for f in dataclasses.fields(self.WorkerBatch)}
+        # What the worker's entry and the target worker's forward take, in the release's source.
+        self.passed_names = self._arguments("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")[2:]
+        self.capture_argument = "capture_hidden_mode" in self._arguments(
+            "sglang.srt.managers.tp_worker", "TpModelWorker")
+        spec = importlib.util.spec_from_file_location("batch_gate_overlap_under_test", GATE_FILE)
+        self.gate = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.gate)
+
+    def _arguments(self, module: str, cls: str) -> list[str]:
+        found = self.defs.find(module, cls)
+        forward = next(f for f in found.node.body if isinstance(f, ast.FunctionDef)
+                       and f.name == "forward_batch_generation")
+        return [a.arg for a in forward.args.args + forward.args.kwonlyargs]
+
+    def algorithm(self, name: str = "EAGLE3"):
+        """The release's member `name` (a registry's as its module registers it)."""
+        return getattr(self.Algorithm, name)
+
+    def passed(self, **hooks) -> dict:
+        """What the release's entry passes on after the batch: these hooks where it takes them."""
+        return {name: hooks.get(name) for name in self.passed_names}
+
+    def draft_input(self, size: int, **values):
+        """The release's draft input with the rows the FutureMap resolved, its other fields
+        the release's defaults."""
+        rows = {"topk_p": T(np.full((size, 1), 0.5), np.float32),
+                "topk_index": T(np.full((size, 1), 7), np.int64),
+                "hidden_states": T(np.ones((size, 6)), np.float16),
+                self.token_field: T([11 + i for i in range(size)], np.int32)}
+        if "new_seq_lens" in self.draft_fields:  # up to 0.5.12: the lengths ride on the input
+            rows["new_seq_lens"] = T([10 + i for i in range(size)], np.int64)
+        return self.defs.instance(self.DraftInput, **{**rows, **values})
+
+    def schedule_batch(self, size: int, **values):
+        """The scheduler's batch the decision reads: `size` requests, its other fields the
+        release's defaults."""
+        return self.defs.instance(self.ScheduleBatch, **{"reqs": [object()] * size, **values})
+
+    def worker_batch(self, spec_info, size: int, mode: str = "DECODE", **values):
+        """The batch the worker gets: a ModelWorkerBatch up to 0.5.12, which
+        `get_model_worker_batch` fills, the capture mode included; from 0.5.13 the scheduler's
+        own batch, whose fields the scheduler leaves unset keep the release's defaults."""
+        seq_lens = [10 + i for i in range(size)]
+        fields = {
+            "forward_mode": getattr(self.Mode, mode), "spec_info": spec_info,
+            "spec_algorithm": self.algorithm(), "seq_lens": T(seq_lens, np.int64),
+            "seq_lens_cpu": T(seq_lens, np.int64), "seq_lens_sum": sum(seq_lens),
+            "req_pool_indices": T(list(range(size)), np.int64),
+            "input_ids": T([5] * size, np.int64), "out_cache_loc": T([0] * size, np.int64),
+            "is_extend_in_batch": False,
+        }
+        if self.WorkerBatch is not self.ScheduleBatch:
+            fields["capture_hidden_mode"] = self.Capture.FULL
+        else:
+            fields["reqs"] = [object()] * size
+        return self.defs.instance(self.WorkerBatch, **{**fields, **values})
+
+    def result(self, **values):
+        """The release's GenerationBatchResult as the target worker makes it."""
+        return self.defs.instance(self.Result, **values)
+
+
+@pytest.fixture(params=NEWER)
+def version(request):
+    return request.param
 
 
 @pytest.fixture()
-def gate(monkeypatch):
-    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_THRESHOLD", raising=False)
-    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME", raising=False)
-    monkeypatch.delenv("SGLANG_SPEC_BATCH_GATE_RESUME_STEPS", raising=False)
-    monkeypatch.setitem(sys.modules, "torch", fake_torch())
-    # 0.5.12.post1's own classes (the gate checks them before it engages), but the draft input
-    # these tests shape per case.
-    definitions = Release(release("0.5.12.post1").root)
-    definitions.install(monkeypatch)
-    monkeypatch.setattr(definitions.module("sglang.srt.speculative.eagle_info", monkeypatch),
-                        "EagleDraftInput", EagleDraftInput)
-    spec = importlib.util.spec_from_file_location("batch_gate_overlap_under_test", GATE_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sglang(version, monkeypatch):
+    return Sglang(version, monkeypatch)
 
 
-class Algorithm(enum.Enum):
-    NONE = enum.auto()
-    EAGLE3 = enum.auto()
-
-    def is_none(self):
-        return self is Algorithm.NONE
-
-    def is_standalone(self):
-        return False
+@pytest.fixture()
+def gate(sglang):
+    return sglang.gate
 
 
-class Capture(enum.Enum):
-    NULL = 0
-    FULL = 2
-
-
-class Mode(enum.Enum):
-    EXTEND = 1
-    DECODE = 2
-
-    def is_extend(self):
-        return self is Mode.EXTEND
+# The GPU side stays a double: a release's source cannot give a model runner, its CUDA graphs,
+# a target forward or a KV pool without a GPU.
 
 
 class GraphRunner:
+    """The target's CUDA graphs (GPU): captured in the mode the runner's algorithm says."""
+
     def __init__(self, runner):
         self.mode = "DECODE" if runner.spec_algorithm.is_none() else "TARGET_VERIFY"
         self.full_hidden = runner.server_args.enable_return_hidden_states
@@ -177,16 +230,24 @@ class GraphRunner:
 
 
 class TargetWorker:
-    """Records what the target forward saw, and samples 100 + its sequence length. Its result
-    has the row-width field of 0.5.12 on (`speculative_num_draft_tokens`, None after a plain
-    forward) unless `width_field` is False (the releases before)."""
+    """The target's forward (GPU): records what it saw and samples 100 + each sequence
+    length, into the release's own GenerationBatchResult. It takes the hidden-state capture
+    as an argument where the release's TpModelWorker does (0.5.16 on)."""
 
-    def __init__(self, runner, width_field=True):
+    def __init__(self, sglang, runner):
+        self.sglang = sglang
         self.model_runner = runner
-        self.width_field = width_field
         self.seen: list[dict] = []
+        if sglang.capture_argument:
+            self.forward_batch_generation = self._forward_with_capture
 
     def forward_batch_generation(self, batch):
+        return self._forward(batch, getattr(batch, "capture_hidden_mode", None))
+
+    def _forward_with_capture(self, batch, capture_hidden_mode=None):
+        return self._forward(batch, capture_hidden_mode)
+
+    def _forward(self, batch, capture):
         runner = self.model_runner
         self.seen.append({
             "input_ids": batch.input_ids.tolist(),
@@ -194,21 +255,22 @@ class TargetWorker:
             "seq_lens": batch.seq_lens.tolist(),
             "spec_info": batch.spec_info,
             "algorithm": batch.spec_algorithm,
-            "capture": getattr(batch, "capture_hidden_mode", None),
-            "graphs": runner.graph_runner.mode,
+            "capture": capture,
+            "graphs": getattr(runner, self.sglang.gate.graph_attr(runner)).mode,
             "backend": runner.attn_backend,
         })
         sampled = T([100 + n for n in batch.seq_lens.tolist()], np.int64)
-        result = types.SimpleNamespace(next_token_ids=sampled)
-        if self.width_field:
-            result.speculative_num_draft_tokens = None
-        return result
+        return self.sglang.result(next_token_ids=sampled)
 
 
-def make_worker(threshold=4, **server_args):
+def make_worker(sglang, threshold=4, **server_args):
+    """The overlap worker around the release's classes; its model runner, target forward and
+    draft runner are the GPU side (doubles with the attributes the release declares on them,
+    which `gate_contract` checks against its source)."""
+    config = types.SimpleNamespace(hidden_size=6, spec_hidden_size=6, dtype=np.float16)
     runner = types.SimpleNamespace(
         server_args=types.SimpleNamespace(enable_return_hidden_states=False),
-        spec_algorithm=Algorithm.EAGLE3,
+        spec_algorithm=sglang.algorithm(),
         attn_backend="verify backend",
         init_new_workspace=False,
         device="cuda",
@@ -217,68 +279,50 @@ def make_worker(threshold=4, **server_args):
             req_to_token=T(np.arange(4)[:, None] * 1000 + np.arange(64)[None, :], np.int32)
         ),
         _get_attention_backend=lambda **kwargs: "decode backend",
+        model_config=config,
     )
     runner.graph_runner = GraphRunner(runner)
     args = {"speculative_batch_gate_threshold": threshold, "enable_metrics": False,
             "enable_dp_attention": False, "speculative_adaptive": False, **server_args}
+    draft_runner = types.SimpleNamespace(model_config=config)
     return types.SimpleNamespace(
         server_args=types.SimpleNamespace(**args),
-        target_worker=TargetWorker(runner),
-        draft_worker=types.SimpleNamespace(draft_runner=types.SimpleNamespace(
-            model_config=types.SimpleNamespace(spec_hidden_size=6, dtype=np.float16))),
+        target_worker=TargetWorker(sglang, runner),
+        draft_worker=types.SimpleNamespace(draft_runner=draft_runner, draft_model_runner=draft_runner,
+                                           speculative_algorithm=sglang.algorithm()),
+        speculative_algorithm=sglang.algorithm(),
         speculative_num_draft_tokens=4,
         topk=1,
     )
 
 
-def schedule_batch(size, **flags):
-    values = {"return_logprob": False, "return_hidden_states": False, "has_grammar": False, **flags}
-    return types.SimpleNamespace(reqs=[object()] * size, **values)
-
-
-def draft_input(size):
-    return EagleDraftInput(
-        topk_p=T(np.full((size, 1), 0.5), np.float32),
-        topk_index=T(np.full((size, 1), 7), np.int64),
-        hidden_states=T(np.ones((size, 6)), np.float16),
-        bonus_tokens=T([11 + i for i in range(size)], np.int32),
-        new_seq_lens=T([10 + i for i in range(size)], np.int64),
-    )
-
-
-def worker_batch(spec_info, size):
-    seq_lens = T([10 + i for i in range(size)], np.int64)
-    return types.SimpleNamespace(
-        forward_mode=Mode.DECODE, spec_info=spec_info, seq_lens=seq_lens,
-        seq_lens_cpu=np.array([10 + i for i in range(size)]), seq_lens_sum=sum(range(10, 10 + size)),
-        req_pool_indices=T(list(range(size)), np.int64), input_ids=None, out_cache_loc=None,
-        spec_algorithm=Algorithm.EAGLE3, capture_hidden_mode=Capture.FULL,
-    )
-
-
-def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain_decode(gate):
-    worker = make_worker(threshold=2)
+def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain_decode(sglang, gate):
+    worker = make_worker(sglang, threshold=2)
     gate.init_overlap_batch_gate(worker)
     runner = worker.target_worker.model_runner
     assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
-    spec = draft_input(3)
+    spec = sglang.draft_input(3)
     # The draft input's prepare_for_decode asks once per step (some releases once per request).
     # The first gated step after a speculative one keeps the speculative reservation: the step
     # still in flight may add num_draft_tokens tokens before this one writes.
-    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
-    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4) == 4
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4) == 4
     assert gate.gate_for(worker).gated_steps == 1
-    batch = worker_batch(spec, 3)
+    batch = sglang.worker_batch(spec, 3)
     assert gate.is_gated_decode(batch)
-    result = gate.run_gated_decode(worker, batch)
+    published = []
+    result = gate.run_gated_decode(worker, batch, **sglang.passed(on_publish=published.append))
 
     seen = worker.target_worker.seen[-1]
     assert seen["input_ids"] == [11, 12, 13]  # the last sampled token of each request
     assert seen["out_cache_loc"] == [10, 1011, 2012]  # its slot at position seq_lens
     assert seen["seq_lens"] == [11, 12, 13]
-    assert seen["spec_info"] is None and seen["algorithm"] is Algorithm.NONE
-    # The release's own NULL, the mode the DECODE graphs were captured with.
-    assert seen["capture"] is sys.modules["sglang.srt.model_executor.forward_batch_info"].CaptureHiddenMode.NULL
+    assert seen["spec_info"] is None and seen["algorithm"] is sglang.algorithm("NONE")
+    if "capture_hidden_mode" in sglang.batch_fields:
+        # The release's own NULL, the mode the DECODE graphs were captured with.
+        assert seen["capture"] is sglang.Capture.NULL
+    else:  # no field and no argument: the forward derives NULL from the absent spec_info
+        assert seen["capture"] is None
     assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
     assert (runner.graph_runner.mode, runner.attn_backend) == ("TARGET_VERIFY", "verify backend")
     assert batch.seq_lens_cpu.tolist() == [11, 12, 13] and batch.seq_lens_sum == 36
@@ -290,26 +334,34 @@ def test_above_the_threshold_a_step_reserves_one_slot_and_runs_the_targets_plain
     assert result.speculative_num_draft_tokens == 1
     assert result.eaglegate_gated_step is True
     nxt = result.next_draft_input
-    assert nxt is not spec and nxt.bonus_tokens.tolist() == [111, 112, 113]
-    assert nxt.bonus_tokens.dtype is np.int32  # the dtype the FutureMap's buffer has
-    assert nxt.new_seq_lens.tolist() == [11, 12, 13]
-    assert nxt.verify_done is not None and nxt.verify_done is not spec.verify_done
+    tokens = getattr(nxt, sglang.token_field)
+    assert nxt is not spec and tokens.tolist() == [111, 112, 113]
+    assert tokens.dtype is np.int32  # the dtype the FutureMap's buffer has
+    # The new lengths: on the draft input up to 0.5.12, on the result and through the
+    # scheduler's publish hook from 0.5.13.
+    if "new_seq_lens" in sglang.draft_fields:
+        assert nxt.new_seq_lens.tolist() == [11, 12, 13]
+    else:
+        assert result.new_seq_lens.tolist() == [11, 12, 13]
+        assert [lens.tolist() for lens in published] == [[11, 12, 13]]
+    if "verify_done" in sglang.draft_fields:
+        assert nxt.verify_done is not None and nxt.verify_done is not spec.verify_done
     assert nxt.topk_index is spec.topk_index and nxt.hidden_states is spec.hidden_states
     assert gate.GATED_DECODE_ATTR not in vars(nxt)  # the next step is decided afresh
     # After a gated step too: the speculative reservation, so any step can be handed back.
-    assert gate.decode_alloc_len(nxt, schedule_batch(3), 4) == 4
+    assert gate.decode_alloc_len(nxt, sglang.schedule_batch(3), 4) == 4
 
 
-def test_before_the_result_records_its_row_width_the_rows_are_num_draft_tokens_wide(gate):
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.11"])
+def test_before_the_result_records_its_row_width_the_rows_are_num_draft_tokens_wide(sglang, gate):
     """Up to 0.5.11 the result processing reads each request's row at the worker's
     `speculative_num_draft_tokens` stride, so the gated step's one token starts a row that
     wide."""
-    worker = make_worker(threshold=1)
-    worker.target_worker.width_field = False
+    worker = make_worker(sglang, threshold=1)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(3)
-    gate.decode_alloc_len(spec, schedule_batch(3), 4)
-    result = gate.run_gated_decode(worker, worker_batch(spec, 3))
+    spec = sglang.draft_input(3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+    result = gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed())
     assert result.next_token_ids.tolist() == [111, 0, 0, 0, 112, 0, 0, 0, 113, 0, 0, 0]
     assert result.accept_lens.tolist() == [1, 1, 1]
     assert not hasattr(result, "speculative_num_draft_tokens")
@@ -325,8 +377,6 @@ def test_the_result_has_a_row_width_field_exactly_where_result_processing_reads_
     """`run_gated_decode` returns one-token rows where the result has the field
     `speculative_num_draft_tokens`: in the release's own source, the scheduler's result
     processing reads each row's width from that field from the release that adds it."""
-    from conftest import release
-
     managers = release(version).root / "srt" / "managers"
     result_class = next(
         node for path in sorted(managers.rglob("*.py"))
@@ -341,126 +391,128 @@ def test_the_result_has_a_row_width_field_exactly_where_result_processing_reads_
     assert reads == (Version(version) >= Version("0.5.12"))
 
 
-def test_the_published_lengths_are_recorded_before_the_forward(gate):
-    worker = make_worker(threshold=1)
+def test_the_published_lengths_are_recorded_before_the_forward(sglang, gate):
+    """Up to 0.5.12 an event on the draft input says the new lengths are ready; from 0.5.13
+    the scheduler's publish hook takes them. Either happens before the target's forward, so
+    the next batch's preparation does not wait for the forward."""
+    worker = make_worker(sglang, threshold=1)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(2)
-    gate.decode_alloc_len(spec, schedule_batch(2), 4)
-    batch = worker_batch(spec, 2)
+    spec = sglang.draft_input(2)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(2), 4)
+    batch = sglang.worker_batch(spec, 2)
     seq_lens = batch.seq_lens
+    order = []
+    forward = worker.target_worker.forward_batch_generation
+    worker.target_worker.forward_batch_generation = lambda b, **kw: (order.append("forward"), forward(b, **kw))[1]
     before = Event.recorded
-    result = gate.run_gated_decode(worker, batch)
-    assert result.next_draft_input.verify_done.order == before + 1
+    result = gate.run_gated_decode(worker, batch, **sglang.passed(on_publish=lambda lens: order.append("publish")))
+    if "verify_done" in sglang.draft_fields:
+        assert result.next_draft_input.verify_done.order == before + 1
+        assert Event.recorded == before + 1 and order == ["forward"]
+    else:
+        assert order == ["publish", "forward"]
     assert seq_lens.streams == ["forward stream"]  # kept alive for the forward stream
 
 
-def test_below_the_threshold_and_ineligible_batches_speculate_with_their_own_reservation(gate):
-    worker = make_worker(threshold=4)
+def test_below_the_threshold_and_ineligible_batches_speculate_with_their_own_reservation(sglang, gate):
+    worker = make_worker(sglang, threshold=4)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(3)
-    assert gate.decode_alloc_len(spec, schedule_batch(3), 4) == 4
-    assert not gate.is_gated_decode(worker_batch(spec, 3))
-    for flag in ("return_logprob", "return_hidden_states", "has_grammar"):
-        spec = draft_input(8)
-        assert gate.decode_alloc_len(spec, schedule_batch(8, **{flag: True}), 4) == 4
-        assert not gate.is_gated_decode(worker_batch(spec, 8))
+    spec = sglang.draft_input(3)
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4) == 4
+    assert not gate.is_gated_decode(sglang.worker_batch(spec, 3))
+    flags = [f.name for f in dataclasses.fields(sglang.ScheduleBatch)
+             if f.name in ("return_logprob", "return_hidden_states", "has_grammar")]
+    assert len(flags) == 3
+    for flag in flags:
+        spec = sglang.draft_input(8)
+        assert gate.decode_alloc_len(spec, sglang.schedule_batch(8, **{flag: True}), 4) == 4
+        assert not gate.is_gated_decode(sglang.worker_batch(spec, 8))
 
 
-def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(gate):
-    worker = make_worker(threshold=8)
+def test_resume_after_gated_steps_speculates_again_below_the_lower_mark(sglang, gate):
+    worker = make_worker(sglang, threshold=8)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(3)
-    assert gate.decode_alloc_len(spec, schedule_batch(9), 4) == 4  # 9 > 8: gated
-    assert gate.is_gated_decode(worker_batch(spec, 3))
-    nxt = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
-    gate.decode_alloc_len(nxt, schedule_batch(8), 4)
-    assert gate.is_gated_decode(worker_batch(nxt, 8))  # hysteresis: still gated at 8
+    spec = sglang.draft_input(3)
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(9), 4) == 4  # 9 > 8: gated
+    assert gate.is_gated_decode(sglang.worker_batch(spec, 3))
+    nxt = gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed()).next_draft_input
+    gate.decode_alloc_len(nxt, sglang.schedule_batch(8), 4)
+    assert gate.is_gated_decode(sglang.worker_batch(nxt, 8))  # hysteresis: still gated at 8
     for _ in range(gate.DEFAULT_RESUME_STEPS - 1):  # below 7, not yet for long enough
-        nxt = gate.run_gated_decode(worker, worker_batch(nxt, 3)).next_draft_input
-        assert gate.decode_alloc_len(nxt, schedule_batch(6), 4) == 4
-    following = draft_input(3)
-    assert gate.decode_alloc_len(following, schedule_batch(6), 4) == 4  # below 7: speculate
-    assert not gate.is_gated_decode(worker_batch(following, 3))
+        nxt = gate.run_gated_decode(worker, sglang.worker_batch(nxt, 3), **sglang.passed()).next_draft_input
+        assert gate.decode_alloc_len(nxt, sglang.schedule_batch(6), 4) == 4
+    following = sglang.draft_input(3)
+    assert gate.decode_alloc_len(following, sglang.schedule_batch(6), 4) == 4  # below 7: speculate
+    assert not gate.is_gated_decode(sglang.worker_batch(following, 3))
     assert gate.gate_for(worker).switches == 2
+    assert gate.gate_for(worker).failures == 0
 
 
 @pytest.mark.parametrize("setting", [{"enable_dp_attention": True}, {"pp_size": 2}])
-def test_off_where_ranks_could_disagree(gate, setting):
+def test_off_where_ranks_could_disagree(sglang, gate, setting):
     """With attention data parallelism the decision would be taken per rank before the ranks
     exchange sizes: the gate stays off on every rank, so none ever splits from the others.
     With pipeline parallelism a stage before the last gets no tokens to publish."""
-    worker = make_worker(threshold=1, **setting)
+    worker = make_worker(sglang, threshold=1, **setting)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(4)
-    assert gate.decode_alloc_len(spec, schedule_batch(64), 4) == 4
-    assert not gate.is_gated_decode(worker_batch(spec, 4))
-    assert not gate.is_gated_prefill(types.SimpleNamespace(forward_mode=Mode.EXTEND))
+    spec = sglang.draft_input(4)
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(64), 4) == 4
+    assert not gate.is_gated_decode(sglang.worker_batch(spec, 4))
+    assert not gate.is_gated_prefill(sglang.worker_batch(None, 2, mode="EXTEND"))
 
 
-def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(gate):
-    worker = make_worker(threshold=2)
+def prefill_batch(sglang, **values):
+    """An extend batch of two requests of 20 and 30 tokens, as the release's worker gets it."""
+    return sglang.worker_batch(None, 2, mode="EXTEND", input_ids=T([5, 6, 7], np.int64),
+                               out_cache_loc=T([1, 2, 3], np.int64), seq_lens=T([20, 30], np.int64),
+                               **values)
+
+
+def test_gated_prefill_is_the_targets_plain_prefill_with_empty_draft_rows(sglang, gate):
+    worker = make_worker(sglang, threshold=2)
     gate.init_overlap_batch_gate(worker)
-    extend = types.SimpleNamespace(
-        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
-        input_ids=T([5, 6, 7], np.int64), out_cache_loc=T([1, 2, 3], np.int64),
-        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
-        capture_hidden_mode=Capture.NULL,
-    )
+    extend = prefill_batch(sglang)
     assert not gate.is_gated_prefill(extend)  # speculation is on: the draft prefills too
-    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 > 2: speculation off
+    gate.decode_alloc_len(sglang.draft_input(3), sglang.schedule_batch(3), 4)  # 3 > 2: speculation off
     assert gate.is_gated_prefill(extend)
-    result = gate.run_gated_prefill(worker, extend)
+    result = gate.run_gated_prefill(worker, extend, **sglang.passed())
+    assert gate.gate_for(worker).failures == 0
     seen = worker.target_worker.seen[-1]
-    assert seen["algorithm"] is Algorithm.NONE and seen["capture"].name == "NULL"
+    assert seen["algorithm"] is sglang.algorithm("NONE")
+    # No prefill graphs here: the batch's field, where it has one, asks for none.
+    assert seen["capture"] is (sglang.Capture.NULL if "capture_hidden_mode" in sglang.batch_fields else None)
     rows = result.next_draft_input
-    assert rows.bonus_tokens.tolist() == [120, 130] and rows.new_seq_lens.tolist() == [20, 30]
+    assert isinstance(rows, sglang.DraftInput)
+    assert getattr(rows, sglang.token_field).tolist() == [120, 130]
+    if "new_seq_lens" in sglang.draft_fields:
+        assert rows.new_seq_lens.tolist() == [20, 30]
     assert rows.topk_p.shape == (2, 1) and rows.topk_index.shape == (2, 1)
     assert rows.hidden_states.shape == (2, 6) and rows.hidden_states.dtype is np.float16
     assert rows.num_tokens_per_req == 1
-    assert gate.decode_alloc_len(rows, schedule_batch(3), 4) == 4
+    assert gate.decode_alloc_len(rows, sglang.schedule_batch(3), 4) == 4
 
 
-class KeywordTargetWorker(TargetWorker):
-    """0.5.16 on: the target worker takes the forward's hidden-state capture as an argument,
-    and the scheduler's batch has no field for it."""
-
-    def forward_batch_generation(self, batch, capture_hidden_mode=None):
-        batch.capture_hidden_mode = capture_hidden_mode  # what the forward batch is built with
-        try:
-            return super().forward_batch_generation(batch)
-        finally:
-            del batch.capture_hidden_mode
-
-
-@pytest.mark.parametrize("passed", ["batch field", "argument"])
-def test_gated_prefill_asks_for_the_capture_the_targets_prefill_graphs_were_captured_with(gate, passed):
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16"])
+def test_gated_prefill_asks_for_the_capture_the_targets_prefill_graphs_were_captured_with(sglang, gate):
     """From 0.5.14 an EAGLE target's prefill graphs hold full hidden states, and a prefill
-    asking for none runs eagerly; a gated prefill asks for theirs. Its decode steps still
-    ask for none (the gate's own DECODE graphs)."""
-    worker = make_worker(threshold=2)
+    asking for none runs eagerly; a gated prefill asks for theirs: through the batch's field
+    (0.5.14) or the target worker's argument (0.5.16 on). Its decode steps still ask for none
+    (the gate's own DECODE graphs)."""
+    worker = make_worker(sglang, threshold=2)
     runner = worker.target_worker.model_runner
-    if passed == "argument":
-        worker.target_worker = KeywordTargetWorker(runner)
-    runner.prefill_cuda_graph_runner = types.SimpleNamespace(capture_hidden_mode=Capture.FULL)
+    # The prefill graphs (GPU): only the mode they were captured with.
+    runner.prefill_cuda_graph_runner = types.SimpleNamespace(capture_hidden_mode=sglang.Capture.FULL)
     gate.init_overlap_batch_gate(worker)
-    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 > 2: speculation off
-    extend = types.SimpleNamespace(
-        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
-        input_ids=T([5, 6, 7], np.int64), out_cache_loc=T([1, 2, 3], np.int64),
-        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
-    )
-    if passed == "batch field":
-        extend.capture_hidden_mode = Capture.NULL
-    gate.run_gated_prefill(worker, extend)
-    assert worker.target_worker.seen[-1]["capture"] is Capture.FULL
-    spec = draft_input(3)
-    gate.decode_alloc_len(spec, schedule_batch(3), 4)
-    batch = worker_batch(spec, 3)
-    if passed == "argument":
-        del batch.capture_hidden_mode
-    gate.run_gated_decode(worker, batch)
+    gate.decode_alloc_len(sglang.draft_input(3), sglang.schedule_batch(3), 4)  # 3 > 2: speculation off
+    extend = prefill_batch(sglang)
+    gate.run_gated_prefill(worker, extend, **sglang.passed())
+    assert worker.target_worker.seen[-1]["capture"] is sglang.Capture.FULL
+    spec = sglang.draft_input(3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+    gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed())
     seen = worker.target_worker.seen[-1]["capture"]
-    assert seen is None if passed == "argument" else seen.name == "NULL"  # None: NULL
+    assert seen is (sglang.Capture.NULL if "capture_hidden_mode" in sglang.batch_fields else None)
+    assert gate.gate_for(worker).failures == 0
 
 
 def _class_methods(tree: ast.Module) -> dict[str, list[ast.FunctionDef]]:
@@ -519,12 +571,13 @@ def test_releases_capture_the_targets_prefill_graphs_with_the_mode_the_gated_pre
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
 def test_gated_prefill_rows_take_the_draft_runners_hidden_spec_where_the_input_has_none(
-    gate, monkeypatch, version
+    sglang, gate, monkeypatch, version
 ):
     """From 0.5.15 the draft input no longer says its hidden-state width; `eagle_utils` asks
     the draft runner (the release's own function)."""
     from conftest import release_function
 
+    assert not hasattr(sglang.DraftInput, "hidden_size_for")  # the release's own draft input
     path = "srt/speculative/eagle_utils.py"
     spec_of = release_function(version, path, "get_draft_recurrent_hidden_state_spec")
     if "get_draft_recurrent_hidden_state_spec_from_config" in spec_of.__code__.co_names:
@@ -534,108 +587,106 @@ def test_gated_prefill_rows_take_the_draft_runners_hidden_spec_where_the_input_h
     eagle_utils = types.ModuleType("sglang.srt.speculative.eagle_utils")
     eagle_utils.get_draft_recurrent_hidden_state_spec = spec_of
     monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", eagle_utils)
-    monkeypatch.delattr(EagleDraftInput, "hidden_size_for")
-    monkeypatch.delattr(EagleDraftInput, "dtype_for")
-    worker = make_worker(threshold=2)
-    worker.draft_worker.draft_runner.spec_algorithm = Algorithm.EAGLE3
+    worker = make_worker(sglang, threshold=2)
+    worker.draft_worker.draft_runner.spec_algorithm = sglang.algorithm()
+    # The width the release's function reads, unlike the target's own hidden size.
+    worker.draft_worker.draft_runner.model_config = types.SimpleNamespace(
+        hidden_size=9, spec_hidden_size=6, dtype=np.float16)
     gate.init_overlap_batch_gate(worker)
-    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)
-    extend = types.SimpleNamespace(
-        forward_mode=Mode.EXTEND, return_logprob=False, return_hidden_states=False, has_grammar=False,
-        input_ids=T([5, 6], np.int64), out_cache_loc=T([1, 2], np.int64),
-        seq_lens=T([20, 30], np.int64), spec_info=None, spec_algorithm=Algorithm.EAGLE3,
-    )
-    rows = gate.run_gated_prefill(worker, extend).next_draft_input
+    gate.decode_alloc_len(sglang.draft_input(3), sglang.schedule_batch(3), 4)
+    extend = sglang.worker_batch(None, 2, mode="EXTEND", input_ids=T([5, 6], np.int64),
+                                 out_cache_loc=T([1, 2], np.int64), seq_lens=T([20, 30], np.int64))
+    rows = gate.run_gated_prefill(worker, extend, **sglang.passed()).next_draft_input
+    assert gate.gate_for(worker).failures == 0
     assert rows.hidden_states.shape == (2, 6) and rows.hidden_states.dtype is np.float16
 
 
-def test_off_unless_a_threshold_is_set(gate):
-    worker = make_worker(threshold=None)
+def test_off_unless_a_threshold_is_set(sglang, gate):
+    worker = make_worker(sglang, threshold=None)
     gate.init_overlap_batch_gate(worker)
-    spec = draft_input(3)
-    assert gate.decode_alloc_len(spec, schedule_batch(500), 4) == 4
-    assert not gate.is_gated_decode(worker_batch(spec, 3))
+    spec = sglang.draft_input(3)
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(500), 4) == 4
+    assert not gate.is_gated_decode(sglang.worker_batch(spec, 3))
 
 
-def test_a_prefill_that_takes_the_running_batch_above_the_threshold_is_plain(gate):
+def test_a_prefill_that_takes_the_running_batch_above_the_threshold_is_plain(sglang, gate):
     """Its requests' next decode step will be gated: their prefill need not feed the draft."""
-    worker = make_worker(threshold=4)
+    worker = make_worker(sglang, threshold=4)
     gate.init_overlap_batch_gate(worker)
-    gate.decode_alloc_len(draft_input(3), schedule_batch(3), 4)  # 3 running, speculating
+    gate.decode_alloc_len(sglang.draft_input(3), sglang.schedule_batch(3), 4)  # 3 running, speculating
 
     def extend(size):
-        return types.SimpleNamespace(forward_mode=Mode.EXTEND, return_logprob=False,
-                                     return_hidden_states=False, has_grammar=False,
-                                     seq_lens=T(list(range(20, 20 + size)), np.int64))
+        return sglang.worker_batch(None, size, mode="EXTEND", seq_lens=T(list(range(20, 20 + size)), np.int64))
 
     assert not gate.is_gated_prefill(extend(1))  # 3 + 1 = 4: not above the threshold
     assert gate.is_gated_prefill(extend(2))  # 3 + 2 = 5 > 4
     assert not gate.gate_for(worker).gated  # the decode steps decide the gate's state
 
 
-def test_reservations_cover_every_step_when_committed_tokens_lag_a_speculative_step(gate):
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.9", "0.5.10"])
+def test_reservations_cover_every_step_when_committed_tokens_lag_a_speculative_step(sglang, gate):
     """0.5.6-0.5.10's decode preparation reserves `max(allocated, committed + 2 * len)` with
     `committed` missing the tokens of the step still in flight, which a speculative step makes
     as many as num_draft_tokens. Through speculative, gated and resumed stretches, every step
     must find the slots it writes reserved: num_draft_tokens from its length when it
     speculates, one when gated."""
     ndt = 4
-    worker = make_worker(threshold=4)
+    worker = make_worker(sglang, threshold=4)
     gate.init_overlap_batch_gate(worker)
     true_len, in_flight, allocated = 10, 0, 10
-    spec = draft_input(1)
+    spec = sglang.draft_input(1)
     for size in [2, 2, 2, 9, 9, 9, 9, 2, 2, 9, 9, 9, 2]:
-        reserve = gate.decode_alloc_len(spec, schedule_batch(size), ndt)
+        reserve = gate.decode_alloc_len(spec, sglang.schedule_batch(size), ndt)
         allocated = max(allocated, true_len - in_flight + 2 * reserve)
-        gated = gate.is_gated_decode(worker_batch(spec, 1))
+        gated = gate.is_gated_decode(sglang.worker_batch(spec, 1))
         written = 1 if gated else ndt  # a speculative step writes its whole draft width
         assert allocated >= true_len + written, (size, gated, allocated, true_len)
         if gated:
-            batch = worker_batch(spec, 1)
-            batch.seq_lens = T([true_len], np.int64)
-            spec = gate.run_gated_decode(worker, batch).next_draft_input
+            batch = sglang.worker_batch(spec, 1, seq_lens=T([true_len], np.int64))
+            spec = gate.run_gated_decode(worker, batch, **sglang.passed()).next_draft_input
         else:
-            spec = draft_input(1)  # a speculative step's new draft input
+            spec = sglang.draft_input(1)  # a speculative step's new draft input
         in_flight = 1 if gated else ndt  # worst case: every draft accepted
         true_len += in_flight
+    assert gate.gate_for(worker).gated_steps >= 4 and gate.gate_for(worker).failures == 0
 
 
 @pytest.mark.parametrize("pre_claims", [True, False])
-def test_a_doubled_reserve_covers_every_step_with_and_without_the_pre_claimed_slot(gate, pre_claims):
+@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.16"])
+def test_a_doubled_reserve_covers_every_step_with_and_without_the_pre_claimed_slot(sglang, gate, pre_claims):
     """0.5.13 on reserve `max(allocated, committed + get_alloc_reserve_per_decode())`, the
     doubled per-decode length. Up to 0.5.14 the preparation pre-claims the step's slot in
     `committed`; from 0.5.15 `committed` leaves out the step still in flight. The wrapped
     reserve is SGLang's own doubled value, gated or not."""
     ndt = 4
     reserve_spec = 2 * ndt  # get_alloc_reserve_per_decode() with a chain of ndt tokens
-    worker = make_worker(threshold=4)
+    worker = make_worker(sglang, threshold=4)
     gate.init_overlap_batch_gate(worker)
     true_len, in_flight, allocated = 10, 0, 10
-    spec = draft_input(1)
+    spec = sglang.draft_input(1)
     for size in [2, 2, 9, 9, 9, 2, 9, 9, 2, 2]:
-        reserve = gate.decode_alloc_len(spec, schedule_batch(size), reserve_spec)
+        reserve = gate.decode_alloc_len(spec, sglang.schedule_batch(size), reserve_spec)
         assert reserve == reserve_spec
         committed = true_len if pre_claims else true_len - in_flight
         allocated = max(allocated, committed + reserve)
-        gated = gate.is_gated_decode(worker_batch(spec, 1))
+        gated = gate.is_gated_decode(sglang.worker_batch(spec, 1))
         written = 1 if gated else ndt
         assert allocated >= true_len + written, (size, gated, allocated, true_len)
         if gated:
-            batch = worker_batch(spec, 1)
-            batch.seq_lens = T([true_len], np.int64)
-            spec = gate.run_gated_decode(worker, batch).next_draft_input
+            batch = sglang.worker_batch(spec, 1, seq_lens=T([true_len], np.int64))
+            spec = gate.run_gated_decode(worker, batch, **sglang.passed()).next_draft_input
         else:
-            spec = draft_input(1)
+            spec = sglang.draft_input(1)
         in_flight = 1 if gated else ndt
         true_len += in_flight
-    assert gate.gate_for(worker).gated_steps >= 4
+    assert gate.gate_for(worker).gated_steps >= 4 and gate.gate_for(worker).failures == 0
 
 
 # ---- the 0.5.14+ runner: DecodeCudaGraphRunner, graph sizes in cuda_graph_config ----------
 
 
 class DecodeGraphRunner:
-    """0.5.14's DecodeCudaGraphRunner: mode from the runner's algorithm, sizes from the
+    """0.5.14's DecodeCudaGraphRunner (GPU): mode from the runner's algorithm, sizes from the
     server's `cuda_graph_config.decode.bs` as they are at construction."""
 
     def __init__(self, runner):
@@ -645,16 +696,17 @@ class DecodeGraphRunner:
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.16"])
 def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_hands_over_the_war_event(
-    gate, version
+    sglang, gate, version
 ):
     from conftest import release_function
 
     generate = release_function(
         version, "srt/server_args.py", "_generate_decode_cuda_graph_batch_sizes", "ServerArgs"
     )
-    worker = make_worker(threshold=2)
+    worker = make_worker(sglang, threshold=2)
     runner = worker.target_worker.model_runner
     del runner.graph_runner
+    # The server's settings the release's size generator reads.
     server_args = types.SimpleNamespace(
         enable_return_hidden_states=False, disable_cuda_graph_padding=False,
         speculative_algorithm="EAGLE3",
@@ -668,15 +720,15 @@ def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_han
     runner.war_fastpath_read_done_event = None
     worker.war_fastpath_runner = draft_runner
     seen = []
+    forward = worker.target_worker.forward_batch_generation
 
-    def forward(batch):  # the DECODE replay records the read-done event on the target runner
-        seen.append((runner.decode_cuda_graph_runner.mode, hasattr(batch, "capture_hidden_mode")))
+    def replay(batch, **kwargs):  # the DECODE replay records the read-done event on the target runner
+        seen.append(runner.decode_cuda_graph_runner.mode)
         runner.war_fastpath_read_done_event = "DECODE replay's"
-        return types.SimpleNamespace(next_token_ids=T([100 + n for n in batch.seq_lens.tolist()],
-                                                      np.int64))
+        return forward(batch, **kwargs)
 
-    worker.target_worker.forward_batch_generation = forward
     gate.init_overlap_batch_gate(worker)
+    worker.target_worker.forward_batch_generation = replay
 
     plain = worker._eaglegate_plain_decode.graphs
     assert plain.mode == "DECODE"
@@ -684,12 +736,12 @@ def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_han
     assert plain.capture_bs == generate(without_spec, 64) != spec_sizes  # plain's own list
     assert server_args.cuda_graph_config.decode.bs == spec_sizes  # restored after the capture
 
-    spec = draft_input(3)
-    gate.decode_alloc_len(spec, schedule_batch(3), 4)
-    batch = worker_batch(spec, 3)
-    del batch.capture_hidden_mode  # 0.5.18 on: the forward derives it from spec_info
-    gate.run_gated_decode(worker, batch, on_publish=lambda lens: None)
-    assert seen == [("DECODE", False)]
+    spec = sglang.draft_input(3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+    gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed(on_publish=lambda lens: None))
+    assert seen == ["DECODE"] and gate.gate_for(worker).failures == 0
+    capture = worker.target_worker.seen[-1]["capture"]
+    assert capture is (sglang.Capture.NULL if "capture_hidden_mode" in sglang.batch_fields else None)
     assert runner.decode_cuda_graph_runner is verify_graphs
     # The scheduler's barrier reads the draft runner: it now waits on the DECODE replay.
     assert draft_runner.war_fastpath_read_done_event == "DECODE replay's"
@@ -700,7 +752,7 @@ def test_on_the_decode_graph_runner_the_gated_step_captures_plains_sizes_and_han
 
 
 class TierGraphs(GraphRunner):
-    """One tier's target graphs (a runner of the same class, as SGLang builds them)."""
+    """One tier's target graphs (GPU; a runner of the same class, as SGLang builds them)."""
 
     def __init__(self, runner, steps=None):
         super().__init__(runner)
@@ -710,7 +762,7 @@ class TierGraphs(GraphRunner):
 
 class Tiers:
     """0.5.14's AdaptiveController as the worker sees it: a tier is the step count, the
-    draft-token count and the target's attention backend and graphs, swapped in by
+    draft-token count and the target's attention backend and graphs (GPU), swapped in by
     `apply_runtime_state` at the top of the speculative branch and after result processing."""
 
     def __init__(self, worker):
@@ -733,26 +785,27 @@ class Tiers:
 
 
 @pytest.mark.parametrize("tier", [0, 1, 3])
-def test_with_adaptive_speculation_on_the_gated_step_is_the_same_in_every_tier(gate, tier):
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16"])
+def test_with_adaptive_speculation_on_the_gated_step_is_the_same_in_every_tier(sglang, gate, tier):
     """`--speculative-adaptive` no longer turns the gate off: below the threshold the native
     tiers run (the gate only decides); above it a step is the plain decode whatever tier the
     worker is in, and the tier's own backend and graphs are back in place after it."""
-    worker = make_worker(threshold=20, speculative_adaptive=True)
+    worker = make_worker(sglang, threshold=20, speculative_adaptive=True)
     tiers = Tiers(worker)
     gate.init_overlap_batch_gate(worker)
     assert gate.gate_for(worker) is not None  # on, beside the controller
     runner = worker.target_worker.model_runner
     # Below the threshold: the native reservation of whatever tier is active, not gated.
     tiers.activate_step_by_batch(12)
-    spec = draft_input(3)
-    assert gate.decode_alloc_len(spec, schedule_batch(12), 2 * 2) == 4
-    assert not gate.is_gated_decode(worker_batch(spec, 3))
+    spec = sglang.draft_input(3)
+    assert gate.decode_alloc_len(spec, sglang.schedule_batch(12), 2 * 2) == 4
+    assert not gate.is_gated_decode(sglang.worker_batch(spec, 3))
     # Above it: gated, in the tier the worker was left in.
     tiers.activate(tier)
-    spec = draft_input(3)
-    gate.decode_alloc_len(spec, schedule_batch(30), 2 * (tier + 1))
-    assert gate.is_gated_decode(worker_batch(spec, 3))
-    result = gate.run_gated_decode(worker, worker_batch(spec, 3))
+    spec = sglang.draft_input(3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(30), 2 * (tier + 1))
+    assert gate.is_gated_decode(sglang.worker_batch(spec, 3))
+    result = gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed())
     seen = worker.target_worker.seen[-1]
     assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
     assert seen["input_ids"] == [11, 12, 13] and seen["seq_lens"] == [11, 12, 13]
@@ -763,28 +816,30 @@ def test_with_adaptive_speculation_on_the_gated_step_is_the_same_in_every_tier(g
     assert result.next_token_ids.tolist() == [111, 112, 113]
     assert result.eaglegate_gated_step is True  # kept out of the accept statistics
     # The next gated step reserves what the tier's speculative step would.
-    assert gate.decode_alloc_len(result.next_draft_input, schedule_batch(30), 8) == 8
+    assert gate.decode_alloc_len(result.next_draft_input, sglang.schedule_batch(30), 8) == 8
 
 
-def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_grammar_batch(gate):
-    worker = make_worker(threshold=2)
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_the_grammar_barrier_is_called_after_the_targets_launch_only_for_a_grammar_batch(sglang, gate):
+    """From 0.5.17 the worker's entry takes the scheduler's grammar barrier."""
+    assert "grammar_barrier" in sglang.passed_names
+    worker = make_worker(sglang, threshold=2)
     gate.init_overlap_batch_gate(worker)
     calls = []
     forward = worker.target_worker.forward_batch_generation
 
-    def recording(batch):
+    def recording(batch, **kwargs):
         calls.append("forward")
-        return forward(batch)
+        return forward(batch, **kwargs)
 
     worker.target_worker.forward_batch_generation = recording
     for grammar in (False, True):
-        spec = draft_input(3)
-        gate.decode_alloc_len(spec, schedule_batch(3), 4)
-        batch = worker_batch(spec, 3)
-        batch.has_grammar = grammar
-        gate.run_gated_decode(worker, batch, on_publish=None,
-                              grammar_barrier=lambda: calls.append("barrier"), pp_proxy_tensors=None)
+        spec = sglang.draft_input(3)
+        gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+        batch = sglang.worker_batch(spec, 3, has_grammar=grammar)
+        gate.run_gated_decode(worker, batch, **sglang.passed(grammar_barrier=lambda: calls.append("barrier")))
     assert calls == ["forward", "forward", "barrier"]
+    assert gate.gate_for(worker).failures == 0
 
 
 # ---- 0.5.3.post2 to 0.5.5.post3: the window reservation, driven through the patched release ------
@@ -823,26 +878,6 @@ def old_shape(version: str):
 
 
 _patches: dict = {}
-
-
-@dataclasses.dataclass
-class OldDraftInput:
-    """0.5.3-0.5.5's draft input: `verified_id`, and the reservation in `allocate_lens`."""
-
-    topk_p: T = None
-    topk_index: T = None
-    hidden_states: T = None
-    verified_id: T = None
-    new_seq_lens: T = None
-    allocate_lens: T = None
-    verify_done: Event = None
-    num_tokens_per_batch: int = -1
-    num_tokens_for_logprob_per_batch: int = -1
-    future_indices: object = dataclasses.field(default=None, init=False)
-    ALLOC_LEN_PER_DECODE = ALLOC
-
-    def is_draft_input(self):
-        return True
 
 
 def _t_sum(self):
@@ -933,16 +968,17 @@ class Pool:
 
 
 class OldRun:
-    """One request batch of an old release under the overlap scheduler: the patched window
-    reservation, the patched worker entry, the release's own result reader."""
+    """One request batch of an old release under the overlap scheduler, on the release's own
+    classes: the patched window reservation, the patched worker entry, the release's own
+    result reader. The KV pool, the draft and the verify forward are the GPU side."""
 
-    def __init__(self, gate, monkeypatch, version, threshold, size=3, **server_args):
-        self.version, self.gate, self.size = version, gate, size
+    def __init__(self, sglang, monkeypatch, threshold, size=3, **server_args):
+        version, gate = sglang.version, sglang.gate
+        self.sglang, self.version, self.gate, self.size = sglang, version, gate, size
         (rel, cls_name, name), self.alloc_field, reader = old_shape(version)
-        eagle_info = types.ModuleType("sglang.srt.speculative.eagle_info")
-        eagle_info.EagleDraftInput = OldDraftInput
-        monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_info", eagle_info)
-        self.worker = make_worker(threshold=threshold, **server_args)
+        # What the worker's __init__ sets on the class (`EagleDraftInput.ALLOC_LEN_PER_DECODE = ...`).
+        monkeypatch.setattr(sglang.DraftInput, "ALLOC_LEN_PER_DECODE", ALLOC)
+        self.worker = make_worker(sglang, threshold=threshold, **server_args)
         runner = self.worker.target_worker.model_runner
         runner.req_to_token_pool.req_to_token = T(np.full((4, 64), -1), np.int64)
         self.pool = Pool(runner.req_to_token_pool.req_to_token)
@@ -961,15 +997,6 @@ class OldRun:
                                                                       "is_gated_prefill", "run_gated_prefill")})
         self.read = release_method(version, "srt/managers/scheduler_output_processor_mixin.py",
                                    "SchedulerOutputProcessorMixin", reader, {})
-        fields = result_fields(version)
-        forward = self.worker.target_worker.forward_batch_generation
-
-        def target_result(batch):  # the release's GenerationBatchResult, filled as the target fills it
-            out = types.SimpleNamespace(**dict.fromkeys(fields))
-            out.next_token_ids = forward(batch).next_token_ids
-            return out
-
-        self.worker.target_worker.forward_batch_generation = target_result
         self.calls: list[str] = []
         self.worker.draft = self.worker.draft_worker.draft = lambda batch: self._draft(batch)
         self.worker.verify = self._verify
@@ -980,11 +1007,8 @@ class OldRun:
         self.seq = np.array(seq)
         for r, n in enumerate(seq):
             runner.req_to_token_pool.req_to_token.a[r, :n] = np.arange(n) + 100 * r
-        self.spec = OldDraftInput(
-            topk_p=T(np.full((size, 1), 0.5), np.float32), topk_index=T(np.full((size, 1), 7), np.int64),
-            hidden_states=T(np.ones((size, 6)), np.float16), verified_id=T([11 + i for i in range(size)], np.int32),
-            new_seq_lens=T(seq, np.int64), allocate_lens=T(seq, np.int64),
-        )
+        self.spec = sglang.draft_input(size, new_seq_lens=T(seq, np.int64), allocate_lens=T(seq, np.int64))
+        # The scheduler's requests as the result reader counts them (a Req needs a tokenizer).
         self.reqs = [types.SimpleNamespace(spec_verify_ct=0, spec_accepted_tokens=0, kv_committed_len=0,
                                            kv_allocated_len=0) for _ in range(size)]
 
@@ -999,12 +1023,12 @@ class OldRun:
         seq = batch.seq_lens.a
         assert all(int(allocate_lens.a[i]) >= seq[i] + stride for i in range(size))  # its writes reserved
         new_seq = T(seq + stride, np.int64)
-        return types.SimpleNamespace(
+        return self.sglang.result(
             next_token_ids=T(np.arange(size * stride) + 500, np.int64), accept_lens=T([stride] * size, np.int32),
             **{self.alloc_field: allocate_lens},
-            next_draft_input=OldDraftInput(
-                topk_p=T(np.full((size, 1), 0.25), np.float32), topk_index=T(np.full((size, 1), 8), np.int64),
-                hidden_states=T(np.ones((size, 6)), np.float16), verified_id=T(np.arange(size) + 900, np.int32),
+            next_draft_input=self.sglang.draft_input(
+                size, topk_p=T(np.full((size, 1), 0.25), np.float32), topk_index=T(np.full((size, 1), 8), np.int64),
+                verified_id=T(np.arange(size) + 900, np.int32),
                 new_seq_lens=new_seq, allocate_lens=allocate_lens, verify_done=Event()),
         )
 
@@ -1013,32 +1037,26 @@ class OldRun:
         preparation, the worker, the result reader. Returns what the step did."""
         seq = self.seq.copy()
         before = self.spec.allocate_lens.tolist()
-        batch = types.SimpleNamespace(
-            reqs=self.reqs, seq_lens=T(seq, np.int64), spec_info=self.spec, tree_cache=None,
-            req_pool_indices=T(list(range(self.size)), np.int64),
-            req_to_token_pool=self.worker.target_worker.model_runner.req_to_token_pool,
-            token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1),
-            return_logprob=False, return_hidden_states=False, has_grammar=False,
-            batch_size=lambda: self.size, maybe_wait_verify_done=lambda: None,
-        )
+        pool = self.worker.target_worker.model_runner.req_to_token_pool
         # The batch size the gate decides on (`len(batch.reqs)`): these requests among others.
-        batch.reqs = Running(self.reqs, running)
+        batch = self.sglang.schedule_batch(
+            0, reqs=Running(self.reqs, running), seq_lens=T(seq, np.int64), spec_info=self.spec,
+            req_pool_indices=T(list(range(self.size)), np.int64), req_to_token_pool=pool,
+            token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1),  # the KV pool (GPU)
+            enable_overlap=True, spec_algorithm=self.sglang.algorithm(),
+        )
         self.pool.allocations.clear()
         if self.mixin:
             self.reserve(self.spec, batch)
         else:
             self.reserve(batch)
         allocated = int(sum(self.pool.allocations))
-        to_run = worker_batch(self.spec, self.size)
-        to_run.seq_lens = T(seq, np.int64)
-        to_run.seq_lens_cpu = seq.copy()
-        to_run.seq_lens_sum = int(seq.sum())
-        to_run.forward_mode = OldMode.DECODE
-        to_run.is_extend_in_batch = False
+        to_run = self.sglang.worker_batch(self.spec, self.size, seq_lens=T(seq, np.int64),
+                                          seq_lens_cpu=T(seq, np.int64), seq_lens_sum=int(seq.sum()))
         self.calls = []
         result = self.entry(self.worker, to_run)
         scheduler = types.SimpleNamespace(draft_worker=self.worker)
-        tokens = self.read(scheduler, result, types.SimpleNamespace(reqs=self.reqs))
+        tokens = self.read(scheduler, result, self.sglang.schedule_batch(0, reqs=self.reqs))
         if isinstance(tokens, tuple):  # 0.5.3.x: (allocate lens, accept lens, tokens)
             tokens = tokens[2]
         # The scheduler's hand-over to the next step.
@@ -1061,26 +1079,15 @@ class Running(list):
         return self.running
 
 
-class OldMode(enum.Enum):
-    EXTEND = 1
-    DECODE = 2
-
-    def is_extend(self):
-        return self is OldMode.EXTEND
-
-    def is_decode(self):
-        return self is OldMode.DECODE
-
-
 @pytest.mark.parametrize("version", WINDOW_RELEASES)
-def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(gate, monkeypatch, version):
-    run = OldRun(gate, monkeypatch, version, threshold=4)
+def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(sglang, monkeypatch):
+    run = OldRun(sglang, monkeypatch, threshold=4)
     first = run.step(running=3)  # speculating
     assert not first.gated and "draft" in first.calls and "verify" in first.calls
     gated = run.step(running=9)
     assert gated.gated  # the target's plain DECODE alone: no draft, no verify
     seen = run.worker.target_worker.seen[-1]
-    assert seen["algorithm"] is Algorithm.NONE and seen["spec_info"] is None
+    assert seen["algorithm"] is sglang.algorithm("NONE") and seen["spec_info"] is None
     assert (seen["graphs"], seen["backend"]) == ("DECODE", "decode backend")
     req_to_token = run.worker.target_worker.model_runner.req_to_token_pool.req_to_token.a
     # Its one token goes to the slot the window reserved at each request's length.
@@ -1101,13 +1108,13 @@ def test_old_window_releases_gate_a_step_with_the_speculative_result_layout(gate
 
 @pytest.mark.parametrize("version", WINDOW_RELEASES)
 def test_old_window_releases_reserve_one_slot_a_gated_step_and_free_exactly_the_overallocation(
-    gate, monkeypatch, version
+    sglang, gate, monkeypatch
 ):
     """Through speculative, gated and resumed stretches: each step finds its writes reserved;
     a gated step after a gated step allocates one slot per request; the reservation the result
     reports always ends ALLOC past the step's length, so freeing a request that finished
     (`[allocate_lens - ALLOC, allocate_lens)`) returns exactly the slots past its tokens."""
-    run = OldRun(gate, monkeypatch, version, threshold=4)
+    run = OldRun(sglang, monkeypatch, threshold=4)
     kinds = []
     for running in [2, 2, 9, 9, 9, 9, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 9, 2]:
         done = run.step(running)
@@ -1126,29 +1133,26 @@ def test_old_window_releases_reserve_one_slot_a_gated_step_and_free_exactly_the_
 
 
 @pytest.mark.parametrize("version", ["0.5.3.post2", "0.5.4"])
-def test_old_window_releases_with_attention_dp_every_rank_speculates(gate, monkeypatch, version):
+def test_old_window_releases_with_attention_dp_every_rank_speculates(sglang, monkeypatch):
     """Two data-parallel ranks with local batches on either side of the threshold: the gate
     is off on both (as from 0.5.6), so neither runs a plain step while the other verifies."""
     ranks = []
     for local in (9, 1):
-        run = OldRun(gate, monkeypatch, version, threshold=4, size=3, enable_dp_attention=True)
+        run = OldRun(sglang, monkeypatch, threshold=4, size=3, enable_dp_attention=True)
         ranks.append([run.step(running=local + 2 * i).gated for i in range(4)])
     assert ranks == [[False] * 4, [False] * 4]
 
 
 @pytest.mark.parametrize("version", ["0.5.3.post2", "0.5.5.post3"])
-def test_old_releases_gated_prefill_rows_carry_their_reservation(gate, monkeypatch, version):
+def test_old_releases_gated_prefill_rows_carry_their_reservation(sglang, monkeypatch, version):
     """A prefill while speculation is off: the rows the FutureMap stores and the next decode
     preparation reads (`allocate_lens`, the prompt's length: nothing reserved ahead yet)."""
-    run = OldRun(gate, monkeypatch, version, threshold=2)
+    run = OldRun(sglang, monkeypatch, threshold=2)
     run.step(running=3)  # 3 > 2: speculation off
-    extend = types.SimpleNamespace(
-        forward_mode=OldMode.EXTEND, is_extend_in_batch=False, return_logprob=False,
-        return_hidden_states=False, has_grammar=False, input_ids=T([5, 6], np.int64),
-        out_cache_loc=T([1, 2], np.int64), seq_lens=T([20, 30], np.int64), spec_info=None,
-        spec_algorithm=Algorithm.EAGLE3, capture_hidden_mode=Capture.FULL,
-    )
-    config = types.SimpleNamespace(hidden_size=6, dtype=np.float16)  # no width on the draft input
+    extend = sglang.worker_batch(None, 2, mode="EXTEND", input_ids=T([5, 6], np.int64),
+                                 out_cache_loc=T([1, 2], np.int64), seq_lens=T([20, 30], np.int64))
+    assert not hasattr(sglang.DraftInput, "hidden_size_for")  # no width on the draft input
+    config = types.SimpleNamespace(hidden_size=6, dtype=np.float16)  # the draft model's (GPU)
     if version == "0.5.3.post2":  # the overlap worker is its own draft worker there
         del run.worker.draft_worker
         run.worker.draft_model_runner = types.SimpleNamespace(model_config=config)
@@ -1204,7 +1208,7 @@ def patched_relay(version, gate):
 
 
 def future_map(rows=4):
-    """The FutureMap's buffers, one row per request slot: tokens 500 + row, top-k and hidden
+    """The FutureMap's buffers (GPU), one row per request slot: tokens 500 + row, top-k and hidden
     rows of their own values."""
     return Strict(
         output_tokens_buf=T(np.arange(rows) + 500, np.int64),
@@ -1215,29 +1219,31 @@ def future_map(rows=4):
 
 
 @pytest.mark.parametrize("version", RELAY_RELEASES)
-def test_a_gated_step_relays_its_token_alone_through_the_releases_own_future_map(gate, version):
+def test_a_gated_step_relays_its_token_alone_through_the_releases_own_future_map(sglang, gate, version):
     """On the release's patched FutureMap methods: a gated batch gathers the last sampled
     token of its rows and nothing else, and its step's stash writes the tokens the gated step
     sampled and nothing else; a speculative batch and any other payload go to the release's
     own code."""
     resolve, stash = patched_relay(version, gate)
-    worker = make_worker(threshold=1)
+    worker = make_worker(sglang, threshold=1)
     gate.init_overlap_batch_gate(worker)
     fmap = future_map()
     tops = [fmap.topk_p_buf.a.copy(), fmap.topk_index_buf.a.copy(), fmap.hidden_states_buf.a.copy()]
-    spec = draft_input(3)  # the rows of the step before: to be left as they are
+    # The rows of the step before: to be left as they are.
+    spec = sglang.draft_input(3, future_indices=T([2, 0, 1], np.int64))
     stale = (spec.topk_p, spec.topk_index, spec.hidden_states)
-    spec.future_indices = T([2, 0, 1], np.int64)
-    gate.decode_alloc_len(spec, schedule_batch(3), 4)
-    batch = worker_batch(spec, 3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+    batch = sglang.worker_batch(spec, 3)
     assert resolve(fmap, batch) is None
     assert spec.bonus_tokens.tolist() == [502, 500, 501]  # the rows' own tokens, in batch order
     assert (spec.topk_p, spec.topk_index, spec.hidden_states) == stale
 
-    result = gate.run_gated_decode(worker, batch)
+    result = gate.run_gated_decode(worker, batch, **sglang.passed())
+    assert gate.gate_for(worker).failures == 0
     sampled = result.next_draft_input.bonus_tokens
     assert worker.target_worker.seen[-1]["input_ids"] == [502, 500, 501]
-    # 0.5.13 stashes the draft input, 0.5.15 on a payload made of its fields: either carries it
+    # 0.5.13 stashes the draft input, 0.5.15 on a payload made of its fields: either carries
+    # the token rows (the gate reads no other field of it)
     payload = types.SimpleNamespace(bonus_tokens=sampled, topk_p=spec.topk_p, topk_index=spec.topk_index,
                                     hidden_states=spec.hidden_states)
     assert stash(fmap, spec.future_indices, payload) is None
@@ -1250,23 +1256,24 @@ def test_a_gated_step_relays_its_token_alone_through_the_releases_own_future_map
     with pytest.raises(ReleaseCodeRan):
         stash(fmap, spec.future_indices, payload)
     with pytest.raises(ReleaseCodeRan):
-        resolve(fmap, worker_batch(Strict(eaglegate_gated=False), 3))
+        resolve(fmap, sglang.worker_batch(Strict(eaglegate_gated=False), 3))
 
 
-def test_a_deferred_stash_still_finds_its_gated_step(gate, monkeypatch):
+@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.16"])
+def test_a_deferred_stash_still_finds_its_gated_step(sglang, gate, monkeypatch):
     """Two gated steps launched before the first one's relay is stashed: each stash finds its
     own step (by the tensor its payload carries, never by comparing token values), once."""
     # As torch's: `==` compares elements, and the truth of several is an error.
     monkeypatch.setattr(T, "__eq__", lambda self, other: T(self.a == T._raw(other)), raising=False)
     monkeypatch.setattr(T, "__bool__", lambda self: bool(self.a), raising=False)
-    worker = make_worker(threshold=1)
+    worker = make_worker(sglang, threshold=1)
     gate.init_overlap_batch_gate(worker)
     fmap, rows = future_map(), T([0, 1, 2], np.int64)
-    spec = draft_input(3)
-    gate.decode_alloc_len(spec, schedule_batch(3), 4)
-    first = gate.run_gated_decode(worker, worker_batch(spec, 3)).next_draft_input
-    gate.decode_alloc_len(first, schedule_batch(3), 4)
-    second = gate.run_gated_decode(worker, worker_batch(first, 3)).next_draft_input
+    spec = sglang.draft_input(3)
+    gate.decode_alloc_len(spec, sglang.schedule_batch(3), 4)
+    first = gate.run_gated_decode(worker, sglang.worker_batch(spec, 3), **sglang.passed()).next_draft_input
+    gate.decode_alloc_len(first, sglang.schedule_batch(3), 4)
+    second = gate.run_gated_decode(worker, sglang.worker_batch(first, 3), **sglang.passed()).next_draft_input
     assert bool((first.bonus_tokens == second.bonus_tokens).a.all())  # equal, not the same
     assert gate.stash_gated_relay(fmap, rows, second) and gate.stash_gated_relay(fmap, rows, first)
     assert not gate.stash_gated_relay(fmap, rows, first)
