@@ -296,13 +296,14 @@ def test_the_depth_shows_in_the_decode_log_line_and_prometheus(version, monkeypa
     monkeypatch.setenv(ENV, json.dumps(TABLE))
     server.worker.speculative_num_steps = LAUNCH
     server.start()
-    for size, context in ((8, 100), (40, 100), (40, 5000)):
+    # Depth 1 and 2 have no tier here: they run at the launch's 3.
+    for size, context in ((8, 100), (8, 5000), (40, 100)):
         decide(server, size, context)
     line = logging.LogRecord("sglang", logging.INFO, "", 0, "Decode batch, #running-req: 40", None, None)
     handler.filter(line)
-    assert line.msg == ("Decode batch, #running-req: 40, depth gate(3x2): spec, depth 3, "
+    assert line.msg == ("Decode batch, #running-req: 40, depth gate(3x2): off, depth 0, "
                         "by depth 0:1 3:2, 0 depth switches")
-    assert registry.get_sample_value("sglang:spec_depth_gate_depth") == LAUNCH
+    assert registry.get_sample_value("sglang:spec_depth_gate_depth") == 0
     assert registry.get_sample_value("sglang:spec_depth_gate_steps_total", {"depth": "0"}) == 1
     assert registry.get_sample_value("sglang:spec_depth_gate_steps_total", {"depth": "3"}) == 2
     assert registry.get_sample_value("sglang:spec_batch_gate_steps_total", {"kind": "gated"}) == 1

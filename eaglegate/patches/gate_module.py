@@ -64,6 +64,7 @@ step is untested; the gate stays off).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import os
@@ -651,8 +652,6 @@ class DepthTable:
 
     def cell(self, batch_size: int, context: int) -> int | str:
         """The table's depth for a step of this batch size and mean KV length."""
-        import bisect
-
         row = bisect.bisect_left(self.batch_bounds, batch_size)
         return self.depths[row][bisect.bisect_left(self.context_bounds, context)]
 
