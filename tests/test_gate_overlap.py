@@ -1,15 +1,18 @@
-"""The overlap worker's gate (batch_gate's EAGLEWorkerV2 half), run on recording doubles.
+"""The overlap worker's gate (batch_gate's EAGLEWorkerV2 half), run on each release's own classes.
 
-torch is replaced by a small NumPy-backed stand-in with the few tensor operations the gated
-step uses, and `sglang.srt.speculative.eagle_info` by a dataclass shaped like 0.5.12's
-`EagleDraftInput`; the gate module itself is the real file. What this establishes: where the
-decision is taken and what it reserves, what the target forward of a gated decode and of a
-gated prefill sees, the result layout the scheduler's FutureMap and result processing read,
-the resume, and that ranks of a data-parallel-attention launch never split (the gate is off
-there). For 0.5.3.post2 to 0.5.5.post3 (the window reservation) the patched release methods
-themselves run on these doubles: the reservation, the worker's entry, and the release's own
-reading of the result. What it cannot: that SGLang's kernels accept it (bench/gpu runs that on
-an H200).
+Each scenario runs on the releases it is about (`version`; 0.5.12.post1 and 0.5.16 where it
+names none), on their own classes (`release_defs`: the draft input, SpeculativeAlgorithm,
+CaptureHiddenMode, ForwardMode, ScheduleBatch / ModelWorkerBatch and GenerationBatchResult,
+built from the release's source with their fields, defaults, members and methods); the gate
+module itself is the real file. What stays a double is the GPU side: tensors (a small
+NumPy-backed stand-in for torch), the model runner, its CUDA graphs, the target's forward,
+the KV pool and device events. What this establishes: where the decision is taken and what it
+reserves, what the target forward of a gated decode and of a gated prefill sees, the result
+layout the scheduler's FutureMap and result processing read, the resume, and that ranks of a
+data-parallel-attention launch never split (the gate is off there). For 0.5.3.post2 to
+0.5.5.post3 (the window reservation) the patched release methods themselves run: the
+reservation, the worker's entry, and the release's own reading of the result. What it cannot:
+that SGLang's kernels accept it (bench/gpu runs that on an H200).
 """
 
 from __future__ import annotations
@@ -942,8 +945,8 @@ def result_fields(version: str) -> list[str]:
 
 
 class Pool:
-    """A KV pool: slots handed out in order, `req_to_token` written as the release's
-    `assign_req_to_token_pool` kernel writes it (start..end of each request)."""
+    """The KV pool (GPU): slots handed out in order, `req_to_token` written as the release's
+    `assign_req_to_token_pool` Triton kernel writes it (start..end of each request)."""
 
     def __init__(self, req_to_token):
         self.req_to_token = req_to_token
@@ -1012,7 +1015,7 @@ class OldRun:
         self.reqs = [types.SimpleNamespace(spec_verify_ct=0, spec_accepted_tokens=0, kv_committed_len=0,
                                            kv_allocated_len=0) for _ in range(size)]
 
-    def _draft(self, batch):
+    def _draft(self, batch):  # the draft model's forward (GPU)
         self.calls.append("draft")
         return mock.MagicMock(name="verify_input")
 
