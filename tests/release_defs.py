@@ -107,7 +107,7 @@ def _strip(node: ast.ClassDef, bases: list[str]) -> ast.ClassDef:
     return ast.fix_missing_locations(node)
 
 
-def _strip_function(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.stmt:
+def _strip_function(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef:
     func.decorator_list = [d for d in func.decorator_list if _decorator_name(d) in _KEPT_DECORATORS]
     return func
 
@@ -239,7 +239,7 @@ class Release:
         if key not in _LOOKUPS:
             if key[:2] not in _NAMES:
                 path = gate_contract.module_file(self.root, module_name)
-                tree = ast.parse(path.read_bytes()) if path is not None else ast.Module(body=[])
+                tree = ast.parse(path.read_bytes()) if path is not None else ast.Module(body=[], type_ignores=[])
                 _NAMES[key[:2]] = (
                     {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
                     | {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
@@ -284,7 +284,7 @@ class Release:
         home = sys.modules[built.__module__].__dict__
         if not home.get("__imported__"):
             home["__imported__"] = True
-            body = [_strip_function(copy.deepcopy(n)) if isinstance(n, ast.FunctionDef) else n
+            body: list[ast.stmt] = [_strip_function(copy.deepcopy(n)) if isinstance(n, ast.FunctionDef) else n
                     for n in found.module.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Expr))]
             module = ast.Module(body=body, type_ignores=[])
             for node in ast.walk(module):
