@@ -161,10 +161,23 @@ def test_a_bad_table_leaves_the_depth_gate_off_in_one_line(name, caplog):
         DepthTable.parse(text)
     assert why in str(raised.value)
     with caplog.at_level(logging.WARNING):
-        assert DepthTable.from_settings({ENV: text}) is None
+        assert DepthTable.from_settings(environ={ENV: text}) is None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith(f"depth gate: off, {ENV} is not a depth table: ")
     assert why in lines[0] and "\n" not in lines[0]
+
+
+def test_the_server_argument_wins_over_the_environment(tmp_path, caplog):
+    from eaglegate.patches.gate_module import DepthTable
+
+    good = json.dumps(TABLE)
+    assert DepthTable.from_settings(good, environ={ENV: "{bad"}).depths == TABLE["depth"]
+    assert DepthTable.from_settings(None, environ={ENV: good}).depths == TABLE["depth"]
+    assert DepthTable.from_settings("", environ={}) is None
+    with caplog.at_level(logging.WARNING):
+        assert DepthTable.from_settings("{bad", environ={ENV: good}) is None
+    assert [r.getMessage().split(":")[1] for r in caplog.records] == [
+        " off, speculative_depth_table is not a depth table"]
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.16"])

@@ -573,6 +573,7 @@ class _GateMetrics:
 # {0, launch depth}, said in one line at start-up.
 
 ENV_DEPTH_TABLE = "SGLANG_SPEC_DEPTH_TABLE"  # inline JSON, or the path of a JSON file
+DEPTH_SERVER_ARG = "speculative_depth_table"  # the same, where a launch flag sets it
 LAUNCH_DEPTH = "launch"  # a cell's depth: the launch's own --speculative-num-steps
 MAX_DEPTH = 16  # a sanity bound on a cell; SGLang's tiers are a few steps deep
 
@@ -637,17 +638,20 @@ class DepthTable:
         return cls(batch, context, depths, margins)
 
     @classmethod
-    def from_settings(cls, environ: dict[str, str] | None = None) -> DepthTable | None:
+    def from_settings(cls, server_arg: Any = None, environ: dict[str, str] | None = None) -> DepthTable | None:
         """The launch's table, or None: when unset (the depth gate is off, silently), or bad
-        (off, said in one line)."""
+        (off, said in one line). The server argument wins; the environment variable is used
+        when it is unset."""
         env = os.environ if environ is None else environ
-        text = env.get(ENV_DEPTH_TABLE, "")
+        name, text = DEPTH_SERVER_ARG, server_arg
+        if not isinstance(text, str) or not text.strip():
+            name, text = ENV_DEPTH_TABLE, env.get(ENV_DEPTH_TABLE, "")
         if not text.strip():
             return None
         try:
             return cls.parse(text)
         except ValueError as exc:
-            logger.warning("depth gate: off, %s is not a depth table: %s", ENV_DEPTH_TABLE, exc)
+            logger.warning("depth gate: off, %s is not a depth table: %s", name, exc)
             return None
 
     def cell(self, batch_size: int, context: int) -> int | str:
@@ -1275,7 +1279,7 @@ def init_overlap_batch_gate(worker: Any) -> None:
     global _overlap_gate
     _overlap_gate = None
     try:
-        table = DepthTable.from_settings()
+        table = DepthTable.from_settings(getattr(getattr(worker, "server_args", None), DEPTH_SERVER_ARG, None))
         gate = gate_for(worker) if table is None else _gate_for_table(worker, table)
         if gate is None:
             return
