@@ -20,6 +20,7 @@ from eaglegate.analyzer import analysis, answers, cache, callgraph, parse
 from eaglegate.analyzer import spec_map as spec_map_module
 from eaglegate.analyzer.source import SourceTree, cache_dir
 from eaglegate.analyzer.spec_map import CachedMap, SpecMap
+from eaglegate.app import analysis as operations
 from eaglegate.reports.couplings_terminal import render_couplings, render_scoped
 from eaglegate.reports.terminal import render_map
 
@@ -85,7 +86,7 @@ def _count(monkeypatch, owner: object, name: str) -> list[int]:
 
 
 def _map_entry(tree: SourceTree) -> Path:
-    return answers.map_entry(tree, {"question": repr(spec_map_module.Question())}, app._answer_code())
+    return answers.map_entry(tree, {"question": repr(spec_map_module.Question())}, operations._answer_code())
 
 
 # ---------------------------------------------------------------- map
@@ -167,7 +168,7 @@ def test_an_edit_to_eaglegate_misses(fresh_answers, monkeypatch):
 
 def test_the_code_digest_covers_the_analyzer_and_the_application_layer(tmp_path):
     # An answer is named by the analyzer's source and app.py's: editing either is a miss.
-    assert app._answer_code() != cache.analyzer_digest()
+    assert operations._answer_code() != cache.analyzer_digest()
     source = tmp_path / "module.py"
     source.write_text("x = 1\n")
     first = cache.code_digest(str(source))
@@ -237,7 +238,7 @@ def test_a_warm_couplings_neither_reads_the_tree_nor_builds_the_map(fresh_answer
     }
     assert any((home / "couplings").rglob("*.pkl"))
     expected = {name: _couplings_out(found) for name, found in computed.items()}
-    _refuse(monkeypatch, (app, "analyse"), (analysis, "analyze"), (analysis, "build_map"),
+    _refuse(monkeypatch, (operations, "analyse"), (analysis, "analyze"), (analysis, "build_map"),
             (analysis, "load_codebase"), (spec_map_module, "build_map"), (callgraph, "load_codebase"),
             (parse, "parse_tree"))
     warm = {
@@ -257,11 +258,11 @@ def test_a_damaged_couplings_entry_is_recomputed(fresh_answers, monkeypatch):
     tree, home = fresh_answers
     expected = _couplings_out(app.couplings_answer(tree))
     request = {"flags": "", "env": [], "categories": [], "every": False}
-    entry = answers.couplings_entry(tree, request, app._answer_code())
+    entry = answers.couplings_entry(tree, request, operations._answer_code())
     assert entry.is_file()
     damaged = entry.read_bytes()[:-100]
     entry.write_bytes(damaged)
-    analyses = _count(monkeypatch, app, "analyse")
+    analyses = _count(monkeypatch, operations, "analyse")
     assert _couplings_out(app.couplings_answer(tree)) == expected
     assert analyses == [1]  # recomputed
     assert entry.read_bytes() != damaged
@@ -288,7 +289,7 @@ def test_a_warm_couplings_json_is_the_computed_text(fresh_answers, monkeypatch):
         warm_answer = app.couplings_answer(tree, launch, categories=["buffer"] if launch else None, every=every)
         # The text a warm run writes: filled into the stored JSON, nothing unpickled or encoded.
         with monkeypatch.context() as patched:
-            _refuse(patched, (app, "_unpickled"), (app, "analyse"))
+            _refuse(patched, (operations, "_unpickled"), (operations, "analyse"))
             warm = app.couplings_json(tree, launch, categories=["buffer"] if launch else None, every=every)
         assert warm.endswith("}\n")
         cold_data, warm_data = json.loads(cold), json.loads(warm)
@@ -321,7 +322,7 @@ def test_a_warm_couplings_after_the_bench_phases_only_reads_its_answer(fresh_ans
     loads = _count(monkeypatch, cache, "load")
     checked = _count(monkeypatch, cache, "load_checked")
     stores = _count(monkeypatch, cache, "store_checked")
-    _refuse(monkeypatch, (app, "analyse"), (app, "_unpickled"), (app, "couplings_answer"),
+    _refuse(monkeypatch, (operations, "analyse"), (operations, "_unpickled"), (operations, "couplings_answer"),
             (analysis, "analyze"), (spec_map_module, "build_map"), (parse, "parse_tree"))
     warm = app.couplings_json(tree)
     assert (loads, checked, stores) == ([], [1], [])
@@ -332,8 +333,8 @@ def test_a_warm_couplings_after_the_bench_phases_only_reads_its_answer(fresh_ans
 def test_the_json_text_slots_refuse_what_they_cannot_fill():
     data = {"schema": "s", "sglang": {"version": "1", "root": "/r"}, "counts": {"a": 1},
             "timing_s": {"cached": 0.1}, "findings": ["x"]}
-    template = app._json_template(data)
+    template = operations._json_template(data)
     assert template is not None
-    assert app._filled(template, data["sglang"], data["timing_s"]) == json.dumps(data, indent=2)
+    assert operations._filled(template, data["sglang"], data["timing_s"]) == json.dumps(data, indent=2)
     # An answer that quotes a slot's own text cannot be filled in: nothing is stored for it.
-    assert app._json_template({**data, "findings": [app._SGLANG_SLOT]}) is None
+    assert operations._json_template({**data, "findings": [operations._SGLANG_SLOT]}) is None

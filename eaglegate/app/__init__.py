@@ -12,17 +12,8 @@ transactions (GitPython) are imported by the operations that use them, so `locat
 `status` and a warm `map` do not pay for loading what they never run.
 """
 
-import sys
-import types
-
-from eaglegate.app import agents, analysis, live, patching, reports, requests, tree
 from eaglegate.app.analysis import (
-    _SGLANG_SLOT,
     Couplings,
-    _answer_code,
-    _filled,
-    _json_template,
-    _unpickled,
     analyse,
     answer_couplings,
     answer_couplings_json,
@@ -41,7 +32,6 @@ from eaglegate.app.live import Calibrated, Swept, calibrate, sweep, verify_live
 from eaglegate.app.patching import (
     Applied,
     Patch,
-    _launch_worker,
     apply,
     make_patch,
     patch_files,
@@ -76,10 +66,10 @@ from eaglegate.app.requests import (
 from eaglegate.app.tree import check_inside, locate, speculative_workers, status, writable_parent
 
 __all__ = [
-    "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "_SGLANG_SLOT", "Applied", "CalibrateRequest", "Calibrated",
+    "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "Applied", "CalibrateRequest", "Calibrated",
     "Couplings", "CouplingsRequest", "DiffRequest", "DiffSide", "Estimate", "Graph", "GraphRequest", "Launch",
     "Patch", "PlanRequest", "ReportRequest", "SweepRequest", "Swept", "TreeArgs", "VerifyLiveRequest",
-    "_answer_code", "_filled", "_json_template", "_launch_worker", "_unpickled", "analyse", "answer_couplings",
+    "analyse", "answer_couplings",
     "answer_couplings_json", "apply", "calibrate", "check_arguments", "check_categories",
     "check_couplings_request", "check_inside", "check_launch", "check_launch_settings", "check_output",
     "check_text", "check_threshold", "cli_value", "couplings", "couplings_answer", "couplings_for_launch",
@@ -88,17 +78,3 @@ __all__ = [
     "status", "sweep", "verify", "verify_live", "writable_parent",
 ]
 
-
-class _Package(types.ModuleType):
-    """Setting a name on `eaglegate.app` sets it in each of its modules that binds it too, so
-    a stand-in (a test's or a benchmark's `monkeypatch.setattr(app, "analyse", ...)`) reaches
-    the operations that call it, as it did when the layer was one module."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        for module in (agents, analysis, live, patching, reports, requests, tree):
-            if name in vars(module):
-                setattr(module, name, value)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
