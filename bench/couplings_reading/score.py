@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
+import tempfile
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -103,6 +105,13 @@ def recall(root: Path, sites: list[dict], findings: list[dict]) -> tuple[int, li
     return len(sites) - len(missed), missed
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    """Write beside the target, then rename over it: a reader never sees half a file."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recall", nargs="*", default=["0.5.9", "0.5.4"])
@@ -114,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
              "Our own reviewer's reading (bench/couplings_reading/reading-*.json), made from each",
              "release's source: not the issue's held-out reading. A site is found when a finding",
              "lies in its file and function. `--all`: every finding; `triton`: the default list",
-             f"for `{LAUNCH}`.", "",
+             f"for `{LAUNCH}` (a v1 launch: the reading's v2 sites are not on its path).", "",
              "| release | sites | found (--all) | recall (--all) | found (triton) | recall (triton) |"
              " blocking mechanisms (triton) | findings (--all) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -156,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         cells = " | ".join(f"{table[rule].get(v, (0, 0))[0]} | {table[rule].get(v, (0, 0))[1]}"
                            for v in args.precision)
         lines.append(f"| {rule} | {cells} |")
+    lines += ["", "The second column of each release counts findings in a function the readings name (both",
+              "readings' files and functions; a later release that moved a file counts 0 there, so the",
+              "0.5.23 column says little). A rule may rightly find more than the ~55 functions named."]
     text = "\n".join(lines) + "\n"
-    args.out.write_text(text)
+    _write_atomic(args.out, text)
     print(text)
     return 0
 
