@@ -245,10 +245,13 @@ def test_releases_handoffs(version):
 def test_releases_decode_memory_multiplier(version):
     found = analysis(version).couplings.kinds("step_reservation")
     assert {f.detail["field"] for f in found} == {"decode_mem_cache_buf_multiplier"}
-    lines = {f.symbol.rsplit(".", 1)[-1]: source_line(version, f) for f in found}
-    assert "self.decode_mem_cache_buf_multiplier" in lines["update_running_batch"]
-    assert "buf_multiplier" in lines["check_decode_mem"]
-    assert any(line.strip().startswith("self.decode_mem_cache_buf_multiplier =") for line in lines.values())
+    calls = [source_line(version, f) for f in found if f.symbol.endswith(".update_running_batch")]
+    assert calls and all("check_decode_mem(" in line or "retract_decode(" in line for line in calls)
+    uses = [f for f in found if f.evidence[-1].text.startswith("used as ")]
+    assert any(f.symbol.endswith(".check_decode_mem") for f in uses)
+    for f in uses:
+        assert f.evidence[-1].text.removeprefix("used as ") in source_line(version, f)
+    assert any(source_line(version, f).strip().startswith("self.decode_mem_cache_buf_multiplier =") for f in found)
     assert all("speculative_" in f.evidence[0].text for f in found)
 
 
