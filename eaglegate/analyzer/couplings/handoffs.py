@@ -58,7 +58,8 @@ class HandoffDetector:
     REQUIRES: ClassVar[tuple[str, ...]] = ("flow", "spec_map", "callgraph", "findings")
 
     def find(self, ctx: Context) -> list[Finding]:
-        earlier = [f for f in ctx.scratch.get("findings", []) if isinstance(f, Finding)]
+        kept = ctx.scratch.get("findings")
+        earlier = [f for f in kept if isinstance(f, Finding)] if isinstance(kept, list) else []
         found: list[Finding] = []
         found += self._pool_builds(ctx, earlier)
         found += self._graph_inputs(ctx)
@@ -219,8 +220,10 @@ class HandoffDetector:
         found: list[Finding] = []
         for worker in ctx.workers:
             entry = worker.entry
-            node = function_node(cb, entry) if entry else None
-            if node is None or entry not in cg.graph:
+            if entry is None or entry not in cg.graph:
+                continue
+            node = function_node(cb, entry)
+            if node is None:
                 continue
             steps = {s.function for s in worker.steps}
             # A step reached directly or through one helper of the worker's own.
@@ -553,7 +556,7 @@ def _flag_sized_return(node: ast.AST, selfname: str, attr: str) -> tuple[ast.If,
             for target in targets:
                 for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                     depends.setdefault(name, set()).update(used)
-    returns = [r for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+    returns = [(r, r.value) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
 
     def closure(names: set[str]) -> set[str]:
         seen, stack = set(), list(names)
@@ -574,7 +577,7 @@ def _flag_sized_return(node: ast.AST, selfname: str, attr: str) -> tuple[ast.If,
                     for n in ast.walk(t) if isinstance(n, ast.Name)}
         if not assigned:
             continue
-        for ret in returns:
-            if closure({n.id for n in ast.walk(ret.value) if isinstance(n, ast.Name)}) & assigned:
+        for ret, value in returns:
+            if closure({n.id for n in ast.walk(value) if isinstance(n, ast.Name)}) & assigned:
                 return branch, ret
     return None
