@@ -26,8 +26,8 @@ wheel installs the package as `PyCG/` while its code imports `pycg` (a case-sens
 system finds nothing), so it runs with a directory holding a `pycg` link to it on
 PYTHONPATH; and it imports `pkg_resources`, which setuptools 81 dropped (bench/requirements.txt
 pins setuptools below 81). On SGLang's `srt/` it stops with a RecursionError; the second
-attempt runs it in a thread with a 512 MiB stack and the recursion limit raised (`--timeout`
-applies to each attempt).
+attempt runs it in a thread with a 512 MiB stack and the recursion limit raised, under its
+own limit (`--pycg-deep-timeout`).
 
     python bench/peer_tables.py                # both parts; writes bench/peers.json and bench/PEERS.md
     python bench/peer_tables.py --tables-only  # seconds
@@ -219,7 +219,7 @@ def eaglegate_tree_edges(srt: Path, output: Path) -> dict:
     return {"status": "ok", "wall_s": wall, "edges": {(e["caller"], e["callee"]) for e in data["edges"]}}
 
 
-def compare_tree(version: str, timeout: float) -> dict:
+def compare_tree(version: str, timeout: float, deep_timeout: float) -> dict:
     from eaglegate.analyzer.source import from_release  # noqa: PLC0415
 
     srt = Path(from_release(version).root) / "srt"
@@ -231,7 +231,7 @@ def compare_tree(version: str, timeout: float) -> dict:
         runs[tool] = run_peer(tool, files, srt.parent.parent, WORK / f"tree-{tool}.json", timeout)
         print(f"{tool}: {runs[tool]['status']} {runs[tool]['wall_s']} s {runs[tool].get('error', '')}", flush=True)
         if tool == "pycg" and "RecursionError" in runs[tool].get("error", ""):
-            deep = run_peer("pycg-deep-stack", files, srt.parent.parent, WORK / "tree-pycg.json", timeout)
+            deep = run_peer("pycg-deep-stack", files, srt.parent.parent, WORK / "tree-pycg.json", deep_timeout)
             print(f"pycg, deeper stack: {deep['status']} {deep['wall_s']} s", flush=True)
             runs[tool]["attempts"] = [{"attempt": "default", "status": runs[tool]["status"], "wall_s": runs[tool]["wall_s"],
                                        "error": runs[tool]["error"]},
@@ -330,6 +330,8 @@ def main() -> None:
     parser.add_argument("--tree-only", action="store_true")
     parser.add_argument("--version", default="0.5.9", help="the SGLang release whose srt/ is compared")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per peer run on the tree")
+    parser.add_argument("--pycg-deep-timeout", type=float, default=900,
+                        help="seconds for PyCG's second attempt on the tree (deeper stack)")
     parser.add_argument("--install", action="store_true", help="install bench/requirements.txt into the peers' venv")
     args = parser.parse_args()
     if args.install or not (PEERS_VENV / "bin" / "python").exists():
@@ -342,7 +344,7 @@ def main() -> None:
     if not args.tree_only:
         results["tables"] = score_tables(timeout=120)
     if not args.tables_only:
-        results["tree"] = compare_tree(args.version, args.timeout)
+        results["tree"] = compare_tree(args.version, args.timeout, args.pycg_deep_timeout)
     RESULTS_JSON.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     RESULTS_MD.write_text(render(results), encoding="utf-8")
     print(f"wrote {RESULTS_JSON.name} and {RESULTS_MD.name}")
