@@ -41,6 +41,9 @@ WORK = BENCH / "_work"
 PEERS_VENV = WORK / "peers"
 RESULTS_JSON = BENCH / "results.json"
 RESULTS_MD = BENCH / "RESULTS.md"
+# `--map-only`: `map` beside the baseline's, kept apart from the full run's results.
+MAP_JSON = BENCH / "map_baseline.json"
+MAP_MD = BENCH / "MAP_BASELINE.md"
 
 def write_portable(path: Path, text: str) -> None:
     """Write a committed result file with this machine's paths made portable (repo-relative,
@@ -890,6 +893,38 @@ def render(results: dict) -> str:
 
 # --------------------------------------------------------------------------- main
 
+def bench_map_only(args: argparse.Namespace, log) -> None:
+    """`map` on --base, and the --baseline's right after each run of this one's (so load
+    drifts hit both alike); results in MAP_JSON and MAP_MD."""
+    results: dict = {"machine": machine_info(),
+                     "config": {"repeats": args.repeats, "base": args.base, "interleaved": True},
+                     "map": {args.base: {"cold": [], "warm": []}}}
+    if args.baseline:
+        results["map_baseline"] = {"exe": args.baseline_label, args.base: {"cold": [], "warm": []}}
+    for i in range(args.repeats):
+        one = bench_map(args.base, 1, log, label=f"map-{i}")
+        for phase in ("cold", "warm"):
+            results["map"][args.base][phase] += one[phase]
+        if args.baseline:
+            theirs = bench_map(args.base, 1, log, command=[args.baseline], label=f"map-baseline-{i}")
+            for phase in ("cold", "warm"):
+                results["map_baseline"][args.base][phase] += theirs[phase]
+    for key in ("map", "map_baseline"):
+        if key in results:
+            data = results[key][args.base]
+            data["summary"] = {p: summarize(data[p]) for p in ("cold", "warm")}
+    results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    write_portable(MAP_JSON, json.dumps(results, indent=1) + "\n")
+    machine = results["machine"]
+    lines = ["# `map` beside the baseline", "",
+             f"`bench/run.py --map-only` on {machine.get('date_utc')}, {args.repeats} runs of each, "
+             "this eaglegate's and the baseline's interleaved run by run; load average "
+             f"{machine.get('loadavg_at_start')} at the start, {machine['loadavg_at_end']} at the end. "
+             "Warm: the same cache, second run.", *_render_baseline(results)]
+    write_portable(MAP_MD, "\n".join(lines) + "\n")
+    log(f"wrote {MAP_JSON} and {MAP_MD}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="eaglegate runs per measurement (median)")
@@ -909,6 +944,9 @@ def main() -> None:
     parser.add_argument("--baseline-label", default="the baseline eaglegate",
                         help="how results name the --baseline executable (no path of this machine), "
                              "e.g. 'eaglegate at commit f3a280f'")
+    parser.add_argument("--map-only", action="store_true",
+                        help="measure only `map` on --base (and --baseline's, interleaved run by run); "
+                             "writes bench/map_baseline.json and bench/MAP_BASELINE.md")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -926,6 +964,9 @@ def main() -> None:
         log_file.write(line + "\n")
         log_file.flush()
 
+    if args.map_only:
+        bench_map_only(args, log)
+        return
     peers = [p for p in args.peers.split(",") if p]
     bin_dir = ensure_peers(not args.no_install) if peers else None
     base_tree = release_tree(args.base)

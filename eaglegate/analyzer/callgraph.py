@@ -5,8 +5,10 @@ Nodes are the tree's modules, classes and functions by qualified name; a lambda 
 tree keeps the name it was imported by (`numpy.zeros`), a builtin is `<builtin>.len`.
 Instantiating a class is a call to the `__init__` that runs (its own or inherited; a
 base outside the tree gives `ext.Base.__init__`), and no edge when only `object.__init__`
-runs. A function passed to a builtin or standard-library function that calls it (`map`,
-`filter`, `sorted(key=)`, `functools.partial`…) is called by the caller.
+runs. A function, class or callable instance passed to a builtin or standard-library
+function that calls it (`map`, `filter`, `sorted(key=)`, `threading.Thread(target=)`…) is
+called by the caller. `functools.partial(f, …)` is a value that calls `f`: the edge is made
+where the partial is called (or handed to something that calls it), not where it is made.
 
 Each edge `caller → callee` carries `sites`: a list of `Site(path, line, conditions)`,
 one per call expression, so a report can tell the overlap path from the normal one.
@@ -40,7 +42,7 @@ from eaglegate.analyzer.summary import Call, Expr
 # taking it (`sorted`, `min`, `list.sort`, `heapq.nlargest`…).
 _CALLBACK_TAKERS: dict[str, tuple[int | str, ...]] = {
     f"{BUILTIN_PREFIX}.map": (0,), f"{BUILTIN_PREFIX}.filter": (0,), f"{BUILTIN_PREFIX}.iter": (0,),
-    "functools.reduce": (0,), "functools.partial": (0,), "functools.partialmethod": (0,),
+    "functools.reduce": (0,),
     "itertools.starmap": (0,), "itertools.filterfalse": (0,), "itertools.takewhile": (0,),
     "itertools.dropwhile": (0,), "itertools.accumulate": (1, "func"),
     "threading.Thread": ("target",), "multiprocessing.Process": ("target",),
@@ -105,6 +107,10 @@ class CallGraph:
                 continue
             elif value[0] == "inst":
                 targets.update(v[1] for v in cb.attribute(value, "__call__") if v[0] == "func")
+            elif value[0] == "partial":  # `functools.partial(f, …)` calls `f`
+                more, outside = self._targets((value[1],))
+                targets.update(more)
+                external.extend(outside)
             elif value[0] == "ext":
                 external.append(value[1])
         return targets, external
@@ -147,7 +153,7 @@ class CallGraph:
             keys.update(_CALLBACK_TAKERS.get(name, ()))
         passed = [ir for position, ir in enumerate(call.args) if position in keys]
         passed += [ir for keyword, ir in call.kwargs if keyword in keys]
-        return {v[1] for ir in passed if ir is not None for v in cb.values(ir, caller) if v[0] == "func"}
+        return {target for ir in passed if ir is not None for target in self._targets(cb.values(ir, caller))[0]}
 
     def expand(self, caller: str) -> None:
         if caller in self.expanded or caller not in self.codebase.scopes:

@@ -10,6 +10,7 @@ returns a class is followed to the class. Nothing here knows about SGLang.
 Values are small tuples:
 
     ("module", name) ("class", qn) ("inst", qn) ("func", qn) ("box", frozenset) ("ext", name)
+    ("partial", value)  `functools.partial(f, …)` of a func, class or inst value: calls it
 
 `box` is a container (a registry dict, a list of classes) whose elements are known:
 literals, `d[k] = v`, `d.append(v)`, comprehensions, and what a generator yields. A box
@@ -20,6 +21,11 @@ something outside the analysed tree, named by its import path (`numpy.zeros`,
 `os.path.join`) or `<builtin>.name` for a builtin; calling it returns nothing known.
 Lambdas are functions named `<scope>.<lambdaN>`; a decorated def denotes what its
 decorators return (a wrapper), or itself when they are outside the tree.
+`functools.partial(f, …)` denotes what `f` does (calling it calls `f`). `super()` reads the
+first definition after the class in its MRO, and in each subclass's MRO (a diamond's left
+branch reaches the right one). A list or tuple literal keeps its elements' positions, so
+`pair[1]` and `a, b = pair` read only what stands there. A lambda that `sorted(key=)`,
+`map` or `filter` call back takes the iterable's elements as its parameter.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ _MAX_CALL_SITES = 64  # call sites read to bind one parameter; beyond that it st
 # What a parameter takes from its call sites: functions and classes (factories handed to a
 # registry, classes to a wrapper), and containers of them. Instances come from annotations,
 # which stay cheaper and more precise than every caller's argument.
-_PASSED_KINDS = ("func", "class")
+_PASSED_KINDS = ("func", "class", "partial")
 # Names a function is also called by (`run = f`, a parameter it is passed to): at most this many.
 _MAX_ALIASES = 16
 _NAMED_KINDS = ("n", "a", "def")  # IR that names a callable (not the result of a call)
@@ -61,6 +67,10 @@ BUILTIN_PREFIX = "<builtin>"
 # Methods of a container that give back one of its elements, or the container itself.
 _ELEMENT_METHODS = {"get", "pop", "setdefault", "popitem", "popleft"}
 _SELF_METHODS = {"values", "copy"}
+_PARTIALS = {"functools.partial", "functools.partialmethod"}
+# Callees that call their first argument with an element of each further one (`map(f, xs)`).
+_ITERATING_CALLERS = {("ext", f"<builtin>.{name}") for name in ("map", "filter")} | {
+    ("ext", f"itertools.{name}") for name in ("filterfalse", "takewhile", "dropwhile")}
 # Methods that store their argument (at this position) into the container they are called on.
 _STORE_METHODS = {"append": 0, "add": 0, "appendleft": 0, "insert": 1, "setdefault": 1}
 _EXTEND_METHODS = {"extend": 0, "update": 0}
@@ -269,6 +279,8 @@ class Codebase:
                 values.update(typed)
                 if not typed:
                     values.update(self.argument_values(scope_qn, name))
+                    if scope.kind == "lambda":
+                        values.update(self.callback_arguments(scope_qn, index))
                 for default_param, default in scope.defaults:
                     if default_param == name:
                         values.update(self.values(default, self.parent_qn(scope_qn) or scope_qn))
@@ -382,8 +394,10 @@ class Codebase:
                         continue
                     if func[2] in _ELEMENT_METHODS:
                         result.update(box[1])
-                    elif func[2] == "items":  # pairs: an element of an element is a value
-                        result.add(("box", frozenset({box})))
+                    elif func[2] == "items":  # (key, value) pairs: a value stands at position 1
+                        pair = box_of((1, v) for v in box[1])
+                        if pair:
+                            result.add(("box", frozenset({pair})))
                     else:
                         result.add(box)
             return result
@@ -391,6 +405,10 @@ class Codebase:
             containers = self.values(expr[1], scope_qn)
             return self.elements(containers) if len(expr) == 2 else self.elements_at(containers, expr[2])
         if kind == "k":
+            if len(expr) == 3:  # a list or tuple literal: its elements by position
+                box = box_of((position, v) for position, e in zip(expr[2], expr[1], strict=True)
+                             for v in self.values(e, scope_qn))
+                return {box} if box else _EMPTY
             items = frozenset(v for e in expr[1] for v in self.values(e, scope_qn))
             return {("box", items)} if items else _EMPTY
         if kind == "kd":
@@ -400,6 +418,11 @@ class Codebase:
             return {v for e in expr[1] for v in self.values(e, scope_qn)}
         if kind == "g":
             return self.values(expr[1], scope_qn)
+        if kind == "p":  # `functools.partial(f, …)`: a callable that calls `f`
+            if any(v[0] == "ext" and v[1] in _PARTIALS for v in self.values(expr[1], scope_qn)):
+                return {v if v[0] == "partial" else ("partial", v) for v in self.values(expr[2], scope_qn)
+                        if v[0] in ("func", "class", "inst", "partial")}
+            return _EMPTY
         if kind == "def":
             return self.definition(self.qn(self.scope_module[scope_qn], expr[1]))
         if kind == "in":
@@ -450,7 +473,7 @@ class Codebase:
         current: set[Value] = {("class" if scope.kind == "class" else "func", qn)}
         parent = self.parent_qn(qn) or qn
         for deco in reversed(scope.decorator_exprs):
-            if deco is None:
+            if deco is None or self._made_by_partial(deco, parent):
                 continue
             applied: set[Value] = set()
             for callee in ordered(self.values(deco, parent)):
@@ -461,6 +484,15 @@ class Codebase:
             if applied:  # a decorator outside the tree (or one we cannot follow) keeps the def
                 current = applied
         return current
+
+    def _made_by_partial(self, deco: tuple, scope_qn: str) -> bool:
+        """Whether a decorator is (or is called from) a `functools.partial`: such a decorator
+        keeps the def, as one outside the tree does. The wrapper it returns calls the wrapped
+        function through a parameter that only call sites named after the decorator bind, and
+        a partial's name is none of those, so following it would lose the wrapped function."""
+        while deco[0] == "c":
+            deco = deco[1]
+        return any(v[0] == "partial" for v in self.values(deco, scope_qn))
 
     def _applied(self, decorator_qn: str, argument: set[Value]) -> set[Value]:
         """What calling the decorator on `argument` returns."""
@@ -688,7 +720,9 @@ class Codebase:
             for cls in classes:
                 found, defined = self.class_member(cls, name, instance)
                 if defined:
-                    return found
+                    # `super()` goes on along the MRO of the instance's class, which for a
+                    # subclass with several bases may pass through a sibling (a diamond).
+                    return found | self._super_in_subclasses(base[1], name) if kind == "super" else found
             # A mixin reads attributes that the classes mixing it in (or their other
             # bases) define.
             found_sub: set[Value] = set()
@@ -714,6 +748,19 @@ class Codebase:
                         return {("ext", f"{external[0]}.{name}")}
             return found_sub
         return _EMPTY
+
+    def _super_in_subclasses(self, owner: str, name: str) -> set[Value]:
+        """What `super(owner, self).<name>` is when `self` is an instance of one of owner's
+        subclasses: the first definition after `owner` in that subclass's MRO."""
+        found: set[Value] = set()
+        for sub in sorted(self.subclasses(owner)):
+            order = self.mro(sub)
+            for cls in order[order.index(owner) + 1:] if owner in order else ():
+                values, defined = self.class_member(cls, name, True)
+                if defined:
+                    found.update(values)
+                    break
+        return found
 
     # -- parameters bound at call sites --------------------------------------------------------------
     def parameter_for(self, func_qn: str, key: int | str, bound: bool) -> str | None:
@@ -776,6 +823,32 @@ class Codebase:
                        if ir is not None and self.parameter_for(func_qn, position, bound) == wanted]
             for ir in passed:
                 found.update(v for v in self.values(ir, caller) if _passable(v))
+        return found
+
+    def callback_arguments(self, lambda_qn: str, position: int) -> frozenset:
+        """What a builtin hands the lambda it calls back, for its parameter at `position`:
+        an element of the iterable (`sorted(reqs, key=lambda r: …)`, `reqs.sort(key=…)`,
+        `map(lambda a, b: …, xs, ys)`, `filter(lambda r: …, reqs)`)."""
+        return self._cached(("callback", lambda_qn, position),
+                            lambda: self._callback_arguments(lambda_qn, position))
+
+    def _callback_arguments(self, lambda_qn: str, position: int) -> Iterable[Value]:
+        parent = self.parent_qn(lambda_qn)
+        if parent is None:
+            return _EMPTY
+        written = ("def", self.scopes[lambda_qn].qualname)
+        found: set[Value] = set()
+        for call in self.scopes[parent].calls:
+            iterable: Expr = None
+            if position == 0 and any(ir == written for keyword, ir in call.kwargs if keyword == "key"):
+                func = call.func
+                iterable = call.args[0] if call.args else \
+                    func[1] if func is not None and func[0] == "a" and func[2] == "sort" else None
+            elif call.args and call.args[0] == written and len(call.args) > position + 1 and any(
+                    v in _ITERATING_CALLERS for v in self.values(call.func, parent)):
+                iterable = call.args[position + 1]
+            if iterable is not None:
+                found.update(self.elements(self.values(iterable, parent)))
         return found
 
     def aliases(self, name: str) -> frozenset:
@@ -923,6 +996,8 @@ class Codebase:
                 for call in self.attribute(value, "__call__"):
                     if call[0] == "func":
                         found.update(self.returns(call[1]))
+            elif value[0] == "partial":
+                found.update(self.call_result({value[1]}))
         return found
 
 

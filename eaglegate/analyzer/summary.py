@@ -12,12 +12,14 @@ content-hash cache. Expressions become a tiny IR (`Expr`):
     ("c", func)            the result of calling `func`
     ("s", base)            an element of a container (subscript, iteration, unpacking)
     ("s", base, key)       `base[key]` with a constant key (a string or a number)
-    ("k", (e, ...))        a container literal (list/tuple/set values, comprehensions)
+    ("k", (e, ...))        a container's elements (a set literal, a comprehension)
+    ("k", (e, ...), (i, ...)) a list or tuple literal: its elements and their positions
     ("kd", ((key, e), ...)) a dict literal; key None where it is no constant
     ("u", (e, ...))        one of several values (conditional expression, `or`)
     ("g", base, (e, ...))  a generic type in an annotation (`Optional[X]`)
     ("super",)             `super()`
     ("super", cls)         `super(Cls, self)`
+    ("p", func, e)         what `func(e, …)` gives when `func` is `functools.partial`: `e`
     ("def", qual)          what a `def`, `class` or `lambda` binds (after its decorators)
     ("raw", qual)          the function a `def` defines, before its decorators
     ("in", qual, e)        `e` evaluated in scope `qual` (`global x; x = e` lands in the module)
@@ -171,13 +173,20 @@ def expr_ir(node: ast.expr | None) -> Expr:
         if inner is None:
             return None
         defaulted = _default_dict(node)
-        return ("c", inner) if defaulted is None else ("u", (("c", inner), defaulted))
+        if defaulted is not None:
+            return ("u", (("c", inner), defaulted))
+        bound = _partial_of(node)
+        return ("c", inner) if bound is None else ("u", (("c", inner), ("p", inner, bound)))
     if isinstance(node, ast.Subscript):
         base = expr_ir(node.value)
         if base is None:
             return None
         key = constant_key(node.slice)
         return ("s", base) if key is None else ("s", base, key)
+    if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+        # Positions kept: `pair[1]` and `a, b = pair` read only what stands there.
+        kept = [(position, e) for position, e in enumerate(map(expr_ir, node.elts)) if e is not None]
+        return ("k", tuple(e for _, e in kept), tuple(position for position, _ in kept))
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return ("k", tuple(e for e in map(expr_ir, node.elts) if e is not None))
     if isinstance(node, ast.Dict):
@@ -201,6 +210,17 @@ def expr_ir(node: ast.expr | None) -> Expr:
         element = expr_ir(node.value)
         return ("k", (element,)) if element is not None else None
     return None
+
+
+def _partial_of(node: ast.Call) -> Expr:
+    """`partial(f, …)` (any callee named `partial` or `partialmethod`): `f`, kept beside the
+    call so that what calling the result runs is known once the callee proves to be
+    `functools.partial` (see `Codebase.values`)."""
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name not in ("partial", "partialmethod") or not node.args or isinstance(node.args[0], ast.Starred):
+        return None
+    return expr_ir(node.args[0])
 
 
 def _default_dict(node: ast.Call) -> Expr:
@@ -470,8 +490,8 @@ class _Summarizer(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = expr_ir(node)
-        if func is not None and func[0] == "u" and _default_dict(node) is not None:
-            func = func[1][0]  # the call of `defaultdict` itself
+        if func is not None and func[0] == "u":
+            func = func[1][0]  # the call of `defaultdict` or `partial` itself
         if func is not None and func[0] == "c":
             args: list[Expr] = []
             for arg in node.args:
@@ -494,8 +514,18 @@ class _Summarizer(ast.NodeVisitor):
 
     def _assign(self, target: ast.expr, value: Expr, lineno: int, ann: Expr = None, text: str = "") -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
-            for element in target.elts:
-                self._assign(element, ("s", value) if value is not None else None, lineno)
+            # `a, b = pair`: each name reads the element at its position, up to a starred
+            # name, which holds a list of any of them (as does every name after it).
+            starred = False
+            for position, element in enumerate(target.elts):
+                starred = starred or isinstance(element, ast.Starred)
+                if value is None:
+                    part: Expr = None
+                elif isinstance(element, ast.Starred):
+                    part = ("k", (("s", value),))
+                else:
+                    part = ("s", value) if starred else ("s", value, position)
+                self._assign(element.value if isinstance(element, ast.Starred) else element, part, lineno)
             return
         if isinstance(target, ast.Starred):
             self._assign(target.value, value, lineno)

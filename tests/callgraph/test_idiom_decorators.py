@@ -123,6 +123,98 @@ CASES = [
         def train(name):
             MODELS[name]().fit()
     """}, {"main": {"main.model"}, "main.train": {"main.Linear.fit"}}),
+    ("wraps_decorator_wrapper_calls_the_original", {"main.py": """
+        import functools
+        def logged(fn):
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return wrapper
+        @logged
+        def work():
+            pass
+        def run():
+            work()
+    """}, {"main": {"main.logged"}, "main.logged": {"functools.wraps"},
+           "main.logged.wrapper": {"main.work"}, "main.run": {"main.logged.wrapper"}}),
+    ("identity_decorator_factory", {"main.py": """
+        def tag(name):
+            def apply(fn):
+                fn.tag = name
+                return fn
+            return apply
+        @tag("fast")
+        def work():
+            pass
+        def run():
+            work()
+    """}, {"main": {"main.tag", "main.tag.apply"}, "main.run": {"main.work"}}),
+    ("registry_method_returns_its_argument", {"main.py": """
+        class Registry:
+            def __init__(self):
+                self.items = {}
+            def register(self, fn):
+                self.items[fn.__name__] = fn
+                return fn
+        registry = Registry()
+        @registry.register
+        def work():
+            pass
+        def run():
+            work()
+            registry.items["work"]()
+    """}, {"main": {"main.Registry.__init__", "main.Registry.register"}, "main.run": {"main.work"}}),
+    ("decorated_method_called_through_self", {"main.py": """
+        def traced(fn):
+            def wrapper(self, *args):
+                return fn(self, *args)
+            return wrapper
+        class Service:
+            @traced
+            def handle(self):
+                pass
+            def serve(self):
+                self.handle()
+    """}, {"main.Service": {"main.traced"}, "main.traced.wrapper": {"main.Service.handle"},
+           "main.Service.serve": {"main.traced.wrapper"}}),
+    ("each_decorated_function_reached_from_its_own_wrapper", {"main.py": """
+        def logged(fn):
+            def wrapper():
+                return fn()
+            return wrapper
+        @logged
+        def first():
+            pass
+        @logged
+        def second():
+            pass
+        def run():
+            first()
+    """}, {"main": {"main.logged"}, "main.logged.wrapper": {"main.first", "main.second"},
+           "main.run": {"main.logged.wrapper"}}),
+    ("decorator_returning_a_lambda", {"main.py": """
+        def noisy(fn):
+            return lambda: fn()
+        @noisy
+        def work():
+            pass
+        def run():
+            work()
+    """}, {"main": {"main.noisy"}, "main.noisy.<lambda1>": {"main.work"}, "main.run": {"main.noisy.<lambda1>"}}),
+    ("decorator_with_conditional_return", {"main.py": """
+        DEBUG = False
+        def maybe(fn):
+            if not DEBUG:
+                return fn
+            def wrapper():
+                return fn()
+            return wrapper
+        @maybe
+        def work():
+            pass
+        def run():
+            work()
+    """}, {"main": {"main.maybe"}, "main.maybe.wrapper": {"main.work"}, "main.run": {"main.work", "main.maybe.wrapper"}}),
 ]
 
 

@@ -48,6 +48,50 @@ CASES = [
                 pass
         Child().run()
     """}, {"main": {"main.Base.run"}, "main.Base.run": {"main.Child.hook"}}),
+    # `**d` spreads a dict's entries over the parameters: not bound.
+    ("dict_spread_into_keywords", {"main.py": """
+        def work():
+            pass
+        def call(a=None, b=None):
+            b()
+        def run():
+            call(**{"b": work})
+    """}, {"main.call": {"main.work"}, "main.run": {"main.call"}}),
+    # `enumerate` and `zip` hand back the elements of what they are given: not followed.
+    ("enumerate_hands_back_the_elements", {"main.py": """
+        def first():
+            pass
+        def run():
+            for i, fn in enumerate([first]):
+                fn()
+    """}, {"main.run": {"<builtin>.enumerate", "main.first"}}),
+    # A decorator made by `functools.partial` keeps the def (its wrapper is not followed: the
+    # wrapper's call of the wrapped function would be bound by no call site).
+    ("decorator_made_by_partial", {"main.py": """
+        import functools
+        def traced(name, fn):
+            def wrapper():
+                return fn()
+            return wrapper
+        def tagged(name):
+            return functools.partial(traced, name)
+        @tagged("x")
+        def work():
+            pass
+        def run():
+            work()
+    """}, {"main": {"main.tagged", "main.traced"}, "main.tagged": {"functools.partial"},
+           "main.traced.wrapper": {"main.work"}, "main.run": {"main.traced.wrapper"}}),
+    # After a starred name, positions are not counted from the end.
+    ("starred_target_positions", {"main.py": """
+        def f():
+            pass
+        def g():
+            pass
+        def run():
+            a, *rest = [f, g]
+            rest[0]()
+    """}, {"main.run": {"main.g"}}),
 ]
 
 

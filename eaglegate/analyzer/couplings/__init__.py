@@ -97,6 +97,7 @@ def _report(tree: SourceTree, spec_map: SpecMap, timing: dict[str, float]) -> Co
     start = time.perf_counter()
     findings: list[Finding] = []
     seen: set[tuple] = set()
+    ctx.scratch["findings"] = findings  # a later detector may build on an earlier one's findings
     for detector in detectors():
         for finding in detector.find(ctx):
             if finding.key not in seen:

@@ -3,8 +3,9 @@
 For each worker, the draft step (and what it calls, two levels down) reads fields of
 per-batch state objects (`batch.spec_info.topk_p`, `.hidden_states`, `.verified_id`…).
 A field is reported when it is written by the worker's other steps (verify, draft
-extend) or its batch entry, and the state object carries a speculative value (a field
-or the written value is tainted), which gives the evidence chain its start. After a
+extend) or its batch entry, and the field itself, or the value written to it, carries a
+speculative value, which gives the evidence chain its start. (A field whose sibling alone
+is speculative, as every field of the batch object is, is not: that read changes nothing.) After a
 plain decode step those fields describe an older token: drafting from them still
 verifies correctly but is accepted less, unless a draft extend refreshes them.
 """
@@ -47,6 +48,8 @@ class DraftStateDetector:
                                        if s[2] in writers)
                         if not sites:
                             continue
+                        # The field's own evidence only: a field of an object whose *other*
+                        # field is speculative (every field of the batch) changes nothing here.
                         chain = self._chain(ctx, member, read.attr, sites)
                         if chain is None:
                             continue
@@ -77,9 +80,8 @@ class DraftStateDetector:
                         break
         return list(findings.values())
 
-    def _chain(self, ctx: Context, cls: str, attr: str, sites: list, siblings: bool = True) -> Chain | None:
-        """The field's own taint, the taint of a value written to it, or (with `siblings`) a
-        tainted sibling field."""
+    def _chain(self, ctx: Context, cls: str, attr: str, sites: list) -> Chain | None:
+        """The field's own taint, or the taint of a value written to it."""
         flow = ctx.flow
         own = flow.attr_chain(frozenset({cls}), attr)
         if own is not None:
@@ -96,9 +98,4 @@ class DraftStateDetector:
                     for key, chain, _ in call.tainted_args():
                         if key == attr:
                             return chain
-        tainted = flow.tainted_fields(cls) if siblings else {}
-        if tainted:
-            name, chain = min(tainted.items(), key=lambda item: (len(item[1]), item[0]))
-            last = chain[-1]
-            return (*chain, Step(f"same state object {cls.rsplit('.', 1)[-1]} (field {name})", last.path, last.line))
         return None

@@ -77,7 +77,7 @@ class StateRowsDetector:
                 for rewrite in sorted(rewrites):
                     sites = sorted(flow.attr_writes.get((cls, rewrite[2]), ()))
                     # The field's own evidence: a sibling's would say nothing about this field.
-                    found_chain = chains._chain(ctx, cls, rewrite[2], sites, siblings=False) if sites else None
+                    found_chain = chains._chain(ctx, cls, rewrite[2], sites) if sites else None
                     if found_chain is not None:
                         line, kind, field = rewrite
                         break

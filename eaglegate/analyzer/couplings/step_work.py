@@ -134,7 +134,7 @@ def _state_chain(ctx: Context, cls: str) -> Chain | None:
     for (owner, attr), sites in sorted(flow.attr_writes.items()):
         if owner not in members:
             continue
-        chain = DraftStateDetector()._chain(ctx, owner, attr, sorted(sites), siblings=False)
+        chain = DraftStateDetector()._chain(ctx, owner, attr, sorted(sites))
         if chain is not None and (best is None or len(chain) < len(best)):
             best = chain
     return best
