@@ -26,8 +26,10 @@ import tokenize
 import types
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import libcst as cst
+if TYPE_CHECKING:  # LibCST loads only where a patch is made or checked, not in the index's workers
+    import libcst as cst
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -103,6 +105,12 @@ def parsed(source: str) -> ast.Module:
     return module
 
 
+def syntax(source: str, filename: str = "<unknown>") -> ast.Module:
+    """A module's syntax tree, not kept: for a reader that walks each module once (the
+    index's summaries, one function's segment). Raises as `ast.parse` does."""
+    return ast.parse(source, filename=filename)
+
+
 @lru_cache(maxsize=4096)
 def expression(source: str) -> ast.expr | None:
     """An expression's syntax tree (a branch condition, an annotation, a default as the
@@ -117,13 +125,17 @@ def expression(source: str) -> ast.expr | None:
 def concrete(source: str) -> cst.Module:
     """The LibCST tree of a module's text, parsed once per content (the codemods and
     `verify` read the same worker text). Raises `libcst.ParserSyntaxError`."""
-    return cst.parse_module(source)
+    import libcst
+
+    return libcst.parse_module(source)
 
 
 def check_compiles(data: bytes, name: str) -> None:
     """Raise as Python does when the module's bytes do not parse (both LibCST's parser and
     the compiler's: a patched file must pass both). Bytes, so both honour its encoding."""
-    cst.parse_module(data)
+    import libcst
+
+    libcst.parse_module(data)
     compile(data, name, "exec")
 
 

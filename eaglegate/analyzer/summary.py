@@ -38,6 +38,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from eaglegate.analyzer import files
+
 Expr = Optional[tuple[Any, ...]]  # noqa: UP045 (a runtime alias must work on 3.10)
 Cond = tuple[str, ...]
 
@@ -264,10 +266,8 @@ def annotation_ir(node: ast.expr | None) -> Expr:
     if node is None:
         return None
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        try:
-            return annotation_ir(ast.parse(node.value, mode="eval").body)
-        except SyntaxError:
-            return None
+        parsed = files.expression(node.value)
+        return None if parsed is None else annotation_ir(parsed)
     if isinstance(node, ast.Subscript):
         base = expr_ir(node.value)
         args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -671,7 +671,7 @@ def _branches(node: ast.expr) -> list[tuple[ast.expr, list[str]]]:
 def summarize(source: str, name: str, path: str, is_package: bool) -> ModuleSummary | ParseFailure:
     """Summarize one module; a file that does not parse yields a `ParseFailure`."""
     try:
-        tree = ast.parse(source, filename=path)
+        tree = files.syntax(source, path)
     except SyntaxError as exc:
         return ParseFailure(path, exc.lineno or 0, exc.msg)
     except (ValueError, RecursionError) as exc:

@@ -316,7 +316,7 @@ class SpecFlow:
         code = "\n" * (start - 1) + "".join(
             line[len(indent):] if line.startswith(indent) else line.lstrip(" \t") for line in segment)
         try:
-            parsed = ast.parse(code).body[0]
+            parsed = files.syntax(code).body[0]
         except (SyntaxError, IndexError, ValueError, RecursionError):
             parsed = self._whole_module(facts)
         if not isinstance(parsed, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -189,10 +189,7 @@ class _Keying:
 
 
 def _parse(text: str) -> ast.expr | None:
-    try:
-        return ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
+    return files.expression(text)
 
 
 def _compared(cb: Codebase, qn: str, cond: tuple[str, ...]) -> Keys:
