@@ -41,9 +41,11 @@ WORK = BENCH / "_work"
 PEERS_VENV = WORK / "peers"
 RESULTS_JSON = BENCH / "results.json"
 RESULTS_MD = BENCH / "RESULTS.md"
-# `--map-only`: `map` beside the baseline's, kept apart from the full run's results.
-MAP_JSON = BENCH / "map_baseline.json"
-MAP_MD = BENCH / "MAP_BASELINE.md"
+# `--beside`: map, couplings and patch beside the baseline's, kept apart from the full run's results.
+BESIDE_JSON = BENCH / "beside_baseline.json"
+BESIDE_MD = BENCH / "BESIDE_BASELINE.md"
+# What `--beside` times, warm (the same cache, after an untimed first run), and `map` cold too.
+BESIDE_COMMANDS = {"map": ["map"], "couplings": ["couplings"], "patch": ["patch", "--threshold", "32"]}
 
 def write_portable(path: Path, text: str) -> None:
     """Write a committed result file with this machine's paths made portable (repo-relative,
@@ -893,36 +895,71 @@ def render(results: dict) -> str:
 
 # --------------------------------------------------------------------------- main
 
-def bench_map_only(args: argparse.Namespace, log) -> None:
-    """`map` on --base, and the --baseline's right after each run of this one's (so load
-    drifts hit both alike); results in MAP_JSON and MAP_MD."""
-    results: dict = {"machine": machine_info(),
-                     "config": {"repeats": args.repeats, "base": args.base, "interleaved": True},
-                     "map": {args.base: {"cold": [], "warm": []}}}
+def bench_beside(args: argparse.Namespace, log) -> None:
+    """`map` (cold and warm), `couplings` and `patch` (warm) on --base, each run of this
+    eaglegate's followed by the same run of the --baseline's, so load drifts hit both alike;
+    results in BESIDE_JSON and BESIDE_MD."""
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    exes = {"this": eaglegate_cmd()}
     if args.baseline:
-        results["map_baseline"] = {"exe": args.baseline_label, args.base: {"cold": [], "warm": []}}
+        exes["baseline"] = [args.baseline]
+    phases = ["map cold", *(f"{name} warm" for name in BESIDE_COMMANDS)]
+    runs: dict[str, dict[str, list[dict]]] = {exe: {phase: [] for phase in phases} for exe in exes}
+
+    def timed(exe: str, phase: str, cache: Path, i: int) -> None:
+        name = phase.split()[0]
+        stem = WORK / f"beside-{exe}-{phase.replace(' ', '-')}-{i}"
+        run = measure(exes[exe] + BESIDE_COMMANDS[name] + ["--version", args.base, "--json"],
+                      env=env_with(cache), stdout=stem.with_suffix(".json"), stderr=stem.with_suffix(".err"))
+        run["cmd"] = [exe, *BESIDE_COMMANDS[name]]
+        runs[exe][phase].append(run)
+        log(f"{exe} {phase} #{i + 1}: {run['status']} {run['wall_s']} s, cpu {run['cpu_s']} s, "
+            f"load {run['loadavg_before'][0]}")
+
+    caches = {}
     for i in range(args.repeats):
-        one = bench_map(args.base, 1, log, label=f"map-{i}")
-        for phase in ("cold", "warm"):
-            results["map"][args.base][phase] += one[phase]
-        if args.baseline:
-            theirs = bench_map(args.base, 1, log, command=[args.baseline], label=f"map-baseline-{i}")
-            for phase in ("cold", "warm"):
-                results["map_baseline"][args.base][phase] += theirs[phase]
-    for key in ("map", "map_baseline"):
-        if key in results:
-            data = results[key][args.base]
-            data["summary"] = {p: summarize(data[p]) for p in ("cold", "warm")}
+        for exe in exes:
+            caches[exe] = fresh_cache(f"beside-{exe}-{i}", [args.base])
+            timed(exe, "map cold", caches[exe], i)
+        for name in BESIDE_COMMANDS:
+            for exe in exes:  # untimed: the command's own answers cached, then the warm run
+                subprocess.run(exes[exe] + BESIDE_COMMANDS[name] + ["--version", args.base, "--json"],
+                               env=env_with(caches[exe]), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+            for exe in (exes if i % 2 == 0 else list(exes)[::-1]):
+                timed(exe, f"{name} warm", caches[exe], i)
+    results: dict = {"machine": machine_info(),
+                     "config": {"repeats": args.repeats, "base": args.base, "interleaved": True,
+                                "baseline": args.baseline_label if args.baseline else None},
+                     "runs": runs,
+                     "summary": {exe: {phase: summarize(r) for phase, r in by_phase.items()}
+                                 for exe, by_phase in runs.items()}}
+    results["machine"]["loadavg_at_start"] = load_at_start
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write_portable(MAP_JSON, json.dumps(results, indent=1) + "\n")
+    write_portable(BESIDE_JSON, json.dumps(results, indent=1) + "\n")
     machine = results["machine"]
-    lines = ["# `map` beside the baseline", "",
-             f"`bench/run.py --map-only` on {machine.get('date_utc')}, {args.repeats} runs of each, "
-             "this eaglegate's and the baseline's interleaved run by run; load average "
+    lines = ["# `map`, `couplings` and `patch` beside the baseline", "",
+             f"`bench/run.py --beside` on {machine.get('date_utc')}, {args.repeats} runs of each, on SGLang "
+             f"{args.base}, this eaglegate's and {args.baseline_label if args.baseline else 'no baseline'}'s "
+             "interleaved run by run; load average "
              f"{machine.get('loadavg_at_start')} at the start, {machine['loadavg_at_end']} at the end. "
-             "Warm: the same cache, second run.", *_render_baseline(results)]
-    write_portable(MAP_MD, "\n".join(lines) + "\n")
-    log(f"wrote {MAP_JSON} and {MAP_MD}")
+             "Warm: the same cache, after an untimed run of the same command.", "",
+             "| command | phase | this: median wall s (min–max) | baseline: median wall s (min–max) "
+             "| this CPU s | baseline CPU s |", "|---|---|---:|---:|---:|---:|"]
+
+    def cell(stats: dict, key: str = "wall") -> str:
+        if not stats.get("n"):
+            return "–"
+        if key == "cpu":
+            return f"{stats['cpu_s']}"
+        return f"{stats['wall_s']} ({stats['wall_min_s']}–{stats['wall_max_s']})"
+
+    for phase in phases:
+        this, base = results["summary"]["this"][phase], results["summary"].get("baseline", {}).get(phase, {})
+        command, kind = phase.split()
+        lines.append(f"| `{command}` | {kind} | {cell(this)} | {cell(base)} | {cell(this, 'cpu')} | {cell(base, 'cpu')} |")
+    write_portable(BESIDE_MD, "\n".join(lines) + "\n")
+    log(f"wrote {BESIDE_JSON} and {BESIDE_MD}")
 
 
 def main() -> None:
@@ -944,9 +981,10 @@ def main() -> None:
     parser.add_argument("--baseline-label", default="the baseline eaglegate",
                         help="how results name the --baseline executable (no path of this machine), "
                              "e.g. 'eaglegate at commit f3a280f'")
-    parser.add_argument("--map-only", action="store_true",
-                        help="measure only `map` on --base (and --baseline's, interleaved run by run); "
-                             "writes bench/map_baseline.json and bench/MAP_BASELINE.md")
+    parser.add_argument("--beside", action="store_true",
+                        help="measure only `map` (cold, warm), `couplings` and `patch` (warm) on --base, and "
+                             "--baseline's interleaved run by run; writes bench/beside_baseline.json and "
+                             "bench/BESIDE_BASELINE.md")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peers in --peers and merge them into results.json")
     args = parser.parse_args()
@@ -964,8 +1002,8 @@ def main() -> None:
         log_file.write(line + "\n")
         log_file.flush()
 
-    if args.map_only:
-        bench_map_only(args, log)
+    if args.beside:
+        bench_beside(args, log)
         return
     peers = [p for p in args.peers.split(",") if p]
     bin_dir = ensure_peers(not args.no_install) if peers else None

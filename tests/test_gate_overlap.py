@@ -921,7 +921,7 @@ def patched_method(version: str, rel: str, cls_name: str, name: str, namespace: 
     from conftest import release
 
     if version not in _patches:
-        _patches[version] = generate_patch(release(version), worker="v2")
+        _patches[version] = generate_patch(release(version), worker="v2", required=True)
     after = next(c.after for c in _patches[version].changes if c.path.endswith(rel)).decode()
     return _compile(after, rel, cls_name, name, namespace)
 

@@ -221,7 +221,7 @@ def test_the_pr_35377_backport_keeps_every_allocation_with_one_read_for_the_batc
     rel = "srt/mem_cache/allocation.py"
     patched = next(
         c.after.decode()
-        for c in generate_patch(release_tree(version), worker="v2").changes
+        for c in generate_patch(release_tree(version), worker="v2", required=True).changes
         if c.path == f"sglang/{rel}"
     )
     allocated, lengths = [0, 40, 17, 96, 5], [32, 40, 64, 64, 8]

@@ -91,7 +91,7 @@ def test_overlap_gate_flow(version, tmp_path):
     assert path.startswith("Scheduler.run_batch") and "EAGLEWorkerV2.forward_batch_generation" in path
     assert "batch_gate.run_gated_decode" in path
 
-    assert not apply(parent, generate_patch(from_path(parent), worker="v2"),
+    assert not apply(parent, generate_patch(from_path(parent), worker="v2", required=True),
                      tree_version=tree.version).changed
     assert status(parent).state == "patched"
     revert(parent)
@@ -128,7 +128,7 @@ def _copy_with(version: str, tmp_path: Path, rel: str, old: str, new: str):
 ])
 def test_overlap_patch_refuses_a_tree_whose_anchors_differ(version, rel, old, new, anchor, tmp_path):
     with pytest.raises(UserError) as refused:
-        generate_patch(_copy_with(version, tmp_path, rel, old, new), worker="v2")
+        generate_patch(_copy_with(version, tmp_path, rel, old, new), worker="v2", required=True)
     assert anchor in str(refused.value) and "refusing to guess" in str(refused.value)
 
 
@@ -163,7 +163,7 @@ def test_plan_routes_the_launch_to_the_worker_it_runs(version, env, family):
 
 def test_from_0_5_13_the_cap_guard_goes_where_the_eagle_family_is_handled():
     """0.5.13 moved speculation's reset of the running cap into a function of its own."""
-    patch = generate_patch(release("0.5.13"), worker="v2")
+    patch = generate_patch(release("0.5.13"), worker="v2", required=True)
     hook = next(c for c in patch.changes if c.path.endswith("srt/arg_groups/speculative_hook.py"))
     assert b"max_running_requests is None and not server_args.speculative_batch_gate_threshold" in hook.after
     args = next(c for c in patch.changes if c.path.endswith("srt/server_args.py"))
@@ -194,7 +194,7 @@ def test_pr_35377_is_backported_where_alloc_for_spec_decode_reads_a_scalar_per_r
     own = release(version).root / SPEC_ALLOC
     edits = [
         c
-        for c in generate_patch(release(version), worker="v2").changes
+        for c in generate_patch(release(version), worker="v2", required=True).changes
         if c.path.endswith(SPEC_ALLOC)
     ]
     if version not in PR_35377_BACKPORTED:
@@ -233,7 +233,7 @@ def test_a_backport_applied_by_git_apply_is_found_by_its_mark_and_reverted(tmp_p
     shutil.copytree(release("0.5.17").root, parent / "sglang")
     pristine = tree_hash(parent)
     diff = tmp_path / "gate.patch"
-    diff.write_text(render_patch(generate_patch(from_path(parent), worker="v2")))
+    diff.write_text(render_patch(generate_patch(from_path(parent), worker="v2", required=True)))
     proc = subprocess.run(["git", "apply", str(diff)], cwd=parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     found = status(parent)
@@ -261,7 +261,7 @@ def test_from_0_5_13_a_gated_steps_future_map_relay_goes_to_the_gate_first(versi
     from eaglegate.patches.codemods.spec_relay import RESOLVE, STASH, relay_where_present
     from eaglegate.patches.generate import RELAY
 
-    edits = [c for c in generate_patch(release(version), worker="v2").changes if c.path.endswith(RELAY)]
+    edits = [c for c in generate_patch(release(version), worker="v2", required=True).changes if c.path.endswith(RELAY)]
     if Version(version) < Version("0.5.13"):
         assert edits == []
         return

@@ -25,7 +25,6 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from eaglegate.analyzer import files
@@ -160,6 +159,9 @@ def _from_metadata(version: str, location: str, direct_url: str, origin: str) ->
 
 def from_installed() -> SourceTree:
     """The SGLang installed in this interpreter."""
+    # Imported here: it costs a warm `map --version` (which never reads it) a tenth of its start.
+    from importlib import metadata
+
     try:
         dist = metadata.distribution(PACKAGE)
     except metadata.PackageNotFoundError:
