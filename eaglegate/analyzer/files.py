@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # LibCST loads only where a patch is made or checked, not in 
 def read_bytes(path: str | Path) -> bytes:
     """The file's bytes as they are now (never cached: the patch transaction backs up and
     compares exactly these). Raises OSError as reading it does."""
-    return Path(path).read_bytes()
+    with open(path, "rb") as handle:  # no Path built per call: the digests read every module
+        return handle.read()
 
 
 def encoding_of(data: bytes) -> str:
