@@ -398,8 +398,8 @@ def test_cli_apply_status_revert_round_trip(tree):
         "sglang/srt/speculative/eagle_worker_v2.py",
     ]
     # The flags of the worker `plan` finds this (partial) tree's default launch runs.
-    from eaglegate.analyzer.source import from_path
     from eaglegate.analyzer.analysis import analyze
+    from eaglegate.analyzer.source import from_path
     from eaglegate.patches.generate import launch_flags
     from eaglegate.patches.plan import default_worker
 
