@@ -20,7 +20,8 @@ from pathlib import Path
 TABLES = Path(__file__).resolve().parent.parent / "tests" / "callgraph"
 
 
-def _load(path: Path):
+def load_module(path: Path):
+    """A table file (or the cases' helper) loaded as a module; peer_tables.py uses it too."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -30,14 +31,14 @@ def _load(path: Path):
 
 def score() -> list[dict[str, object]]:
     sys.path.insert(0, str(TABLES))
-    graph_of = _load(TABLES / "callgraph_cases.py").graph_of
+    graph_of = load_module(TABLES / "callgraph_cases.py").graph_of
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["EAGLEGATE_CACHE"] = str(Path(scratch) / "cache")
         for table in sorted(TABLES.glob("test_idiom_*.py")):
             tp = fp = fn = 0
             failed = []
-            for number, (name, files, expected) in enumerate(_load(table).CASES):
+            for number, (name, files, expected) in enumerate(load_module(table).CASES):
                 found = graph_of(Path(scratch) / f"{table.stem}-{number}", files)
                 found_edges = {(a, b) for a, callees in found.items() for b in callees}
                 expected_edges = {(a, b) for a, callees in expected.items() for b in callees}

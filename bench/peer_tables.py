@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
 import subprocess
@@ -50,6 +49,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from idiom_tables import load_module  # bench/ is the script's own folder on sys.path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -62,14 +63,6 @@ RESULTS_MD = BENCH / "PEERS.md"
 TOOLS = ("eaglegate", "pycg", "jarviscg")
 TREE_PREFIX = "sglang.srt."
 SAMPLE = 12
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _pycg_env() -> dict[str, str]:
@@ -160,14 +153,14 @@ def run_peer(tool: str, files: list[str], package: Path, output: Path, timeout: 
 
 def score_tables(timeout: float) -> list[dict]:
     sys.path.insert(0, str(TABLES))
-    graph_of = _load(TABLES / "callgraph_cases.py").graph_of
+    graph_of = load_module(TABLES / "callgraph_cases.py").graph_of
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["EAGLEGATE_CACHE"] = str(Path(scratch) / "cache")
         for table in sorted(TABLES.glob("test_idiom_*.py")):
             row: dict = {"table": table.stem.removeprefix("test_idiom_"), "cases": 0,
                          **{tool: {"tp": 0, "fp": 0, "fn": 0, "exact": 0, "errors": []} for tool in TOOLS}}
-            for number, (name, files, expected) in enumerate(_load(table).CASES):
+            for number, (name, files, expected) in enumerate(load_module(table).CASES):
                 row["cases"] += 1
                 program = Path(scratch) / f"{table.stem}-{number}"
                 found = {"eaglegate": {(a, b) for a, callees in graph_of(program, files).items() for b in callees}}
