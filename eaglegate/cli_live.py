@@ -22,8 +22,8 @@ from rich.table import Table
 
 from eaglegate import app
 from eaglegate.cli_common import JsonOpt, err, out, print_json
+from eaglegate.live import MAX_CONCURRENCY
 from eaglegate.live import calibrate as cal
-from eaglegate.live.sweep import MAX_CONCURRENCY, SweepProgress
 from eaglegate.reports import charts
 
 PromptsOpt = Annotated[
@@ -60,25 +60,31 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-class _RichSweepProgress(SweepProgress):
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.task: TaskID | None = None
+def _rich_sweep_progress(progress: Progress) -> Any:
+    """The sweep's progress drawn with rich; the sweep (and its HTTP client) loads only when a
+    sweep runs, not with every command."""
+    from eaglegate.live.sweep import SweepProgress
 
-    def level_started(self, concurrency: int, requests: int) -> None:
-        self.task = self.progress.add_task(f"concurrency {concurrency:>4}", total=requests)
+    class RichSweepProgress(SweepProgress):
+        def __init__(self) -> None:
+            self.task: TaskID | None = None
 
-    def request_done(self) -> None:
-        if self.task is not None:
-            self.progress.advance(self.task)
+        def level_started(self, concurrency: int, requests: int) -> None:
+            self.task = progress.add_task(f"concurrency {concurrency:>4}", total=requests)
 
-    def level_done(self, record: dict[str, Any]) -> None:
-        if self.task is not None:
-            self.progress.update(
-                self.task,
-                description=f"concurrency {record['max_concurrency']:>4}  "
-                f"{record['output_throughput']:>9.1f} tok/s",
-            )
+        def request_done(self) -> None:
+            if self.task is not None:
+                progress.advance(self.task)
+
+        def level_done(self, record: dict[str, Any]) -> None:
+            if self.task is not None:
+                progress.update(
+                    self.task,
+                    description=f"concurrency {record['max_concurrency']:>4}  "
+                    f"{record['output_throughput']:>9.1f} tok/s",
+                )
+
+    return RichSweepProgress()
 
 
 def sweep(
@@ -112,7 +118,7 @@ def sweep(
         ignore_eos=ignore_eos, timeout=number(timeout), tag=tag,
     )
     with _progress(not as_json) as progress:
-        swept = app.sweep(request, progress=_RichSweepProgress(progress))
+        swept = app.sweep(request, progress=_rich_sweep_progress(progress))
     endpoint, records = swept.endpoint, swept.records
     if as_json:
         print_json({"output": output, "levels": records})

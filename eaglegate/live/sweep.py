@@ -24,6 +24,7 @@ from typing import Any
 
 from eaglegate import __version__
 from eaglegate.errors import UsageError, UserError
+from eaglegate.live import MAX_CONCURRENCY
 from eaglegate.live.calibrate import is_rate
 from eaglegate.live.client import (
     Endpoint,
@@ -58,9 +59,6 @@ class LevelRun:
     duration_s: float
 
 
-# One thread per request in flight (and one for its deadline): a machine runs out of
-# threads long before a level this high is worth measuring.
-MAX_CONCURRENCY = 8192
 
 
 def check_concurrency(name: str, level: int) -> int:
