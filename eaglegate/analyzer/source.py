@@ -495,8 +495,3 @@ def _read(file: Path) -> str:
         return files.read_bytes(file).decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-# The agents' insertion point decodes a change's bytes through here until it reads the
-# generator's `PatchSet.insertion`; `files.decode` is the one decoder.
-decode_python = files.decode
