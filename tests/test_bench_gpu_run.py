@@ -23,7 +23,7 @@ import harness  # noqa: E402
 import loadgen  # noqa: E402
 import machine  # noqa: E402
 import servers  # noqa: E402
-from phases import profile, throughput  # noqa: E402
+from phases import equivalence, profile, throughput  # noqa: E402
 
 
 def a_run(tmp_path, *argv):
@@ -107,7 +107,11 @@ def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, serv
     ("servers", "extra", "says"),
     [
         ("plain-default:accept,eagle-v2:accept,gated-v2:accept", [], "a fixed --threshold"),
-        ("plain-default:accept,gated-v2:context", ["--threshold", "16"], "throughput pairs only"),
+        (
+            "plain-default:accept,gated-v2:trained",
+            ["--threshold", "16"],
+            "throughput pairs (accept, real) or the context pair only",
+        ),
         ("eagle-v2:accept,eagle-v2:accept", [], "a server named twice"),
         (",".join(f"eagle-v2@{i}:accept" for i in range(1, 6)), [], "at most 4 servers"),
         (
@@ -281,7 +285,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
     together_flags = ["--start-together", "--plain-caps", "2048,256"] if together else []
     run = a_run(tmp_path, *SIDE_BY_SIDE, *together_flags, "--servers", ",".join(f"{n}:{p}" for n, p in items))
-    records = throughput.side_by_side(run, rows)
+    records = throughput.side_by_side(run, rows, {})
 
     names = [name for name, _ in items]
     launches_and_ups = [e[:2] for e in events if e[0] in ("start", "up")]
@@ -337,6 +341,38 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
     ]
 
 
+def test_context_servers_side_by_side_run_the_equivalence_set_not_the_levels(tmp_path, monkeypatch):
+    """Context servers started together each run the equivalence set once, in turn, gated at
+    the equivalence threshold (the set's switch workload crosses it), with no throughput
+    repeats; their outputs land under their names for the comparison."""
+    events = []
+
+    def start(run, name, pair, threshold, tree_dir, port, extra_args, copy_tree):
+        events.append(("start", name, threshold))
+        log = Path(run.stage) / f"{name}.log"
+        log.write_text("max_running_requests=4096, context_len=4096\n")
+        return {"name": name, "pair": pair, "url": name, "logp": str(log),
+                "res": {"server": name, "pair": pair, "healthy": True}}
+
+    monkeypatch.setattr(servers, "launch", start)
+    monkeypatch.setattr(servers, "wait_healthy", lambda run, server: server)
+    monkeypatch.setattr(servers, "stop", lambda run, s, wait_gpu: events.append(("stop", s["name"])))
+    monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(loadgen, "bench", lambda *a, **k: events.append(("bench",)))
+    monkeypatch.setattr(loadgen, "equivalence_set", lambda url: events.append(("set", url)) or {"C1": [[url]]})
+    monkeypatch.setattr(machine, "gpu_used_mib", lambda: 1234)
+    names = ["plain-default", "eagle-v2", "gated-v2"]
+    run = a_run(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--deterministic",
+                "--servers", ",".join(f"{n}:context" for n in names))
+    rows, outputs = [], {}
+    throughput.side_by_side(run, rows, outputs)
+    assert [e for e in events if e[0] == "start"] == [("start", n, equivalence.EQUIV_THRESHOLD) for n in names]
+    assert [e for e in events if e[0] == "set"] == [("set", n) for n in names]
+    assert ("bench",) not in events and rows == []
+    assert outputs == {n: {"C1": [[n]]} for n in names}
+    assert [e for e in events if e[0] == "stop"] == [("stop", n) for n in names]
+
+
 def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path, monkeypatch):
     stopped = []
     monkeypatch.setattr(servers, "wait_healthy", lambda run, server: server)
@@ -358,7 +394,7 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path
     )
     # already past the deadline: no timed repeat runs
     run = a_run(tmp_path, *SIDE_BY_SIDE, "--deadline-s", "0", "--servers", "plain-default:accept,eagle-v2:accept")
-    records = throughput.side_by_side(run, [])
+    records = throughput.side_by_side(run, [], {})
     assert stopped == ["plain-default", "eagle-v2"]
     assert [r.get("cut_short") for r in records] == [True, None]
 

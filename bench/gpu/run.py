@@ -96,7 +96,7 @@ def main(argv=None):
     if run.side_by_side:
         out["side_by_side"] = {"kv_tokens": throughput.SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r",
                                "started": "together" if run.start_together else "one after another"}
-        out["servers"] = throughput.side_by_side(run, rows)
+        out["servers"] = throughput.side_by_side(run, rows, outputs)
     else:
         one_at_a_time(run, out, rows, outputs)
     out["equivalence"] = equivalence.compare(outputs)

@@ -8,12 +8,15 @@ import loadgen
 import machine
 import servers
 
-from phases import profile
+from phases import equivalence, profile
 
 # Sampling temperature per pair: the `real` pair's acceptance comes from the target sampling
 # token 0 with a probability below one (weights.py calibrates it); the others are greedy.
 TEMPERATURE = {"real": 1.0}
 PAIRS = ("accept", "real")
+# The pair whose greedy outputs are compared (phases/equivalence.py); side by side, its
+# servers run the equivalence set instead of the levels.
+EQUIVALENCE_PAIR = "context"
 
 
 def untimed_pass(run, url, res, c):
@@ -96,14 +99,15 @@ def side_by_side_refusal(run):
         return f"at most {SIDE_BY_SIDE_MAX} servers fit beside each other, not {len(items)}"
     if len({name for name, _ in items}) < len(items):
         return "a server named twice (a second start is NAME@2)"
-    if any(pair not in PAIRS for _, pair in items):
-        return "throughput pairs only (accept, real)"
+    if any(pair not in (*PAIRS, EQUIVALENCE_PAIR) for _, pair in items):
+        return f"throughput pairs (accept, real) or the {EQUIVALENCE_PAIR} pair only"
     if run.catchup or run.profile:
         return "not with --catchup or --profile (each measures one server alone)"
     if run.start_together and not run.plain_caps:
         return ("--start-together needs --plain-caps CAP,GRAPH_BS (the speculative servers start "
                 "before plain-default logs its own)")
-    if run.threshold == "calibrate" and any(servers.server_kind(name) in servers.CALIBRATE_ON for name, _ in items):
+    if run.threshold == "calibrate" and any(servers.server_kind(name) in servers.CALIBRATE_ON
+                                            for name, pair in items if pair in PAIRS):
         return "a fixed --threshold (calibrate reads rows measured before the gated server starts)"
     return None
 
@@ -124,18 +128,22 @@ def server_up(run, server):
     run.record_caps(server["name"], caps)
 
 
-def side_by_side(run, rows):
+def side_by_side(run, rows, outputs):
     """Start every server of the call one after another, each beside the ones already up
     (--start-together: all launched at once, then each awaited; a server's `startup_s` is then
-    when the wait saw it up: for all but the first, at least its real start-up); then per level
-    an untimed pass on each, and the timed repeats interleaved. Returns each server's record."""
+    when the wait saw it up: for all but the first, at least its real start-up); then the
+    equivalence set on each context server in turn (into `outputs`), and per level an untimed
+    pass on each throughput server, and the timed repeats interleaved. Returns each server's
+    record."""
     threshold = None if run.threshold == "calibrate" else int(run.threshold)
     extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
     started, copied = [], set()
     dirs = side_by_side_dirs([n for n, _ in run.servers])
     try:
         for i, ((name, pair), tree_dir) in enumerate(zip(run.servers, dirs, strict=True)):
-            server = servers.launch(run, name, pair, threshold, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
+            # a context server gates where the equivalence set switches (as one alone does)
+            gate_at = equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else threshold
+            server = servers.launch(run, name, pair, gate_at, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
                                     extra_args=extra, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             started.append(server)
@@ -147,10 +155,17 @@ def side_by_side(run, rows):
             used = machine.gpu_used_mib()  # the GPU's memory in use with all of them up
             for server in started:
                 server["res"]["gpu_used_mib_all"] = used
-        up = [s for s in started if s["res"]["healthy"]]
-        for s in up:
+        healthy = [s for s in started if s["res"]["healthy"]]
+        for s in healthy:
             s["res"]["warm_s"] = loadgen.warm(s["url"])
-        for c in run.levels:
+        for s in healthy:
+            if s["pair"] == EQUIVALENCE_PAIR:
+                if run.out_of_time():
+                    s["res"]["cut_short"] = True
+                    continue
+                equivalence.outputs_of(s["name"], outputs)(s["url"], s["res"])
+        up = [s for s in healthy if s["pair"] in PAIRS]
+        for c in run.levels if up else ():
             for s in up:
                 untimed_pass(run, s["url"], s["res"], c)
             for rep in range(run.repeats):
