@@ -626,3 +626,31 @@ def test_profile_windows_start_later_in_their_load():
 def test_profile_windows_must_be_a_positive_integer(tmp_path, bad):
     says = refusal(tmp_path, "--servers", "plain-default:accept", "--profile-windows", bad)
     assert "--profile-windows: a positive integer" in says and "Traceback" not in says
+
+
+# The form setuptools-scm / vcs-versioning writes into a release's wheel (sglang/_version.py).
+VERSION_FILE = """__version__ = version = '{}'
+__version_tuple__ = version_tuple = (0, 5, 14)
+"""
+
+
+@pytest.mark.parametrize(
+    ("installed", "carried", "refused"),
+    [("0.5.14", "0.5.13", True), ("0.5.13", "0.5.13", False), (None, "0.5.13", False), ("0.5.14", None, False)],
+)
+def test_a_stage_installed_for_another_release_than_the_one_carried_is_refused(tmp_path, installed, carried, refused):
+    """setup.sh installs a stage once: a second release's call on a warm machine, without a
+    stage of its own, would run the first release under the second's name."""
+    stage, root = tmp_path / "stage", tmp_path / "root"
+    (stage / "pristine" / "sglang").mkdir(parents=True)
+    (root / ".gpu").mkdir(parents=True)
+    if installed:
+        (stage / "pristine" / "sglang" / "_version.py").write_text(VERSION_FILE.format(installed))
+    if carried:
+        (root / ".gpu" / "VERSION").write_text(carried + "\n")
+    says = harness.stage_refusal(str(stage), root=str(root))
+    if refused:
+        assert says == (f"the stage {stage} holds SGLang {installed}, .gpu carries {carried}: "
+                        f"export STAGE=$HOME/eg-stage-{carried} before sourcing .gpu/kit/setup.sh")
+    else:
+        assert says is None

@@ -6,6 +6,7 @@ SGLang version plan read)."""
 import argparse
 import hashlib
 import os
+import re
 import time
 
 import machine
@@ -22,6 +23,34 @@ def weights_dir(stage):
     digest = hashlib.sha256(b"".join(open(os.path.join(HERE, f), "rb").read()
                                      for f in ("weights.py", "eagle3_train.py"))).hexdigest()[:8]
     return os.path.join(stage, "w-" + digest)
+
+
+def stage_release(stage):
+    """The SGLang release installed in the stage (its `_version.py`), or None."""
+    try:
+        text = open(os.path.join(stage, "pristine", "sglang", "_version.py")).read()
+    except OSError:
+        return None
+    found = re.search(r"^__version__ = (?:version = )?['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else None
+
+
+def carried_release(root="."):
+    """The release pack.sh carried (`.gpu/VERSION`), or None."""
+    try:
+        return open(os.path.join(root, ".gpu", "VERSION")).read().strip() or None
+    except OSError:
+        return None
+
+
+def stage_refusal(stage, root="."):
+    """setup.sh installs a stage's packages once: a stage installed for another release than
+    the one carried would run that other release under this one's name."""
+    installed, carried = stage_release(stage), carried_release(root)
+    if installed and carried and installed != carried:
+        return (f"the stage {stage} holds SGLang {installed}, .gpu carries {carried}: "
+                f"export STAGE=$HOME/eg-stage-{carried} before sourcing .gpu/kit/setup.sh")
+    return None
 
 
 def is_positive_int(text):
@@ -106,7 +135,8 @@ def parser():
                     help="every server up at once on the GPU (at most 4, KV pools capped at "
                          f"{throughput.SIDE_BY_SIDE_TOKENS} tokens, idle ones asleep), their timed repeats "
                          "interleaved at each level: drift within the call falls on all alike. "
-                         "Throughput pairs only, with a fixed --threshold")
+                         "Throughput pairs (a fixed --threshold) or the context pair (each server "
+                         "runs the equivalence set in turn)")
     ap.add_argument("--start-together", action="store_true",
                     help="with --side-by-side: launch every server at once, then wait for all "
                          "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "
@@ -152,6 +182,9 @@ class Run:
 
     def refusal(self):
         """Why this call cannot run, or None."""
+        refusal = stage_refusal(self.stage)
+        if refusal:
+            return refusal
         for name, pair in self.servers:  # a bad variant wastes the call
             module = servers.variant_module(name)
             if module and not servers.KINDS[servers.server_kind(name)].gates:
