@@ -117,12 +117,24 @@ def fake_torch():
 NEWER = ["0.5.12.post1", "0.5.16"]
 
 
+def load_gate(source: str | None = None):
+    """A fresh copy of the gate module (its process-wide state new), from `source` if given."""
+    spec = importlib.util.spec_from_file_location("batch_gate_under_release", GATE_FILE)
+    module = importlib.util.module_from_spec(spec)
+    if source is None:
+        spec.loader.exec_module(module)
+    else:
+        exec(compile(source, str(GATE_FILE), "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
 class Sglang:
     """One release's SGLang as the gate sees it: its classes built from its source
     (`release_defs`: class bodies with their fields, defaults, enum members and methods),
-    installed under their modules' names, and a fresh copy of the gate module."""
+    installed under their modules' names, and a fresh copy of the gate module (of
+    `gate_source`, where given)."""
 
-    def __init__(self, version: str, monkeypatch) -> None:
+    def __init__(self, version: str, monkeypatch, gate_source: str | None = None) -> None:
         for name in ("SGLANG_SPEC_BATCH_GATE_THRESHOLD", "SGLANG_SPEC_BATCH_GATE_RESUME",
                      "SGLANG_SPEC_BATCH_GATE_RESUME_STEPS"):
             monkeypatch.delenv(name, raising=False)
@@ -146,9 +158,7 @@ class Sglang:
         self.passed_names = self._arguments("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")[2:]
         self.capture_argument = "capture_hidden_mode" in self._arguments(
             "sglang.srt.managers.tp_worker", "TpModelWorker")
-        spec = importlib.util.spec_from_file_location("batch_gate_overlap_under_test", GATE_FILE)
-        self.gate = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.gate)
+        self.gate = load_gate(gate_source)
 
     def _arguments(self, module: str, cls: str) -> list[str]:
         found = self.defs.find(module, cls)

@@ -13,10 +13,8 @@ test_gate_overlap. Then errors are injected at each entry point: none reaches th
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import logging
-import sys
 import types
 from pathlib import Path
 
@@ -28,8 +26,7 @@ from packaging.version import Version
 from eaglegate.patches import gate_contract
 
 from conftest import release
-from release_defs import Release
-from test_gate_overlap import GATE_FILE, T, fake_torch
+from test_gate_overlap import GATE_FILE, Sglang, T
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "bench" / "versions.json"
 # Every release the overlap worker's patch reaches.
@@ -42,43 +39,12 @@ FIXED_LINE = 'batch.capture_hidden_mode = capture or _capture_hidden_mode("NULL"
 OLD_LINE = "batch.capture_hidden_mode = capture or type(batch.capture_hidden_mode).NULL"
 
 
-def load_gate(source: str | None = None):
-    """A fresh copy of the gate module (its process-wide state new), from `source` if given."""
-    spec = importlib.util.spec_from_file_location("batch_gate_under_release", GATE_FILE)
-    module = importlib.util.module_from_spec(spec)
-    if source is None:
-        spec.loader.exec_module(module)
-    else:
-        exec(compile(source, str(GATE_FILE), "exec"), module.__dict__)  # noqa: S102
-    return module
-
-
-class Server:
-    """One release's classes, with a worker of stand-ins around them."""
+class Server(Sglang):
+    """One release's SGLang (its own classes, test_gate_overlap's `Sglang`) with a worker of
+    stand-ins around it."""
 
     def __init__(self, version: str, monkeypatch, threshold: int = 4, gate_source: str | None = None):
-        monkeypatch.setitem(sys.modules, "torch", fake_torch())
-        for name in ("SGLANG_SPEC_BATCH_GATE_THRESHOLD", "SGLANG_SPEC_BATCH_GATE_RESUME",
-                     "SGLANG_SPEC_BATCH_GATE_RESUME_STEPS"):
-            monkeypatch.delenv(name, raising=False)
-        self.version = version
-        self.root = release(version).root
-        self.defs = Release(self.root)
-        self.defs.install(monkeypatch)
-        self.gate = load_gate(gate_source)
-        cls = self.defs.cls
-        self.Capture = cls("sglang.srt.model_executor.forward_batch_info", "CaptureHiddenMode")
-        self.Mode = cls("sglang.srt.model_executor.forward_batch_info", "ForwardMode")
-        self.Algorithm = cls("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
-        self.ScheduleBatch = cls("sglang.srt.managers.schedule_batch", "ScheduleBatch")
-        self.WorkerBatch = cls("sglang.srt.managers.schedule_batch", "ModelWorkerBatch|ScheduleBatch")
-        self.DraftInput = cls("sglang.srt.speculative.eagle_info", "EagleDraftInput")
-        self.Result = cls("sglang.srt.managers.utils|sglang.srt.managers.scheduler", "GenerationBatchResult")
-        entry = gate_contract.find_class(self.root, "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")
-        forward = next(f for f in entry.node.body if isinstance(f, ast.FunctionDef)
-                       and f.name == "forward_batch_generation")
-        # What the release's entry takes after the batch, which the patched entry passes on.
-        self.passed_names = [a.arg for a in forward.args.args[2:]]
+        super().__init__(version, monkeypatch, gate_source)
         self.published: list = []
         self.speculative_steps: list = []
         self.worker = self._worker(threshold)
@@ -133,50 +99,8 @@ class Server:
         worker.topk = 1
         return worker
 
-    def algorithm(self):
-        members = getattr(self.Algorithm, "__members__", None)
-        if members is not None:
-            return next(m for name, m in members.items() if name.startswith("EAGLE"))
-        # 0.5.4.post2 to 0.5.7: a registry whose members are registered when its module is
-        # imported, not in the class body; one made the way the registry makes them.
-        algorithm = object.__new__(self.Algorithm)
-        algorithm.name, algorithm.value = "EAGLE3", 1
-        return algorithm
-
-    def passed(self) -> dict:
-        hooks = {"on_publish": self.published.append}
-        return {name: hooks.get(name) for name in self.passed_names}
-
-    def scheduler_batch(self, size: int):
-        """The scheduler's batch the decision reads, its other fields the release's defaults."""
-        return self.defs.instance(self.ScheduleBatch, reqs=[object()] * size)
-
-    def draft_input(self, size: int):
-        fields = {f for f in vars(self.DraftInput).get("__dataclass_fields__", {})}
-        token = "bonus_tokens" if "bonus_tokens" in fields else "verified_id"
-        values = {"topk_p": T(np.full((size, 1), 0.5), np.float32),
-                  "topk_index": T(np.full((size, 1), 7), np.int64),
-                  "hidden_states": T(np.ones((size, 6)), np.float16),
-                  token: T([11 + i for i in range(size)], np.int32)}
-        return self.defs.instance(self.DraftInput, **values)
-
-    def worker_batch(self, spec_info, size: int, mode: str = "DECODE"):
-        """The batch the worker gets: the scheduler's own from 0.5.13 (the fields it leaves
-        unset keep the release's defaults), a ModelWorkerBatch before, which
-        `get_model_worker_batch` builds with every field set, the capture mode included."""
-        values = {
-            "forward_mode": getattr(self.Mode, mode), "spec_info": spec_info,
-            "spec_algorithm": self.algorithm(), "seq_lens": T([10 + i for i in range(size)], np.int64),
-            "seq_lens_cpu": T([10 + i for i in range(size)], np.int64),
-            "seq_lens_sum": sum(range(10, 10 + size)),
-            "req_pool_indices": T(list(range(size)), np.int64),
-            "input_ids": T([5] * size, np.int64), "out_cache_loc": T([0] * size, np.int64),
-        }
-        if self.WorkerBatch is not self.ScheduleBatch:
-            values["capture_hidden_mode"] = self.Capture.FULL
-        else:
-            values["reqs"] = [object()] * size
-        return self.defs.instance(self.WorkerBatch, **values)
+    def passed(self, **hooks) -> dict:
+        return super().passed(on_publish=self.published.append, **hooks)
 
     def start(self):
         self.gate.init_overlap_batch_gate(self.worker)
@@ -193,7 +117,7 @@ def test_every_entry_point_runs_on_the_releases_own_classes(version, monkeypatch
 
     # The decision, on the scheduler's batch: 3 > 2, gated; the reservation is the speculative one.
     spec = server.draft_input(3)
-    assert gate.decode_alloc_len(spec, server.scheduler_batch(3), 4) == 4
+    assert gate.decode_alloc_len(spec, server.schedule_batch(3), 4) == 4
     assert state.gated and state.gated_steps == 1
 
     # The gated decode, on the worker's batch as the release defines it.
@@ -221,7 +145,7 @@ def test_every_entry_point_runs_on_the_releases_own_classes(version, monkeypatch
     assert gate.stash_gated_relay(future_map, nxt.future_indices, nxt)
     assert future_map.output_tokens_buf.tolist()[1:4] == [111, 112, 113]
     assert not gate.stash_gated_relay(future_map, nxt.future_indices, nxt)  # once
-    gate.decode_alloc_len(nxt, server.scheduler_batch(3), 4)
+    gate.decode_alloc_len(nxt, server.schedule_batch(3), 4)
     assert gate.resolve_gated_relay(future_map, server.worker_batch(nxt, 3))
 
     # The gated prefill: the target alone, the draft rows the release's own draft input.
@@ -235,7 +159,7 @@ def test_every_entry_point_runs_on_the_releases_own_classes(version, monkeypatch
     # The resume: below the lower mark for the resume steps, speculating again.
     for _ in range(state.resume_steps):
         spec = server.draft_input(1)
-        gate.decode_alloc_len(spec, server.scheduler_batch(1), 4)
+        gate.decode_alloc_len(spec, server.schedule_batch(1), 4)
     assert not state.gated and not gate.is_gated_decode(server.worker_batch(spec, 1))
 
     # The counters, in the decode log's words.
@@ -255,7 +179,7 @@ def test_the_line_that_crashed_live_fails_on_the_releases_that_crashed_and_no_ot
     server = Server(version, monkeypatch, threshold=2, gate_source=source.replace(FIXED_LINE, OLD_LINE))
     state = server.start()
     spec = server.draft_input(3)
-    server.gate.decode_alloc_len(spec, server.scheduler_batch(3), 4)
+    server.gate.decode_alloc_len(spec, server.schedule_batch(3), 4)
     with caplog.at_level(logging.ERROR):
         result = server.gate.run_gated_decode(server.worker, server.worker_batch(spec, 3), **server.passed())
     if version in CRASHED:
@@ -267,7 +191,7 @@ def test_the_line_that_crashed_live_fails_on_the_releases_that_crashed_and_no_ot
     # With the fix, every release runs the step.
     fixed = Server(version, monkeypatch, threshold=2)
     fixed_state = fixed.start()
-    fixed.gate.decode_alloc_len(spec, fixed.scheduler_batch(3), 4)
+    fixed.gate.decode_alloc_len(spec, fixed.schedule_batch(3), 4)
     fixed.gate.run_gated_decode(fixed.worker, fixed.worker_batch(spec, 3), **fixed.passed())
     assert fixed_state.failures == 0
 
@@ -302,7 +226,7 @@ def test_an_error_in_the_gate_never_reaches_the_scheduler(version, where, monkey
     INJECTED[where](server)
     spec = server.draft_input(3)
     with caplog.at_level(logging.INFO):
-        reserved = gate.decode_alloc_len(spec, server.scheduler_batch(3), 4)
+        reserved = gate.decode_alloc_len(spec, server.schedule_batch(3), 4)
         assert reserved == 4
         batch = server.worker_batch(spec, 3)
         if where in ("decision", "counters"):
@@ -336,7 +260,7 @@ def test_an_error_in_the_gate_never_reaches_the_scheduler(version, where, monkey
     assert "failed (" in state.describe() and state.describe().endswith("1 failure")
     # From now on every step is SGLang's own.
     later = server.draft_input(3)
-    assert gate.decode_alloc_len(later, server.scheduler_batch(9), 4) == 4
+    assert gate.decode_alloc_len(later, server.schedule_batch(9), 4) == 4
     assert not gate.is_gated_decode(server.worker_batch(later, 3))
     assert not gate.is_gated_prefill(server.worker_batch(None, 2, mode="EXTEND"))
 
@@ -352,7 +276,7 @@ def test_the_failure_counter_reaches_prometheus(monkeypatch):
     assert state.metrics is not None
     server.worker.target_worker.forward_batch_generation = _boom
     spec = server.draft_input(3)
-    server.gate.decode_alloc_len(spec, server.scheduler_batch(3), 4)
+    server.gate.decode_alloc_len(spec, server.schedule_batch(3), 4)
     server.gate.run_gated_decode(server.worker, server.worker_batch(spec, 3), **server.passed())
     assert registry.get_sample_value("sglang:spec_batch_gate_failures_total") == 1
     assert registry.get_sample_value("sglang:spec_batch_gate_gated") == 0
@@ -370,7 +294,7 @@ def test_a_server_lacking_what_the_gate_relies_on_keeps_the_gate_off(version, mo
     assert lines == ["batch gate: off because this SGLang lacks what it relies on: "
                      "ModelRunner.req_to_token_pool"]
     spec = server.draft_input(3)
-    assert server.gate.decode_alloc_len(spec, server.scheduler_batch(9), 4) == 4
+    assert server.gate.decode_alloc_len(spec, server.schedule_batch(9), 4) == 4
     assert not server.gate.is_gated_decode(server.worker_batch(spec, 3))
 
 
