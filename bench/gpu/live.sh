@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# A release's live check of the gate in one device call (about six minutes), on the GPU machine:
+#   device run, carry [".gpu"] (pack.sh VERSION first), command: bash bench/gpu/live.sh TAG_A TAG_B
+# TAG_A: the throughput half (plain-default, eagle-v2 and gated-v2 side by side, accept pair,
+# threshold 56, C=8 and 128, medians of 5); TAG_B: the equivalence half (the context pair under
+# deterministic inference, the three started together, the equivalence set with its switch
+# workload on each). Their rows and logs come back as one archive, $OUT/all.tgz: a call returns
+# at most eight files. Then, here: one runs.toml entry per tag, raw/<tag>/, collect.py.
+set -u
+A=${1:?usage: live.sh TAG_A TAG_B}; B=${2:?usage: live.sh TAG_A TAG_B}
+# setup.sh installs a stage's packages once per machine: one stage per release.
+export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
+source .gpu/kit/setup.sh 56
+python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2:accept,gated-v2:accept --side-by-side \
+  --start-together --plain-caps 4096,256 --threshold 56 --levels 8,128 --repeats 5 \
+  --tag "$A" --out "$OUT" --deadline-s 270 > "$OUT/$A.out" 2>&1
+python3 bench/gpu/run.py --servers plain-default:context,eagle-v2:context,gated-v2:context --deterministic \
+  --side-by-side --start-together --plain-caps 4096,256 --tag "$B" --out "$OUT" --deadline-s 250 > "$OUT/$B.out" 2>&1
+grep -h "tok/s\|healthy\|EQUIV\|refus\|Error" "$OUT/$A.out" "$OUT/$B.out" | tail -60
+cd "$OUT" && tar czf all.tgz -- * && find . -type f ! -name all.tgz -delete
