@@ -67,6 +67,15 @@ BAD = [
           "env must be a list of NAME=VALUE strings, not str", "plan_gate-env-type"),
     _case(["plan", *V, "--config-out", NOWHERE], None, None,
           "no such folder: /nonexistent-eaglegate-folder (create it first)", "plan-config-out"),
+    _case(["plan", *V, "--depth-table", '{"batch": [8, 8], "depth": [[1], [2], [0]]}'], "plan_gate",
+          {"version": VERSION, "depth_table": '{"batch": [8, 8], "depth": [[1], [2], [0]]}'},
+          "depth_table is not a depth table: batch: bounds not strictly increasing", "plan-depth-table"),
+    _case(["plan", *V, "--depth-table", "/nonexistent-eaglegate-folder/t.json"], "plan_gate",
+          {"version": VERSION, "depth_table": "/nonexistent-eaglegate-folder/t.json"},
+          "depth_table is not a depth table: cannot read '/nonexistent-eaglegate-folder/t.json': "
+          "No such file or directory", "plan-depth-table-missing"),
+    _case(None, "plan_gate", {"version": VERSION, "depth_table": 3},
+          "depth_table must be a string, not int", "plan_gate-depth-table-type"),
     # couplings / find_couplings
     _case(["couplings", *V, "--category", "bogus"], "find_couplings", {"version": VERSION, "category": "bogus"},
           "category must be one of buffer, cuda_graph, draft_state, mode_check, config_cap, not 'bogus'",

@@ -63,7 +63,14 @@ from eaglegate.app.requests import (
     check_threshold,
     cli_value,
 )
-from eaglegate.app.tree import check_inside, locate, speculative_workers, status, writable_parent
+from eaglegate.app.tree import (
+    check_inside,
+    locate,
+    speculative_workers,
+    status,
+    writable_parent,
+    write_file,
+)
 
 __all__ = [
     "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "Applied", "CalibrateRequest", "Calibrated",
@@ -75,6 +82,6 @@ __all__ = [
     "check_text", "check_threshold", "cli_value", "couplings", "couplings_answer", "couplings_for_launch",
     "couplings_json", "couplings_of", "diff", "graph", "load_report", "locate", "make_patch", "map_answer",
     "patch_files", "plan", "plan_of", "plan_section", "report", "report_of", "revert", "speculative_workers",
-    "status", "sweep", "verify", "verify_live", "writable_parent",
+    "status", "sweep", "verify", "verify_live", "writable_parent", "write_file",
 ]
 

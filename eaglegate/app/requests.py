@@ -73,6 +73,21 @@ def check_optional_threshold(threshold: object) -> int | None:
     return None if threshold is None else check_threshold(threshold)
 
 
+def check_depth_table(table: object) -> str | None:
+    """A depth table, inline JSON or the path of a JSON file, read by the gate's own parser
+    (what the server will read at start-up); a path comes back absolute, for the launch."""
+    from eaglegate.patches.gate_module import DepthTable
+
+    text = check_text("depth_table", table, MAX_FLAGS_TEXT)
+    if text is None:
+        return None
+    try:
+        DepthTable.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"depth_table is not a depth table: {exc}") from None
+    return text if text.startswith("{") else str(Path(text).expanduser().resolve())
+
+
 def check_text(name: str, value: object, limit: int = MAX_TEXT) -> str | None:
     """A free-text argument, stripped; None when absent or blank."""
     if value is None:
@@ -223,6 +238,7 @@ ARGUMENTS: dict[str, Callable[[object], object]] = {
     **{name: _text(name) for name in TEXT_LIMITS if name not in ("flags", "category", "worker")},
     "flags": check_flags, "env": check_env, "category": check_categories, "worker": check_worker,
     "threshold": check_optional_threshold, "margin": partial(check_fraction, "--margin"),
+    "depth_table": check_depth_table,
     "detail": check_detail, **{name: partial(check_paging, name) for name in PAGING},
     **{name: partial(check_switch, name) for name in SWITCHES},
     **{name: partial(check_figure, name) for name in ESTIMATE_FIGURES},
@@ -301,15 +317,18 @@ class CouplingsRequest:
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """`plan`: the threshold (optional), the launch, and where to write the adaptive config."""
+    """`plan`: the threshold (optional), the launch, where to write the adaptive config, and
+    the depth table (optional) the overlap worker's gate is to follow."""
 
     threshold: object = None
     launch: Launch = field(default_factory=Launch)
     config_out: str | None = None
+    depth_table: object = None
 
     def __post_init__(self) -> None:
         _set(self, "threshold", check_optional_threshold(self.threshold))
         check_output(self.config_out)
+        _set(self, "depth_table", check_depth_table(self.depth_table))
 
 
 @dataclass(frozen=True)

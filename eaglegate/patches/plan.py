@@ -33,7 +33,7 @@ from eaglegate.analyzer.launch import (
 )
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
 from eaglegate.analyzer.spec_map import WorkerMap
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 from eaglegate.patches import live_runs
 
 PLAN_SCHEMA_VERSION = 1
@@ -78,6 +78,8 @@ class GatePlan:
     # Other routes for this launch, each a dict like the plan's own fields (family,
     # adaptive_config, launch_flags, caps, caveats) plus what it costs (`cost`).
     alternatives: list[dict[str, Any]] = field(default_factory=list)
+    # The depth gate's route, where a depth table was given (`_plan_depth_route`).
+    depth: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -119,9 +121,23 @@ def build_plan(
     threshold: int | None = None,
     flags: str = "",
     env: list[str] | None = None,
+    depth_table: str | None = None,
 ) -> GatePlan:
     """The plan for this tree under the user's launch flags and environment (the threshold
-    is checked by the caller, `app.plan`)."""
+    and the depth table are checked by the caller, `app.plan`). With a depth table, the
+    overlap worker's code patch is the one route that follows it: any other is refused."""
+    plan = _build_plan(analysis, threshold, flags, env)
+    if depth_table is not None:
+        if plan.family != "v2-code-patch":
+            raise UsageError(
+                f"depth_table: the depth gate runs in the overlap worker's code patch (EAGLEWorkerV2); "
+                f"SGLang {plan.version} under these flags plans {plan.family}"
+                + (f" ({plan.worker})" if plan.worker else ""))
+        _plan_depth_route(analysis, plan, depth_table, flags, env)
+    return plan
+
+
+def _build_plan(analysis: Analysis, threshold: int | None, flags: str, env: list[str] | None) -> GatePlan:
     threshold = threshold or DEFAULT_THRESHOLD
     settings = analysis.settings
     # What the launch runs, decided as `couplings` decides it; the caps' post-processing too.
@@ -299,6 +315,61 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
         "cost": f"native adaptive speculation (no patch) {NATIVE_COST}",
         "caveats": caveats,
     }
+
+
+DEPTH_CONFIG_FILE = "adaptive_depth.json"
+
+
+def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, flags: str,
+                      env: list[str] | None) -> None:
+    """The depth gate's launch: the table's flag, and where the release builds adaptive tiers
+    (it declares `--speculative-adaptive` and this version's config loader is found), an
+    adaptive config whose candidate steps are exactly the table's depths above 0, checked
+    with that loader; elsewhere the table collapses to {0, the launch depth}, as the gate does."""
+    from eaglegate.patches.codemods.server_args import DEPTH_TABLE
+    from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
+
+    table = DepthTable.parse(depth_table)
+    launch = evaluate_launch(analysis.settings, analysis.spec_map, analysis.codebase, flags, env,
+                             wanted={"speculative_num_steps"}).resolved.values.get("speculative_num_steps")
+    launch_depth = launch if isinstance(launch, int) and launch > 0 else None
+    cells = {cell for row in table.depths for cell in row}
+    depths = sorted({launch_depth if c == LAUNCH_DEPTH else c for c in cells} - {0, None})
+    plan.launch_flags += [DEPTH_TABLE.flag, depth_table]
+    route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
+    plan.depth = route
+    if LAUNCH_DEPTH in cells and launch_depth is None:
+        plan.caveats.append(f"the table names {LAUNCH_DEPTH!r} and --speculative-num-steps is not given: "
+                            "that depth is whatever the server resolves, and is not among the listed depths")
+    if not depths:
+        plan.caveats.append("the depth table never speculates (every cell is 0): the server decodes plainly")
+        return
+    loader = adaptive_loader(analysis) if analysis.settings.declares(ADAPTIVE_FLAGS[0]) else None
+    if loader is None:
+        plan.caveats.append(
+            f"SGLang {plan.version} builds no adaptive tiers eaglegate can configure ("
+            + (f"its {ADAPTIVE_FLAGS[0]} config loader was not found" if analysis.settings.declares(ADAPTIVE_FLAGS[0])
+               else f"no {ADAPTIVE_FLAGS[0]}")
+            + "): the depth table collapses to {0, the launch depth}; depths "
+            f"{', '.join(map(str, depths))} other than the launch's run at the launch's --speculative-num-steps")
+        return
+    config = {"1": {"candidate_steps": depths}}
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        json.dump(config, handle)
+        handle.flush()
+        try:
+            loader[0](handle.name)
+        except (ValueError, AssertionError, KeyError, TypeError) as exc:
+            plan.caveats.append(f"this version's adaptive config loader ({loader[1]}) refuses the tiers "
+                                f"{depths}: {exc}; the depth table collapses to {{0, the launch depth}}")
+            return
+    route["tiers"] = True
+    plan.adaptive_config = config
+    plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], DEPTH_CONFIG_FILE]
+    plan.caveats.append(f"the adaptive config (--config-out writes it as {DEPTH_CONFIG_FILE}) builds one tier "
+                        f"per depth {depths}, checked with this version's own loader ({loader[1]})")
 
 
 def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[dict[str, Any]]:
