@@ -34,6 +34,8 @@ def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(versio
     plan = _plan(version, str(table))
     flags = plan.launch_flags
     assert flags[:2] == [THRESHOLD.flag, "48"]
+    # Kept for the cap guard, which reads it, though the table decides every step.
+    assert any(c.startswith("with the table the gate ignores the threshold") for c in plan.caveats)
     assert flags[flags.index(DEPTH_TABLE.flag) + 1] == str(table)
     assert ADAPTIVE_FLAGS[0] in flags and flags[flags.index(ADAPTIVE_FLAGS[1]) + 1].endswith(".json")
     # The cells above 0, "launch" read as the launch's --speculative-num-steps.

@@ -119,7 +119,9 @@ def calibrate_depths(request: CalibrateRequest) -> DepthTabled:
     table = {"batch": result.bounds, "context": [], "depth": [[d] for d in result.depths],
              "margin": [[m] for m in result.margins]}
     text = json.dumps(table)
-    DepthTable.parse(text)  # what the server will read; a table it refuses is a bug here
+    # What the server will read. Sweep levels are integers from 1 (`read_results`), so the
+    # bounds are batch sizes, strictly increasing: a refusal here is this code's bug.
+    DepthTable.parse(text)
     written = None
     if request.table_out:
         write_file(str(request.table_out), (text + "\n").encode())
