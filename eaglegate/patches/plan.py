@@ -334,7 +334,8 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
     launch = resolved.values.get("speculative_num_steps")
     launch_depth = launch if isinstance(launch, int) and launch > 0 else None
     cells = {cell for row in table.depths for cell in row}
-    depths = sorted({launch_depth if c == LAUNCH_DEPTH else c for c in cells} - {0, None})
+    depths = sorted({d for d in (launch_depth if c == LAUNCH_DEPTH else c for c in cells)
+                     if isinstance(d, int) and d > 0})
     plan.launch_flags += [DEPTH_TABLE.flag, depth_table]
     route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
     plan.depth = route

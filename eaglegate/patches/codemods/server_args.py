@@ -148,7 +148,9 @@ class _OfKind(cst.CSTTransformer):
 
 
 def _annotation_of(anchor: cst.BaseExpression, argument: GateArgument) -> str:
-    return code(cst.ensure_type(anchor.visit(_OfKind(argument.kind)), cst.BaseExpression))
+    annotation = anchor.visit(_OfKind(argument.kind))
+    assert isinstance(annotation, cst.BaseExpression)
+    return code(annotation)
 
 
 def _names_eagle(test: cst.BaseExpression) -> bool:
