@@ -7,6 +7,7 @@ only JSON on stdout; progress and messages go to stderr.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -156,15 +157,25 @@ def calibrate(
     bw_eff: Annotated[str, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.", metavar="FLOAT")] = "0.8",
     overhead_ms: Annotated[str, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.", metavar="FLOAT")] = "0.0",
     max_concurrency: Annotated[str, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.", metavar="INTEGER")] = "1024",
+    depth: Annotated[list[str] | None, typer.Option("--depth", help="Depth gate: a sweep at static depth D (--speculative-num-steps D), as D=FILE (repeatable); with the baseline, picks the depth per concurrency.", metavar="D=FILE")] = None,
+    table_out: Annotated[str | None, typer.Option("--table-out", help="Depth gate: write the depth table here (for --speculative-depth-table).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find where speculation stops paying and recommend the gate's threshold and hysteresis.
+    """Find where speculation stops paying and recommend the gate's threshold and hysteresis;
+    or, with --depth, the depth gate's table: the best depth (0: plain) per concurrency.
 
     Example: eaglegate calibrate baseline.jsonl spec.jsonl --png curves.png
 
     Example: eaglegate calibrate --estimate --params-b 8 --draft-tokens 4 --accept-len 2.5 --gpu h200
+
+    Example: eaglegate calibrate plain.jsonl --depth 1=d1.jsonl --depth 3=d3.jsonl --table-out depth.json
     """
     number = app.cli_value
+    if depth or table_out:
+        _calibrate_depths(app.CalibrateRequest(baseline, spec, margin=number(margin), png=png, depths=depth,
+                                               table_out=table_out, estimate=app.Estimate() if estimate else None),
+                          as_json)
+        return
     model = app.Estimate(
         params_b=number(params_b), draft_tokens=number(draft_tokens),  # type: ignore[arg-type]
         accept_len=number(accept_len), gpu=gpu, peak_tflops=number(peak_tflops),  # type: ignore[arg-type]
@@ -208,6 +219,31 @@ def calibrate(
         out.print("[dim]roofline estimate: see docs/calibrate.md for what it assumes[/dim]")
     if png:
         err.print(f"wrote {png}")
+
+
+def _calibrate_depths(request: app.CalibrateRequest, as_json: bool) -> None:
+    tabled = app.calibrate_depths(request)
+    result = tabled.result
+    if as_json:
+        print_json({**result.to_json(), "table": tabled.table, "written": tabled.written})
+        return
+    depths = sorted(int(d) for d in result.rows[0]["throughput"])
+    table = Table(title=f"output tok/s by depth (margin {result.margin:g})")
+    for col in ("concurrency", *(f"depth {d}" if d else "plain" for d in depths), "chosen", "lead"):
+        table.add_column(col, justify="right")
+    for row in result.rows:
+        table.add_row(f"{row['concurrency']:g}", *(f"{row['throughput'][str(d)]:.1f}" for d in depths),
+                      str(row["depth"]), f"{row['lead']:+.1%}")
+    out.print(table)
+    bands = [f"batch <= {b}: depth {d}" for b, d in zip(result.bounds, result.depths, strict=False)]
+    bands.append(f"above {result.bounds[-1]}: depth {result.depths[-1]}" if result.bounds
+                 else f"every batch: depth {result.depths[-1]}")
+    out.print("[bold]depth table[/bold]  " + "; ".join(bands), highlight=False)
+    out.print(json.dumps(tabled.table), highlight=False, markup=False)
+    for note in result.notes:
+        out.print(f"note: {note}", highlight=False)
+    if tabled.written:
+        err.print(f"wrote {tabled.written}; plan its launch: eaglegate plan --depth-table {tabled.written}")
 
 
 def verify_live_cmd(

@@ -30,7 +30,8 @@ def register(root: typer.Typer) -> None:
         threshold: OptionalThresholdOpt = None,
         flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
         env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
-        config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans).")] = None,
+        config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans, and a depth table's tiers).")] = None,
+        depth_table: Annotated[str | None, typer.Option("--depth-table", help="A depth table for the overlap worker's depth gate (inline JSON or a file, as `calibrate --depth` writes): checked, and its launch flags planned.")] = None,
         path: PathOpt = None,
         python: PythonOpt = None,
         git: GitOpt = None,
@@ -46,13 +47,15 @@ def register(root: typer.Typer) -> None:
         exit status is 1.
 
         Example: eaglegate plan --version 0.5.9 --threshold 64 --flags "--speculative-algorithm EAGLE3"
+
+        Example: eaglegate plan --version 0.5.16 --depth-table depth.json --config-out adaptive_depth.json
         """
         # Imported here, like every command's analysis: the CLI starts without loading it.
         from eaglegate.patches.plan import ADAPTIVE_FLAGS
         from eaglegate.reports.terminal import render_plan
 
         request = app.PlanRequest(threshold, app.Launch(flags, env or []),
-                                  None if config_out is None else str(config_out))
+                                  None if config_out is None else str(config_out), depth_table)
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)
@@ -67,7 +70,7 @@ def register(root: typer.Typer) -> None:
                             f"{plan.family}, which has no adaptive config (native adaptive speculation "
                             f"needs a version that declares {ADAPTIVE_FLAGS[0]}); nothing was written")
         if config_out and config is not None:
-            config_out.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            app.write_file(config_out, (json.dumps(config, indent=2) + "\n").encode())
             err.print(f"wrote {config_out}")
         if as_json:
             print_json(plan.to_json())

@@ -262,6 +262,7 @@ from typing import Optional
 class ServerArgs:
     speculative_num_draft_tokens: Optional[int] = None
     speculative_batch_gate_threshold: Optional[int] = None  # eaglegate: off when None
+    speculative_depth_table: Optional[str] = None  # eaglegate: off when None
     max_running_requests: Optional[int] = None
 
     def __post_init__(self):
@@ -282,6 +283,12 @@ class ServerArgs:
             type=int,
             default=ServerArgs.speculative_batch_gate_threshold,
             help="EAGLE batch-size gate: while the running batch is larger than this, run plain one-token decode steps instead of speculating; speculation resumes once the batch shrinks below a lower mark. Off when unset; also read from SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate.",
+        )
+        parser.add_argument(
+            "--speculative-depth-table",
+            type=str,
+            default=ServerArgs.speculative_depth_table,
+            help="EAGLE depth gate (overlap worker): a JSON table, inline or the path of a file, of the speculative depth per batch-size and context band (0 runs plain decode steps). Off when unset; also read from SGLANG_SPEC_DEPTH_TABLE. Added by eaglegate.",
         )
 '''
 
@@ -315,6 +322,29 @@ def test_server_args_refuses_two_cap_resets_in_the_eagle_branch():
 def test_server_args_refuses_a_half_patched_file():
     half = ARGS_AFTER.replace(" and not self.speculative_batch_gate_threshold", "")
     assert_refuses(server_args.patch_server_args, half, "f.py is partially patched", UserError)
+
+
+def test_server_args_refuses_a_file_patched_before_the_depth_table():
+    """A file with the threshold alone (patched before the depth gate had a flag) is half
+    patched for this patch: restoring it first is the one way to a whole one."""
+    without = ARGS_AFTER.replace("    speculative_depth_table: Optional[str] = None  # eaglegate: off when None\n", "")
+    assert_refuses(server_args.patch_server_args, without, "f.py is partially patched", UserError)
+
+
+ANNOTATED_BEFORE = '''class Spec:
+    speculative_num_draft_tokens: A[int | None, "Draft tokens per step."] = None
+    other: A[int, "Other."] = 1
+'''
+
+
+def test_annotated_fields_take_the_anchors_optional_of_their_type():
+    after = server_args.patch_annotated_field(ANNOTATED_BEFORE, "f.py")
+    lines = after.splitlines()
+    assert lines[2].startswith('    speculative_batch_gate_threshold: A[int | None, "EAGLE batch-size gate')
+    assert lines[3].startswith('    speculative_depth_table: A[str | None, "EAGLE depth gate')
+    assert server_args.patch_annotated_field(after, "f.py") == after
+    half = "\n".join(line for line in lines if "speculative_depth_table" not in line) + "\n"
+    assert_refuses(server_args.patch_annotated_field, half, "f.py is partially patched", UserError)
 
 
 # --- speculative_hook ------------------------------------------------------------------

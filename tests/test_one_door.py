@@ -67,6 +67,15 @@ BAD = [
           "env must be a list of NAME=VALUE strings, not str", "plan_gate-env-type"),
     _case(["plan", *V, "--config-out", NOWHERE], None, None,
           "no such folder: /nonexistent-eaglegate-folder (create it first)", "plan-config-out"),
+    _case(["plan", *V, "--depth-table", '{"batch": [8, 8], "depth": [[1], [2], [0]]}'], "plan_gate",
+          {"version": VERSION, "depth_table": '{"batch": [8, 8], "depth": [[1], [2], [0]]}'},
+          "depth_table is not a depth table: batch: bounds not strictly increasing", "plan-depth-table"),
+    _case(["plan", *V, "--depth-table", "/nonexistent-eaglegate-folder/t.json"], "plan_gate",
+          {"version": VERSION, "depth_table": "/nonexistent-eaglegate-folder/t.json"},
+          "depth_table is not a depth table: cannot read '/nonexistent-eaglegate-folder/t.json': "
+          "No such file or directory", "plan-depth-table-missing"),
+    _case(None, "plan_gate", {"version": VERSION, "depth_table": 3},
+          "depth_table must be a string, not int", "plan_gate-depth-table-type"),
     # couplings / find_couplings
     _case(["couplings", *V, "--category", "bogus"], "find_couplings", {"version": VERSION, "category": "bogus"},
           "category must be one of buffer, cuda_graph, draft_state, mode_check, config_cap, not 'bogus'",
@@ -183,6 +192,19 @@ BAD = [
           "no such folder: /nonexistent-eaglegate-folder (create it first)", "calibrate-png"),
     _case(None, "calibrate_threshold", {"estimate": "yes"}, "estimate must be true or false, not 'yes'",
           "calibrate_threshold-estimate"),
+    # calibrate --depth: the depth gate's table
+    *[_case(["calibrate", *args], None, None, message, f"calibrate-depth-{key}")
+      for key, args, message in (
+          ("shape", ["a.jsonl", "--depth", "x"], "--depth must be DEPTH=FILE with DEPTH from 1 to 16, not 'x'"),
+          ("range", ["a.jsonl", "--depth", "17=b.jsonl"],
+           "--depth must be DEPTH=FILE with DEPTH from 1 to 16, not '17=b.jsonl'"),
+          ("twice", ["a.jsonl", "--depth", "1=b.jsonl", "--depth", "1=c.jsonl"], "--depth 1 is given twice"),
+          ("spec", ["a.jsonl", "b.jsonl", "--depth", "1=c.jsonl"],
+           "--depth takes the baseline sweep and one sweep per depth: no spec sweep, --estimate or --png"),
+          ("alone", ["--table-out", "t.json"],
+           "a depth table needs the baseline sweep and --depth DEPTH=FILE for each depth"),
+          ("out", ["a.jsonl", "--depth", "1=b.jsonl", "--table-out", NOWHERE],
+           "no such folder: /nonexistent-eaglegate-folder (create it first)"))],
     *[_case(["calibrate", "--estimate", *cli_args], "calibrate_threshold", {"estimate": True, **json_args},
             message, f"calibrate-estimate-{key}")
       for key, cli_args, json_args, message in (

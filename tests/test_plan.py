@@ -124,8 +124,10 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
     path, lineno = where.rsplit(":", 1)
     original = (release(version).root / path).read_text().splitlines()
     guard = "if self.max_running_requests is None and not self.speculative_batch_gate_threshold:"
-    # The patch adds one line (the dataclass field) above post-processing.
-    assert patched.splitlines()[int(lineno) - 1].strip() == guard
+    # The patch adds one line per gate argument (its dataclass field) above post-processing.
+    from eaglegate.patches.codemods.server_args import GATE_ARGUMENTS
+
+    assert patched.splitlines()[int(lineno) - 2 + len(GATE_ARGUMENTS)].strip() == guard
     assert original[int(lineno) - 2].strip() == "if self.max_running_requests is None:"
 
 

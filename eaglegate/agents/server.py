@@ -193,12 +193,13 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
                   threshold: Annotated[int | None, Field(ge=1, le=MAX_THRESHOLD, strict=True, description="The batch size to gate at (default 32).")] = None,
                   flags: Annotated[str, Field(max_length=requests.MAX_FLAGS_TEXT, description="The server's launch flags, e.g. '--speculative-algorithm EAGLE3 --disable-overlap-schedule'.")] = "",
                   env: Annotated[list[Annotated[str, Field(max_length=requests.MAX_ENV_TEXT)]] | None, Field(max_length=requests.MAX_ENV_ENTRIES, description="Environment settings NAME=VALUE, e.g. SGLANG_ENABLE_SPEC_V2=1.")] = None,
+                  depth_table: Annotated[str | None, Field(max_length=requests.MAX_FLAGS_TEXT, description="A depth table for the overlap worker's depth gate, inline JSON or a file path: checked with the gate's parser, and its launch flags planned.")] = None,
                   ) -> PlanOut:
         """One call for "where is the batch-size gate inserted and what blocks it": both worker paths with
         file:line, the couplings verdict per path, the plan for these flags (which worker runs, the route,
         cap changes, launch flags) and the gate's insertion point."""
         return _call(tools.plan_gate, tree(version, path, git, rev, python), threshold=threshold,
-                     flags=flags, env=env, session=session)
+                     flags=flags, env=env, depth_table=depth_table, session=session)
 
     @server.tool(annotations=READ_ONLY)
     def generate_patch(threshold: Threshold, version: Version = None, path: TreePath = None, git: Git = None,

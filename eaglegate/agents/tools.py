@@ -604,9 +604,10 @@ def revert_patch(args: TreeArgs, confirm: bool = False, force: bool = False,
 
 
 def plan_gate(args: TreeArgs, threshold: int | None = None, flags: str = "",
-              env: list[str] | None = None, session: Session = SESSION) -> PlanOut:
+              env: list[str] | None = None, depth_table: str | None = None,
+              session: Session = SESSION) -> PlanOut:
     """One call: which worker runs, what blocks switching speculation off, and where the gate goes."""
-    request = app.PlanRequest(threshold, app.Launch(flags, env))
+    request = app.PlanRequest(threshold, app.Launch(flags, env), depth_table=depth_table)
     answer = operations.plan_gate(args, request, session)
     tree, analysis = answer.tree, answer.analysis
     with session.lock:
@@ -688,7 +689,7 @@ def _plan_facts(answer: operations.GateAnswer) -> dict[str, Any]:
         return {"available": False, "note": answer.plan_note}
     data = answer.plan.to_json()
     keep = ("family", "worker", "threshold", "launch_flags", "env", "adaptive_config", "caps",
-            "blocked_by", "route", "patch", "caveats", "alternatives")
+            "blocked_by", "route", "patch", "caveats", "alternatives", "depth")
     out: dict[str, Any] = {"available": True, **{k: data.get(k) for k in keep}}
     out["decided_by"] = [f"{d.get('setting')}={d.get('value')} ({d.get('source')})"
                          for d in data.get("why", [])]

@@ -28,7 +28,15 @@ from eaglegate.app.analysis import (
     plan,
     plan_of,
 )
-from eaglegate.app.live import Calibrated, Swept, calibrate, sweep, verify_live
+from eaglegate.app.live import (
+    Calibrated,
+    DepthTabled,
+    Swept,
+    calibrate,
+    calibrate_depths,
+    sweep,
+    verify_live,
+)
 from eaglegate.app.patching import (
     Applied,
     Patch,
@@ -63,18 +71,25 @@ from eaglegate.app.requests import (
     check_threshold,
     cli_value,
 )
-from eaglegate.app.tree import check_inside, locate, speculative_workers, status, writable_parent
+from eaglegate.app.tree import (
+    check_inside,
+    locate,
+    speculative_workers,
+    status,
+    writable_parent,
+    write_file,
+)
 
 __all__ = [
-    "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "Applied", "CalibrateRequest", "Calibrated",
+    "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "Applied", "CalibrateRequest", "Calibrated", "DepthTabled",
     "Couplings", "CouplingsRequest", "DiffRequest", "DiffSide", "Estimate", "Graph", "GraphRequest", "Launch",
     "Patch", "PlanRequest", "ReportRequest", "SweepRequest", "Swept", "TreeArgs", "VerifyLiveRequest",
     "analyse", "answer_couplings",
-    "answer_couplings_json", "apply", "calibrate", "check_arguments", "check_categories",
+    "answer_couplings_json", "apply", "calibrate", "calibrate_depths", "check_arguments", "check_categories",
     "check_couplings_request", "check_inside", "check_launch", "check_launch_settings", "check_output",
     "check_text", "check_threshold", "cli_value", "couplings", "couplings_answer", "couplings_for_launch",
     "couplings_json", "couplings_of", "diff", "graph", "load_report", "locate", "make_patch", "map_answer",
     "patch_files", "plan", "plan_of", "plan_section", "report", "report_of", "revert", "speculative_workers",
-    "status", "sweep", "verify", "verify_live", "writable_parent",
+    "status", "sweep", "verify", "verify_live", "writable_parent", "write_file",
 ]
 

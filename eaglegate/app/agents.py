@@ -323,6 +323,8 @@ def plan_gate(args: TreeArgs, request: PlanRequest, session: Session = SESSION) 
             answer.couplings_note = f"the couplings analysis failed: {type(exc).__name__}: {exc}"
         try:
             answer.plan = planned(analysis, request)
+        except UsageError:
+            raise  # an argument the launch cannot take (a depth table for the v1 worker): the caller's
         except UserError as exc:
             answer.plan_note = str(exc)
         except Exception as exc:  # noqa: BLE001

@@ -269,4 +269,5 @@ def planned(analysis: Analysis, request: PlanRequest) -> GatePlan:
 
     launch = request.launch
     threshold = request.threshold if isinstance(request.threshold, int) else None
-    return build_plan(analysis, threshold, str(launch.flags), list(launch.env))
+    depth_table = request.depth_table if isinstance(request.depth_table, str) else None
+    return build_plan(analysis, threshold, str(launch.flags), list(launch.env), depth_table)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from eaglegate.app.requests import CalibrateRequest, SweepRequest, VerifyLiveRequest
 
 if TYPE_CHECKING:
-    from eaglegate.live.calibrate import Calibration, Curve
+    from eaglegate.live.calibrate import Calibration, Curve, DepthCalibration
     from eaglegate.live.client import Endpoint
     from eaglegate.live.sweep import Point, SweepProgress
     from eaglegate.live.verify_live import VerifyReport as LiveReport
@@ -88,6 +88,45 @@ def calibrate(request: CalibrateRequest) -> Calibrated:
 
         render_png(base_curve, spec_curve, result, str(request.png))
     return calibrated
+
+
+@dataclass
+class DepthTabled:
+    """The depth chosen per level, the table the depth gate reads (its JSON object), and the
+    file it was written to (None: not asked)."""
+
+    result: DepthCalibration
+    table: dict[str, Any]
+    written: str | None = None
+
+
+def calibrate_depths(request: CalibrateRequest) -> DepthTabled:
+    """The depth gate's table from a baseline sweep and one sweep per static depth: the best
+    depth per level (`live.calibrate.choose_depths`), one context band, checked with the
+    gate's own parser and, with `table_out`, written whole or not at all."""
+    import json
+
+    from eaglegate.app.tree import write_file
+    from eaglegate.live import calibrate as cal
+    from eaglegate.live.sweep import read_results
+    from eaglegate.patches.gate_module import DepthTable
+
+    base_file = str(request.baseline)
+    base = _curve(f"baseline ({base_file})", read_results(base_file))
+    sweeps: dict[int, str] = request.depths  # type: ignore[assignment]
+    by_depth = {d: _curve(f"depth {d} ({path})", read_results(path)) for d, path in sorted(sweeps.items())}
+    result = cal.choose_depths(base, by_depth, margin=float(request.margin))  # type: ignore[arg-type]
+    table = {"batch": result.bounds, "context": [], "depth": [[d] for d in result.depths],
+             "margin": [[m] for m in result.margins]}
+    text = json.dumps(table)
+    # What the server will read. Sweep levels are integers from 1 (`read_results`), so the
+    # bounds are batch sizes, strictly increasing: a refusal here is this code's bug.
+    DepthTable.parse(text)
+    written = None
+    if request.table_out:
+        write_file(str(request.table_out), (text + "\n").encode())
+        written = str(request.table_out)
+    return DepthTabled(result, table, written)
 
 
 def _curve(label: str, points: list[Point], value: str = "output_throughput") -> Curve:

@@ -73,6 +73,21 @@ def check_optional_threshold(threshold: object) -> int | None:
     return None if threshold is None else check_threshold(threshold)
 
 
+def check_depth_table(table: object) -> str | None:
+    """A depth table, inline JSON or the path of a JSON file, read by the gate's own parser
+    (what the server will read at start-up); a path comes back absolute, for the launch."""
+    from eaglegate.patches.gate_module import DepthTable
+
+    text = check_text("depth_table", table, MAX_FLAGS_TEXT)
+    if text is None:
+        return None
+    try:
+        DepthTable.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"depth_table is not a depth table: {exc}") from None
+    return text if text.startswith("{") else str(Path(text).expanduser().resolve())
+
+
 def check_text(name: str, value: object, limit: int = MAX_TEXT) -> str | None:
     """A free-text argument, stripped; None when absent or blank."""
     if value is None:
@@ -223,6 +238,7 @@ ARGUMENTS: dict[str, Callable[[object], object]] = {
     **{name: _text(name) for name in TEXT_LIMITS if name not in ("flags", "category", "worker")},
     "flags": check_flags, "env": check_env, "category": check_categories, "worker": check_worker,
     "threshold": check_optional_threshold, "margin": partial(check_fraction, "--margin"),
+    "depth_table": check_depth_table,
     "detail": check_detail, **{name: partial(check_paging, name) for name in PAGING},
     **{name: partial(check_switch, name) for name in SWITCHES},
     **{name: partial(check_figure, name) for name in ESTIMATE_FIGURES},
@@ -301,15 +317,18 @@ class CouplingsRequest:
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """`plan`: the threshold (optional), the launch, and where to write the adaptive config."""
+    """`plan`: the threshold (optional), the launch, where to write the adaptive config, and
+    the depth table (optional) the overlap worker's gate is to follow."""
 
     threshold: object = None
     launch: Launch = field(default_factory=Launch)
     config_out: str | None = None
+    depth_table: object = None
 
     def __post_init__(self) -> None:
         _set(self, "threshold", check_optional_threshold(self.threshold))
         check_output(self.config_out)
+        _set(self, "depth_table", check_depth_table(self.depth_table))
 
 
 @dataclass(frozen=True)
@@ -490,15 +509,40 @@ class Estimate:
         )
 
 
+def check_depth_sweeps(entries: object) -> dict[int, str]:
+    """`--depth D=FILE` entries: one speculative sweep per static depth D (1 on, at most the
+    gate's bound), each depth once."""
+    from eaglegate.patches.gate_module import MAX_DEPTH
+
+    if entries is None:
+        return {}
+    if not isinstance(entries, (list, tuple)):
+        raise UsageError(f"--depth must be a list of DEPTH=FILE entries, not {type(entries).__name__}")
+    sweeps: dict[int, str] = {}
+    for entry in entries:
+        text = check_text("--depth", entry, MAX_TEXT + 8) or ""
+        depth, _, path = text.partition("=")
+        if not (depth.strip().isdigit() and 1 <= int(depth) <= MAX_DEPTH and path.strip()):
+            raise UsageError(f"--depth must be DEPTH=FILE with DEPTH from 1 to {MAX_DEPTH}, not {text!r}")
+        if int(depth) in sweeps:
+            raise UsageError(f"--depth {int(depth)} is given twice")
+        sweeps[int(depth)] = path.strip()
+    return sweeps
+
+
 @dataclass(frozen=True)
 class CalibrateRequest:
-    """`calibrate`: two sweep files, or a roofline estimate; the margin; a PNG to draw."""
+    """`calibrate`: two sweep files, or a roofline estimate; the margin; a PNG to draw. Or,
+    for the depth gate, the baseline and one sweep per static depth (`depths`), and where to
+    write the depth table (`table_out`)."""
 
     baseline: object = None
     spec: object = None
     margin: object = 0.05
     estimate: Estimate | None = None
     png: object = None
+    depths: object = None  # checked: {depth: sweep file}
+    table_out: object = None
     model: Roofline | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -506,7 +550,16 @@ class CalibrateRequest:
         _set(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
         _set(self, "margin", check_fraction("--margin", self.margin))
         _set(self, "png", check_png(self.png))
-        if self.estimate is not None:
+        _set(self, "depths", check_depth_sweeps(self.depths))
+        _set(self, "table_out", check_text("--table-out", self.table_out))
+        check_output(self.table_out)
+        if self.depths or self.table_out:
+            if self.estimate is not None or self.spec or self.png:
+                raise UsageError("--depth takes the baseline sweep and one sweep per depth: no spec sweep, "
+                                 "--estimate or --png")
+            if not self.baseline or not self.depths:
+                raise UsageError("a depth table needs the baseline sweep and --depth DEPTH=FILE for each depth")
+        elif self.estimate is not None:
             if self.baseline or self.spec:
                 raise UsageError("--estimate takes no sweep files")
             _set(self, "model", self.estimate.roofline())

@@ -64,3 +64,14 @@ def status(tree: source.SourceTree) -> transaction.Status:
     from eaglegate.patches import transaction
 
     return transaction.status(tree.root.parent)
+
+
+def write_file(path: Path | str, data: bytes) -> None:
+    """An output file (an adaptive config, a depth table) written whole or not at all; an
+    error is one line naming the file."""
+    from eaglegate.patches.transaction import write_atomic
+
+    try:
+        write_atomic(Path(path), data)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -366,3 +366,73 @@ def display_rows(base: Curve, spec: Curve, cal: Calibration) -> list[dict[str, f
         {"concurrency": c, "baseline": base.at(c), "spec": spec.at(c), "ratio": spec.at(c) / base.at(c)}
         for c in levels
     ]
+
+
+# ---------------------------------------------------------------------------------------
+# The depth gate's table: the best static depth at each measured concurrency.
+
+
+@dataclass
+class DepthCalibration:
+    """The depth chosen at each compared level (0 is plain decoding) and the batch bands
+    they make (JSON via `to_json`). `bounds[i]` is the inclusive upper bound of band i, the
+    last band open; `depths[i]` and `margins[i]` are band i's choice and its weakest lead."""
+
+    margin: float
+    rows: list[dict[str, Any]]
+    bounds: list[int]
+    depths: list[int]
+    margins: list[float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"margin": self.margin, "rows": self.rows, "batch": self.bounds, "depth": self.depths,
+                "lead": self.margins, "notes": self.notes}
+
+
+def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05) -> DepthCalibration:
+    """At each level both the baseline and every depth's curve cover, the depth to run: going
+    up from plain decoding (0), a depth is chosen when it beats the choice below it by
+    `margin`, the rule by which the threshold's speculation must gain `margin` to resume.
+    A choice's lead is its throughput over the best other depth's, minus 1 (negative where a
+    faster depth did not clear the margin). Adjacent levels with the same depth make one
+    band, whose lead is the smallest of its levels'; a batch size between two levels takes
+    the choice of the level above it, whose batch it does not exceed."""
+    if not 0 <= margin < 1:
+        raise UserError(f"margin must be in [0, 1), got {margin}")
+    if not by_depth or any(d < 1 for d in by_depth):
+        raise UserError("give a speculative sweep for at least one depth, each depth from 1 on")
+    curves = [base, *by_depth.values()]
+    lo, hi = max(c.levels[0] for c in curves), min(c.levels[-1] for c in curves)
+    if lo > hi:
+        raise UserError("the sweeps share no concurrency range: "
+                        + ", ".join(f"{c.label}: {c.levels[0]:g}-{c.levels[-1]:g}" for c in curves))
+    grid = sorted({level for c in curves for level in c.levels if lo <= level <= hi})
+    rows: list[dict[str, Any]] = []
+    for level in grid:
+        throughput = {0: base.at(level), **{d: by_depth[d].at(level) for d in sorted(by_depth)}}
+        chosen = 0
+        for depth in sorted(by_depth):
+            if throughput[depth] >= (1 + margin) * throughput[chosen]:
+                chosen = depth
+        runner_up = max(t for d, t in throughput.items() if d != chosen)
+        rows.append({"concurrency": level, "throughput": {str(d): t for d, t in throughput.items()},
+                     "depth": chosen, "lead": throughput[chosen] / runner_up - 1})
+    bounds: list[int] = []
+    depths: list[int] = []
+    leads: list[float] = []
+    for row in rows:
+        if depths and depths[-1] == row["depth"]:
+            bounds[-1] = int(row["concurrency"])
+            leads[-1] = min(leads[-1], row["lead"])
+            continue
+        bounds.append(int(row["concurrency"]))
+        depths.append(row["depth"])
+        leads.append(row["lead"])
+    notes = []
+    top = max(by_depth)
+    if depths[0] == top:
+        notes.append(f"the deepest depth measured ({top}) wins at concurrency {grid[0]:g}: a deeper one may "
+                     "win there too (sweep it)")
+    # Past the last measured level the last band's choice holds: its bound is dropped.
+    return DepthCalibration(margin, rows, bounds[:-1], depths, [round(x, 4) for x in leads], notes)

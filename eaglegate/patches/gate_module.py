@@ -1101,6 +1101,16 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("sglang.srt.speculative.adaptive_runtime_state", "SpecRuntimeState",
      ("?speculative_num_steps",)),
 )
+# What the depth gate reads of the entries here and below, as (class, member), all optional
+# there (the batch gate runs without them): the step's context, without which no step is
+# placed in a context band; and the adaptive tiers it switches between, without which the
+# table collapses to {0, the launch depth}.
+DEPTH_READS: tuple[tuple[str, str], ...] = (("ScheduleBatch", "seq_lens_sum"),)
+DEPTH_TIERS: tuple[tuple[str, str], ...] = (
+    ("EAGLEWorkerV2", "adaptive_controller"), ("EAGLEWorkerV2", "apply_runtime_state"),
+    ("AdaptiveController", "_states"), ("AdaptiveController", "params"),
+    ("SpecRuntimeState", "speculative_num_steps"),
+)
 # The objects the gate finds on the worker, by the class each is, for the same check.
 RELIES_ON_OBJECTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("", "sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2",

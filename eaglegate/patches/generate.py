@@ -278,6 +278,13 @@ def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str],
     return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
 
 
+def gate_fields_module(tree: SourceTree) -> str:
+    """The module (under the package) that declares the gate's server arguments in this
+    release: `srt/server_args.py`, or from 0.5.21 the namespace that declares
+    speculative_num_draft_tokens."""
+    return _server_args_edits(tree)[0][0]
+
+
 # What the call-site edit of each worker's codemod does there, for the insertion point.
 _INSERTION_WHAT = {
     "v2": ("first in the decode branch: a step the gate reserved as plain runs the target's "

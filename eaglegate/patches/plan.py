@@ -33,7 +33,7 @@ from eaglegate.analyzer.launch import (
 )
 from eaglegate.analyzer.settings import UNKNOWN, Resolved, Settings, resolve
 from eaglegate.analyzer.spec_map import WorkerMap
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 from eaglegate.patches import live_runs
 
 PLAN_SCHEMA_VERSION = 1
@@ -78,6 +78,8 @@ class GatePlan:
     # Other routes for this launch, each a dict like the plan's own fields (family,
     # adaptive_config, launch_flags, caps, caveats) plus what it costs (`cost`).
     alternatives: list[dict[str, Any]] = field(default_factory=list)
+    # The depth gate's route, where a depth table was given (`_plan_depth_route`).
+    depth: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -119,9 +121,25 @@ def build_plan(
     threshold: int | None = None,
     flags: str = "",
     env: list[str] | None = None,
+    depth_table: str | None = None,
 ) -> GatePlan:
     """The plan for this tree under the user's launch flags and environment (the threshold
-    is checked by the caller, `app.plan`)."""
+    and the depth table are checked by the caller, `app.plan`). With a depth table, the
+    overlap worker's code patch is the one route that follows it: any other is refused."""
+    plan, resolved = _build_plan(analysis, threshold, flags, env)
+    if depth_table is not None:
+        if plan.family != "v2-code-patch":
+            raise UsageError(
+                f"depth_table: the depth gate runs in the overlap worker's code patch (EAGLEWorkerV2); "
+                f"SGLang {plan.version} under these flags plans {plan.family}"
+                + (f" ({plan.worker})" if plan.worker else ""))
+        _plan_depth_route(analysis, plan, depth_table, resolved)
+    return plan
+
+
+def _build_plan(analysis: Analysis, threshold: int | None, flags: str,
+                env: list[str] | None) -> tuple[GatePlan, Resolved]:
+    """The plan, and the launch's settings as this version's post-processing resolves them."""
     threshold = threshold or DEFAULT_THRESHOLD
     settings = analysis.settings
     # What the launch runs, decided as `couplings` decides it; the caps' post-processing too.
@@ -144,7 +162,7 @@ def build_plan(
                             + ": eaglegate's gate covers EAGLEWorker and EAGLEWorkerV2 only, so there is "
                             "nothing to gate")
         plan.caveats += excluded
-        return plan
+        return plan, resolved
     v1, v2 = _by_label(chosen, "v1"), _by_label(chosen, "v2")
     if v1 and v2:
         undecided = sorted(_atoms(analysis) - {d.setting for d in plan.why})
@@ -165,9 +183,9 @@ def build_plan(
                 plan.caveats.append(live_runs.live_status(plan.version))
             if worker is v2 and native:
                 plan.alternatives.append(_native_alternative(analysis, plan, v2, settings, resolved, user_flags))
-            return plan
+            return plan, resolved
         if worker is v1:
-            return plan
+            return plan, resolved
         patch_refused, plan.blocked_by = plan.blocked_by, []
     if v2 and native:
         alternative = _native_alternative(analysis, plan, v2, settings, resolved, user_flags)
@@ -176,14 +194,14 @@ def build_plan(
         plan.worker = v2.name
         plan.caveats += [alternative["cost"], *alternative["caveats"]]
         plan.blocked_by = patch_refused
-        return plan
+        return plan, resolved
     # Without a patch, speculation's caps stay: they must leave room above the threshold.
     plan.caps = _caps(settings, resolved, user_flags, threshold)
     if v2:
         _plan_blocked(analysis, plan, v2, settings, user_flags, user_env, wanted)
         plan.blocked_by = patch_refused + plan.blocked_by
     plan.launch_flags += [part for cap in plan.caps for part in (cap["flag"], str(cap["value"]))]
-    return plan
+    return plan, resolved
 
 
 def _by_label(workers: list[WorkerMap], label: str) -> WorkerMap | None:
@@ -301,6 +319,58 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
     }
 
 
+DEPTH_CONFIG_FILE = "adaptive_depth.json"
+
+
+def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, resolved: Resolved) -> None:
+    """The depth gate's launch: the table's flag, and where the release builds adaptive tiers
+    (it declares `--speculative-adaptive` and this version's config loader is found), an
+    adaptive config whose candidate steps are exactly the table's depths above 0, checked
+    with that loader; elsewhere the table collapses to {0, the launch depth}, as the gate does."""
+    from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
+    from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
+
+    table = DepthTable.parse(depth_table)
+    launch = resolved.values.get("speculative_num_steps")
+    launch_depth = launch if isinstance(launch, int) and launch > 0 else None
+    cells = {cell for row in table.depths for cell in row}
+    depths = sorted({d for d in (launch_depth if c == LAUNCH_DEPTH else c for c in cells)
+                     if isinstance(d, int) and d > 0})
+    plan.launch_flags += [DEPTH_TABLE.flag, depth_table]
+    route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
+    plan.depth = route
+    plan.caveats.append(f"with the table the gate ignores the threshold: the table decides every step; "
+                        f"{THRESHOLD.flag} stays in the launch because the patch skips speculation's "
+                        "reset of the running-request cap while it is set")
+    if LAUNCH_DEPTH in cells and launch_depth is None:
+        plan.caveats.append(f"the table names {LAUNCH_DEPTH!r} and --speculative-num-steps is not given: "
+                            "that depth is whatever the server resolves, and is not among the listed depths")
+    if not depths:
+        plan.caveats.append("the depth table never speculates (every cell is 0): the server decodes plainly")
+        return
+    loader = adaptive_loader(analysis) if analysis.settings.declares(ADAPTIVE_FLAGS[0]) else None
+    if loader is None:
+        plan.caveats.append(
+            f"SGLang {plan.version} builds no adaptive tiers eaglegate can configure ("
+            + (f"its {ADAPTIVE_FLAGS[0]} config loader was not found" if analysis.settings.declares(ADAPTIVE_FLAGS[0])
+               else f"no {ADAPTIVE_FLAGS[0]}")
+            + "): the depth table collapses to {0, the launch depth}; depths "
+            f"{', '.join(map(str, depths))} other than the launch's run at the launch's --speculative-num-steps")
+        return
+    config = {"1": {"candidate_steps": depths}}
+    refused = _refusal(loader, config)
+    if refused is not None:
+        plan.caveats.append(f"this version's adaptive config loader ({loader[1]}) refuses the tiers "
+                            f"{depths}: {refused}; the depth table collapses to {{0, the launch depth}}")
+        return
+    route["tiers"] = True
+    plan.adaptive_config = config
+    plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], DEPTH_CONFIG_FILE]
+    plan.caveats.append(f"the adaptive config builds one tier per depth {depths}, checked with this version's "
+                        f"own loader ({loader[1]}); --config-out writes it, for {ADAPTIVE_FLAGS[1]} "
+                        f"(here {DEPTH_CONFIG_FILE})")
+
+
 def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[dict[str, Any]]:
     """The caps the native route needs so that they do not throttle plain decoding: where
     speculation resets the running cap, SGLang's own cap without speculation (which a plain
@@ -330,18 +400,22 @@ def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) 
 def _gate_config_accepted(analysis: Analysis) -> bool:
     """Whether this version's own loader accepts single-value slots with a `[0]` slot."""
     loader = adaptive_loader(analysis)
-    if loader is None:
-        return False
+    return loader is not None and _refusal(loader, {"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}}) is None
+
+
+def _refusal(loader: tuple[Any, str], config: dict[str, Any]) -> str | None:
+    """Why this version's own loader refuses the config (read from a file, as the server
+    reads it), or None when it accepts it."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
-        json.dump({"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}}, handle)
+        json.dump(config, handle)
         handle.flush()
         try:
             loader[0](handle.name)
-        except (ValueError, AssertionError, KeyError, TypeError):
-            return False
-    return True
+        except (ValueError, AssertionError, KeyError, TypeError) as exc:
+            return str(exc)
+    return None
 
 
 def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:

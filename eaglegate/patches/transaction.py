@@ -551,6 +551,12 @@ def _naming(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """`data` into `path` whole or not at all, as the patch's own files are written (for the
+    files other commands write: an adaptive config, a depth table)."""
+    _write_atomic(path, data)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     with _naming(path):
         uid, gid, mode = _keeps(path)

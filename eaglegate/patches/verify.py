@@ -25,9 +25,11 @@ import networkx as nx
 from eaglegate.analyzer import files
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import SourceTree
+from eaglegate.errors import UserError
 from eaglegate.patches import behaviour, gate_contract, gate_module, generate, live_runs
 from eaglegate.patches.codemods import v2_worker
 from eaglegate.patches.codemods.common import GATE_MODULE
+from eaglegate.patches.codemods.server_args import DEPTH_TABLE
 
 
 @dataclass
@@ -110,6 +112,9 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     if "v2" in families:
         report.checks.append(_overlap_wiring(tree))
         report.checks.append(_gate_contract(tree))
+        depth = _depth_gate(tree)
+        if depth is not None:
+            report.checks.append(depth)
 
     state = status(tree.root.parent)
     if state.manifest is not None:
@@ -147,6 +152,32 @@ def _gate_contract(tree: SourceTree) -> VerifyCheck:
     return VerifyCheck("overlap worker: every SGLang field, method and enum member the gate uses, "
                        "declared as it handles it", not problems,
                        "; ".join(map(str, problems)) or f"{len(gate_module.RELIES_ON) + len(gate_module.RELIES_ON_OBJECTS)} classes checked")
+
+
+DEPTH_CHECK = "depth gate: what it reads is declared, and the route its table takes"
+
+
+def _depth_gate(tree: SourceTree) -> VerifyCheck | None:
+    """Where the patch declares the depth table's server argument: the step's context the
+    depth gate reads is declared in this release, and whether the table's depths run in
+    adaptive tiers or collapse to {0, the launch depth}. None for a patch without it."""
+    try:
+        rel = generate.gate_fields_module(tree)
+        declares = f"{DEPTH_TABLE.field}:" in files.text(tree.root / rel)
+    except (UserError, OSError):  # where the arguments are declared is the other checks' finding
+        return None
+    if not declares:
+        return None
+    missing = gate_contract.undeclared(tree.root, gate_module.DEPTH_READS)
+    no_tiers = gate_contract.undeclared(tree.root, gate_module.DEPTH_TIERS)
+    route = ("route: adaptive tiers, each depth of the table in a tier of its own when the server "
+             "is launched with --speculative-adaptive (`eaglegate plan --depth-table` gives the flags)"
+             if not no_tiers else
+             f"route: no adaptive tiers ({', '.join(no_tiers)} not declared): the table collapses to "
+             "{0, the launch depth}")
+    lacks = (f"{', '.join(missing)} not declared: the depth gate cannot place a step in a context band; "
+             if missing else "")
+    return VerifyCheck(DEPTH_CHECK, not missing, lacks + route)
 
 
 def _first_statements_of_branches(module: cst.Module) -> set[str]:

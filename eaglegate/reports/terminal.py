@@ -303,8 +303,16 @@ def render_plan(plan) -> Group:
         lines.append(Text.from_markup(f"  route: set [bold]{plan.route['change']}[/bold] → {plan.route['then']}"))
     for cap in plan.caps:
         lines.append(Text.from_markup(f"  cap: {cap['flag']} {cap['value']}  [dim]{cap['reason']}[/dim]"))
+    if getattr(plan, "depth", None):
+        depth = plan.depth
+        lines.append(Text(f"  depth gate: a {depth['shape']} table, depths {depth['depths'] or 'none above 0'}, "
+                          + ("each in an adaptive tier of its own" if depth["tiers"]
+                             else "collapsed to {0, the launch depth} (no tiers)")))
     if plan.launch_flags:
-        lines.append(Text.from_markup("  launch with: [bold]" + " ".join(plan.launch_flags) + "[/bold]"))
+        import shlex
+
+        # Quoted as a shell reads them: an inline depth table is JSON.
+        lines.append(Text("  launch with: ") + Text(shlex.join(plan.launch_flags), style="bold"))
     for caveat in plan.caveats:
         lines.append(Text.from_markup(f"  [dim]note: {caveat}[/dim]"))
     for alt in plan.alternatives:

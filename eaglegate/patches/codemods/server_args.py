@@ -1,7 +1,8 @@
-"""Add the gate's server argument (`srt/server_args.py`).
+"""Add the gate's server arguments (`srt/server_args.py`).
 
-The `speculative_batch_gate_threshold` dataclass field and its
-`--speculative-batch-gate-threshold` argument go next to `speculative_num_draft_tokens`.
+The gate's dataclass fields (`speculative_batch_gate_threshold`, `speculative_depth_table`)
+and their `--speculative-batch-gate-threshold` / `--speculative-depth-table` arguments go next
+to `speculative_num_draft_tokens`, in that order.
 Where the EAGLE branch of `ServerArgs`' post-processing resets an unset running-request
 cap to a constant (48), the reset is skipped while the gate is on, so the gate leaves the
 caps SGLang would choose without speculation. (From 0.5.13 that reset lives in its own
@@ -18,21 +19,47 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from eaglegate.errors import UserError
+from eaglegate.patches import gate_module
 from eaglegate.patches.codemods.common import Anchor, attribute, code, find_class, methods, parse
 
-FIELD = "speculative_batch_gate_threshold"
-FLAG = "--speculative-batch-gate-threshold"
-FIELD_HELP = (
+
+@dataclass(frozen=True)
+class GateArgument:
+    """One server argument the patch adds: its `ServerArgs` field, its flag, the Python type
+    of its value (`int` or `str`: the anchor's `Optional[int]` with this name in place of
+    `int`, and argparse's `type=`), and its help. Every one is off when unset (None)."""
+
+    field: str
+    flag: str
+    kind: str
+    help: str
+
+
+# The fields are named by the gate, which reads them.
+THRESHOLD = GateArgument(
+    gate_module.SERVER_ARG, "--speculative-batch-gate-threshold", "int",
     "EAGLE batch-size gate: while the running batch is larger than this, "
     "run plain one-token decode steps instead of speculating; speculation resumes once "
     "the batch shrinks below a lower mark. Off when unset; also read from "
-    "SGLANG_SPEC_BATCH_GATE_THRESHOLD. Added by eaglegate."
+    f"{gate_module.ENV_THRESHOLD}. Added by eaglegate.",
 )
+DEPTH_TABLE = GateArgument(
+    gate_module.DEPTH_SERVER_ARG, "--speculative-depth-table", "str",
+    "EAGLE depth gate (overlap worker): a JSON table, inline or the path of a file, of the "
+    "speculative depth per batch-size and context band (0 runs plain decode steps). Off when "
+    f"unset; also read from {gate_module.ENV_DEPTH_TABLE}. Added by eaglegate.",
+)
+# In the order they are declared, after speculative_num_draft_tokens.
+GATE_ARGUMENTS = (THRESHOLD, DEPTH_TABLE)
+# The threshold's names, which the cap guard and the launch flags read.
+FIELD = THRESHOLD.field
+FLAG = THRESHOLD.flag
 
 
 def string_literal(value: str) -> m.SimpleString:
@@ -62,10 +89,10 @@ def _flag_of(stmt: cst.BaseStatement) -> str | None:
 
 
 class _AfterArgument(cst.CSTTransformer):
-    """Inserts a statement after the one `parser.add_argument(flag, ...)` statement."""
+    """Inserts statements after the one `parser.add_argument(flag, ...)` statement."""
 
     def __init__(
-        self, anchor_flag: str, make: Callable[[cst.SimpleStatementLine], cst.BaseStatement]
+        self, anchor_flag: str, make: Callable[[cst.SimpleStatementLine], list[cst.BaseStatement]]
     ):
         self.anchor_flag = anchor_flag
         self.make = make
@@ -80,32 +107,50 @@ class _AfterArgument(cst.CSTTransformer):
             if _flag_of(stmt) == self.anchor_flag:
                 self.found += 1
                 assert isinstance(stmt, cst.SimpleStatementLine)
-                body.append(self.make(stmt))
+                body.extend(self.make(stmt))
         return updated_node.with_changes(body=body)
 
 
-def _gate_argument(anchor: cst.SimpleStatementLine) -> cst.BaseStatement:
-    """`parser.add_argument("--speculative-batch-gate-threshold", ...)`, laid out like the
-    anchor argument it follows (same receiver, same line breaks and indentation)."""
+def _gate_arguments(anchor: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """`parser.add_argument("<flag>", ...)` of each gate argument, laid out like the anchor
+    argument they follow (same receiver, same line breaks and indentation)."""
     expr = anchor.body[0]
     assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
     call = expr.value
-    values: dict[str | None, cst.BaseExpression] = {
-        None: cst.SimpleString(f'"{FLAG}"'),
-        "type": cst.Name("int"),
-        "default": cst.parse_expression(f"ServerArgs.{FIELD}"),
-        "help": cst.SimpleString(json.dumps(FIELD_HELP)),
-    }
     keywords = [a.keyword.value if a.keyword else None for a in call.args]
-    if sorted(keywords, key=str) == sorted(values, key=str):
-        args = [a.with_changes(value=values[k]) for a, k in zip(call.args, keywords, strict=True)]
-        return anchor.with_changes(
-            body=[expr.with_changes(value=call.with_changes(args=args))], leading_lines=[]
-        )
-    receiver = code(call.func)
-    return cst.parse_statement(
-        f"{receiver}({FLAG!r}, type=int, default=ServerArgs.{FIELD}, help={FIELD_HELP!r})\n"
-    )
+    statements: list[cst.BaseStatement] = []
+    for argument in GATE_ARGUMENTS:
+        values: dict[str | None, cst.BaseExpression] = {
+            None: cst.SimpleString(f'"{argument.flag}"'),
+            "type": cst.Name(argument.kind),
+            "default": cst.parse_expression(f"ServerArgs.{argument.field}"),
+            "help": cst.SimpleString(json.dumps(argument.help)),
+        }
+        if sorted(keywords, key=str) == sorted(values, key=str):
+            args = [a.with_changes(value=values[k]) for a, k in zip(call.args, keywords, strict=True)]
+            statements.append(anchor.with_changes(
+                body=[expr.with_changes(value=call.with_changes(args=args))], leading_lines=[]))
+            continue
+        statements.append(cst.parse_statement(
+            f"{code(call.func)}({argument.flag!r}, type={argument.kind}, "
+            f"default=ServerArgs.{argument.field}, help={argument.help!r})\n"))
+    return statements
+
+
+class _OfKind(cst.CSTTransformer):
+    """The anchor's annotation (`Optional[int]`, `int | None`) with `int` read as `kind`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.kind) if updated_node.value == "int" else updated_node
+
+
+def _annotation_of(anchor: cst.BaseExpression, argument: GateArgument) -> str:
+    annotation = anchor.visit(_OfKind(argument.kind))
+    assert isinstance(annotation, cst.BaseExpression)
+    return code(annotation)
 
 
 def _names_eagle(test: cst.BaseExpression) -> bool:
@@ -200,15 +245,16 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
             ))
         ]
 
-    has_field = len(field_at(FIELD)) == 1
+    fields = [len(field_at(argument.field)) == 1 for argument in GATE_ARGUMENTS]
     # Text tests: a matcher over this long module would double the transform's time.
-    has_flag = f'"{FLAG}"' in source
+    flags = [f'"{argument.flag}"' in source for argument in GATE_ARGUMENTS]
     has_guard = f"not self.{FIELD}" in source or not cap_guard
-    if has_field and has_flag and has_guard:
+    if all(fields) and all(flags) and has_guard:
         return source
-    if has_field or has_flag or (has_guard and cap_guard):
+    if any(fields) or any(flags) or (has_guard and cap_guard):
         raise UserError(
-            f"{file} is partially patched (ServerArgs.{FIELD}, {FLAG} and the cap guard must "
+            f"{file} is partially patched (the ServerArgs fields "
+            f"{', '.join(a.field for a in GATE_ARGUMENTS)}, their flags and the cap guard must "
             "come together); restore the original file first"
         )
 
@@ -221,11 +267,12 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
     assert isinstance(anchor_stmt, cst.SimpleStatementLine)
     anchor_field = anchor_stmt.body[0]
     assert isinstance(anchor_field, cst.AnnAssign)
-    # The same annotation as speculative_num_draft_tokens (an optional int in every version).
-    field = cst.parse_statement(
-        f"{FIELD}: {code(anchor_field.annotation.annotation)} = None  # eaglegate: off when None\n"
-    )
-    inserter = _AfterArgument("--speculative-num-draft-tokens", _gate_argument)
+    # The annotation of speculative_num_draft_tokens (an optional int in every version), of
+    # each argument's type.
+    new_fields = [cst.parse_statement(
+        f"{a.field}: {_annotation_of(anchor_field.annotation.annotation, a)} = None  # eaglegate: off when None\n"
+    ) for a in GATE_ARGUMENTS]
+    inserter = _AfterArgument("--speculative-num-draft-tokens", _gate_arguments)
     new_cli = cli[0].visit(inserter)
     Anchor(
         file,
@@ -237,7 +284,7 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
     for i, stmt in enumerate(cls.body.body):
         body.append(new_cli if stmt is cli[0] else stmt)  # type: ignore[arg-type]
         if i == anchor_at[0]:
-            body.append(field)
+            body.extend(new_fields)
     new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
     if cap_guard:
         guard = GateKeepsRunningCap()
@@ -272,15 +319,22 @@ def declares_annotated_anchor(source: str) -> bool:
 
 
 def patch_annotated_field(source: str, file: str) -> str:
-    """Add `speculative_batch_gate_threshold: A[<the anchor's type>, "<help>"] = None` after
-    the class field `speculative_num_draft_tokens: A[...]` (0.5.14 on); unchanged if there."""
+    """Add each gate argument's `<field>: A[<the anchor's type, of the argument's type>,
+    "<help>"] = None` after the class field `speculative_num_draft_tokens: A[...]` (0.5.14
+    on); unchanged if there, refused if only some are."""
     module = parse(source, file)
     classes = [c for c in module.body if isinstance(c, cst.ClassDef) and _field_named(c, "speculative_num_draft_tokens")]
     Anchor(file, "speculative_num_draft_tokens", "class declaring the field").check(len(classes))
     cls = classes[0]
     qual = f"{cls.name.value}.speculative_num_draft_tokens"
-    if _field_named(cls, FIELD):
+    present = [bool(_field_named(cls, a.field)) for a in GATE_ARGUMENTS]
+    if all(present):
         return source
+    if any(present):
+        raise UserError(
+            f"{file} is partially patched ({qual.split('.')[0]} must declare all of "
+            f"{', '.join(a.field for a in GATE_ARGUMENTS)}); restore the original file first"
+        )
     anchor = _field_named(cls, "speculative_num_draft_tokens")[0]
     field = anchor.body[0]
     Anchor(file, qual, "a field declared `A[<type>, ...] = <default>`").check(
@@ -289,9 +343,9 @@ def patch_annotated_field(source: str, file: str) -> str:
     assert isinstance(field, cst.AnnAssign) and isinstance(field.annotation.annotation, cst.Subscript)
     kind = field.annotation.annotation.slice[0].slice
     assert isinstance(kind, cst.Index)
-    new = cst.parse_statement(
-        f"{FIELD}: A[{code(kind.value)}, {json.dumps(FIELD_HELP)}] = None  # eaglegate: off when None\n"
-    )
-    body = [s for stmt in cls.body.body for s in ((stmt, new) if stmt is anchor else (stmt,))]
+    new = [cst.parse_statement(
+        f"{a.field}: A[{_annotation_of(kind.value, a)}, {json.dumps(a.help)}] = None  # eaglegate: off when None\n"
+    ) for a in GATE_ARGUMENTS]
+    body = [s for stmt in cls.body.body for s in ((stmt, *new) if stmt is anchor else (stmt,))]
     new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
     return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code

@@ -1,0 +1,96 @@
+"""`plan --depth-table`: the depth gate's launch on real releases. The table is read by the
+gate's own parser; where the release builds adaptive tiers the plan adds their flags and a
+config whose candidate steps are the table's depths above 0, which the release's own loader
+accepts; elsewhere it says the table collapses; the v1 worker is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from eaglegate import app
+from eaglegate.cli import app as cli_app
+from eaglegate.errors import UsageError
+from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
+from eaglegate.patches.gate_module import DepthTable
+from eaglegate.patches.plan import ADAPTIVE_FLAGS, adaptive_loader
+
+from conftest import analysis
+
+TABLE = {"batch": [8, 32], "context": [4096], "depth": [[3, 3], [2, "launch"], [0, 1]]}
+FLAGS = "--speculative-algorithm EAGLE3 --speculative-num-steps 4"
+
+
+def _plan(version: str, table: str, env: list[str] | None = None) -> app.GatePlan:  # type: ignore[name-defined]
+    return app.plan_of(analysis(version), app.PlanRequest(48, app.Launch(FLAGS, env or []), depth_table=table))
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
+def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(version, tmp_path):
+    table = tmp_path / "depth.json"
+    table.write_text(json.dumps(TABLE))
+    plan = _plan(version, str(table))
+    flags = plan.launch_flags
+    assert flags[:2] == [THRESHOLD.flag, "48"]
+    # Kept for the cap guard, which reads it, though the table decides every step.
+    assert any(c.startswith("with the table the gate ignores the threshold") for c in plan.caveats)
+    assert flags[flags.index(DEPTH_TABLE.flag) + 1] == str(table)
+    assert ADAPTIVE_FLAGS[0] in flags and flags[flags.index(ADAPTIVE_FLAGS[1]) + 1].endswith(".json")
+    # The cells above 0, "launch" read as the launch's --speculative-num-steps.
+    assert plan.adaptive_config == {"1": {"candidate_steps": [1, 2, 3, 4]}}
+    assert plan.depth == {"table": str(table), "shape": "3x2", "depths": [1, 2, 3, 4], "tiers": True}
+    written = tmp_path / "adaptive.json"
+    written.write_text(json.dumps(plan.adaptive_config))
+    loader = adaptive_loader(analysis(version))
+    assert loader is not None
+    _, slots = loader[0](str(written))  # the release's own check
+    assert sorted({s for slot in slots.values() for s in slot["candidate_steps"]}) == plan.depth["depths"]
+
+
+@pytest.mark.parametrize(("version", "env", "why"), [
+    ("0.5.9", ["SGLANG_ENABLE_SPEC_V2=1"], "no --speculative-adaptive"),
+    ("0.5.12.post1", [], "config loader was not found"),
+])
+def test_without_tiers_the_plan_says_the_table_collapses(version, env, why):
+    inline = json.dumps(TABLE)
+    plan = _plan(version, inline, env)
+    assert plan.family == "v2-code-patch"
+    assert plan.launch_flags[-2:] == [DEPTH_TABLE.flag, inline]
+    assert not set(ADAPTIVE_FLAGS) & set(plan.launch_flags) and plan.adaptive_config is None
+    assert plan.depth is not None and plan.depth["tiers"] is False
+    collapse = [c for c in plan.caveats if "collapses to {0, the launch depth}" in c]
+    assert len(collapse) == 1 and why in collapse[0]
+
+
+def test_the_v1_worker_is_refused_in_one_line():
+    with pytest.raises(UsageError) as refused:
+        _plan("0.5.9", json.dumps(TABLE))
+    assert str(refused.value) == (
+        "depth_table: the depth gate runs in the overlap worker's code patch (EAGLEWorkerV2); "
+        "SGLang 0.5.9 under these flags plans v1-code-patch (EAGLEWorker)")
+
+
+def test_a_bad_table_is_refused_with_the_gates_own_reason():
+    bad = '{"batch": [8, 8], "depth": [[1], [2], [0]]}'
+    with pytest.raises(ValueError) as parsed:
+        DepthTable.parse(bad)
+    with pytest.raises(UsageError) as refused:
+        app.PlanRequest(depth_table=bad)
+    assert str(refused.value) == f"depth_table is not a depth table: {parsed.value}"
+
+
+def test_the_command_line_writes_the_tiers_config_and_prints_the_route_as_json(tmp_path):
+    config = tmp_path / "adaptive_depth.json"
+    result = CliRunner().invoke(cli_app, ["plan", "--version", "0.5.16", "--flags", FLAGS, "--json",
+                                          "--depth-table", json.dumps(TABLE), "--config-out", str(config)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["depth"]["depths"] == [1, 2, 3, 4] and data["depth"]["tiers"] is True
+    assert json.loads(config.read_text()) == data["adaptive_config"]
+    text = CliRunner().invoke(cli_app, ["plan", "--version", "0.5.16", "--flags", FLAGS,
+                                        "--depth-table", json.dumps(TABLE)])
+    assert "depth gate: a 3x2 table, depths [1, 2, 3, 4], each in an adaptive tier of its own" in text.stdout
+    # The inline table quoted as a shell reads it.
+    assert f"--speculative-depth-table '{json.dumps(TABLE)}'" in text.stdout.replace("\n", "")
