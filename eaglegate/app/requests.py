@@ -100,10 +100,10 @@ def check_launch(flags: object, env: object) -> tuple[str, list[str]]:
 
 def check_categories(categories: object) -> list[str]:
     """The coupling categories to keep (one, or a list; none: every category)."""
+    if categories is None:  # the common case: no need to load the couplings analysis for its names
+        return []
     from eaglegate.analyzer.couplings.model import CATEGORIES
 
-    if categories is None:
-        return []
     values = [categories] if isinstance(categories, str) else categories
     if not isinstance(values, (list, tuple)):
         raise UsageError(f"category must be a string or a list of them, not {type(categories).__name__}")
