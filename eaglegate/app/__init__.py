@@ -7,10 +7,18 @@ handed. The operations are grouped by area: `tree` (locating, the rules for writ
 `analysis` (map, couplings, plan), `patching`, `live`, `reports`, and `agents` (the one-call
 answers the agent tools give). docs/architecture.md, "The application layer", says more.
 
-Every command imports this package: the analysis (networkx), the codemods (LibCST) and the
-transactions (GitPython) are imported by the operations that use them, so `locate`,
-`status` and a warm `map` do not pay for loading what they never run.
+Every command imports this package, so it loads only what every command uses: the
+requests, the tree and the analyses. The patching, live and reports areas (their requests
+live beside their operations) load when one of their names is first used, and the analysis
+(networkx), the codemods (LibCST) and the transactions (GitPython) are imported by the
+operations that use them: `locate`, `status` and a warm `map` or `couplings` do not pay for
+loading what they never run.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from eaglegate.app.analysis import (
     Couplings,
@@ -28,41 +36,14 @@ from eaglegate.app.analysis import (
     plan,
     plan_of,
 )
-from eaglegate.app.live import (
-    Calibrated,
-    DepthTabled,
-    Swept,
-    calibrate,
-    calibrate_depths,
-    sweep,
-    verify_live,
-)
-from eaglegate.app.patching import (
-    Applied,
-    Patch,
-    apply,
-    make_patch,
-    patch_files,
-    revert,
-    verify,
-)
-from eaglegate.app.reports import Graph, diff, graph, load_report, plan_section, report, report_of
 from eaglegate.app.requests import (
     ARGUMENTS,
     MAX_TEXT,
     TEXT_LIMITS,
-    CalibrateRequest,
     CouplingsRequest,
-    DiffRequest,
-    DiffSide,
-    Estimate,
-    GraphRequest,
     Launch,
     PlanRequest,
-    ReportRequest,
-    SweepRequest,
     TreeArgs,
-    VerifyLiveRequest,
     check_arguments,
     check_categories,
     check_launch,
@@ -79,6 +60,63 @@ from eaglegate.app.tree import (
     writable_parent,
     write_file,
 )
+
+# The areas a `map` or `couplings` never uses, and their names: each area loads when one of
+# its names is first read (`app.sweep`, `from eaglegate.app import report`).
+LAZY_AREAS = {
+    "live": ("CalibrateRequest", "Calibrated", "DepthTabled", "Estimate", "SweepRequest", "Swept",
+             "VerifyLiveRequest", "calibrate", "calibrate_depths", "sweep", "verify_live"),
+    "patching": ("Applied", "Patch", "apply", "make_patch", "patch_files", "revert", "verify"),
+    "reports": ("DiffRequest", "DiffSide", "Graph", "GraphRequest", "ReportRequest", "diff", "graph",
+                "load_report", "plan_section", "report", "report_of"),
+}
+_AREA_OF = {name: area for area, names in LAZY_AREAS.items() for name in names}
+
+if TYPE_CHECKING:  # what type checkers see of the lazy names
+    from eaglegate.app.live import (
+        Calibrated,
+        CalibrateRequest,
+        DepthTabled,
+        Estimate,
+        SweepRequest,
+        Swept,
+        VerifyLiveRequest,
+        calibrate,
+        calibrate_depths,
+        sweep,
+        verify_live,
+    )
+    from eaglegate.app.patching import (
+        Applied,
+        Patch,
+        apply,
+        make_patch,
+        patch_files,
+        revert,
+        verify,
+    )
+    from eaglegate.app.reports import (
+        DiffRequest,
+        DiffSide,
+        Graph,
+        GraphRequest,
+        ReportRequest,
+        diff,
+        graph,
+        load_report,
+        plan_section,
+        report,
+        report_of,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """A lazy area's name: its module loads now, once (PEP 562)."""
+    area = _AREA_OF.get(name)
+    if area is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{area}"), name)
+
 
 __all__ = [
     "ARGUMENTS", "MAX_TEXT", "TEXT_LIMITS", "Applied", "CalibrateRequest", "Calibrated", "DepthTabled",

@@ -3,16 +3,188 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eaglegate.app.requests import CalibrateRequest, SweepRequest, VerifyLiveRequest
+from eaglegate.app.requests import (
+    ESTIMATE_FIGURES,
+    TEXT_LIMITS,
+    check_count,
+    check_depth_sweeps,
+    check_figure,
+    check_fraction,
+    check_output,
+    check_png,
+    check_positive,
+    check_text,
+    set_checked,
+)
+from eaglegate.errors import UsageError
+from eaglegate.live.calibrate import Roofline
 
 if TYPE_CHECKING:
     from eaglegate.live.calibrate import Calibration, Curve, DepthCalibration
     from eaglegate.live.client import Endpoint
     from eaglegate.live.sweep import Point, SweepProgress
     from eaglegate.live.verify_live import VerifyReport as LiveReport
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    url: object
+    concurrency: object = "1-256"
+    prompts: object = None
+    output: object = "sweep.jsonl"
+    api: object = "auto"
+    model: object = None
+    max_tokens: object = 256
+    rounds: object = 2
+    min_requests: object = 8
+    ignore_eos: bool = True
+    timeout: object = 300.0
+    tag: object = None
+    endpoint: Any = field(default=None, init=False)  # the server, resolved from url and api
+
+    def __post_init__(self) -> None:
+        from eaglegate.live.client import check_api, resolve_endpoint
+        from eaglegate.live.sweep import parse_levels
+
+        set_checked(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
+        set_checked(self, "rounds", check_count("--rounds", self.rounds))
+        set_checked(self, "min_requests", check_count("--min-requests", self.min_requests))
+        set_checked(self, "timeout", check_positive("--timeout", self.timeout))
+        check_output(self.output)
+        set_checked(self, "url", _url(self.url))
+        set_checked(self, "api", check_api(self.api))
+        set_checked(self, "endpoint", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
+        set_checked(self, "concurrency", parse_levels(check_text("--concurrency", self.concurrency) or ""))
+        set_checked(self, "prompts", check_text("--prompts", self.prompts))
+        set_checked(self, "model", check_text("--model", self.model))
+        set_checked(self, "tag", check_text("--tag", self.tag))
+
+
+def _url(url: object) -> str:
+    text = check_text("--url", url)
+    if text is None:
+        raise UsageError("--url must name the server (host:port or a URL)")
+    return text
+
+
+@dataclass(frozen=True)
+class VerifyLiveRequest:
+    url: object
+    baseline_url: object
+    low: object = 1
+    high: object = 128
+    tolerance: object = 0.1
+    prompts: object = None
+    max_tokens: object = 128
+    rounds: object = 2
+    logprobs: bool = True
+    api: object = "auto"
+    model: object = None
+    timeout: object = 300.0
+    gated: Any = field(default=None, init=False)  # the servers, resolved from the urls and api
+    plain: Any = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        from eaglegate.live.client import check_api, resolve_endpoint
+
+        set_checked(self, "low", check_count("--low", self.low))
+        set_checked(self, "high", check_count("--high", self.high))
+        set_checked(self, "tolerance", check_fraction("--tolerance", self.tolerance))
+        set_checked(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
+        set_checked(self, "rounds", check_count("--rounds", self.rounds))
+        set_checked(self, "timeout", check_positive("--timeout", self.timeout))
+        set_checked(self, "url", _url(self.url))
+        set_checked(self, "baseline_url", _url(self.baseline_url))
+        set_checked(self, "api", check_api(self.api))
+        set_checked(self, "gated", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
+        set_checked(self, "plain", resolve_endpoint(str(self.baseline_url), self.api))  # type: ignore[arg-type]
+        set_checked(self, "prompts", check_text("--prompts", self.prompts))
+        set_checked(self, "model", check_text("--model", self.model))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """`calibrate --estimate`'s model of the server (docs/calibrate.md): what the roofline
+    needs, the GPU by name or by its peak figures."""
+
+    params_b: float | None = None
+    draft_tokens: int | None = None
+    accept_len: float | None = None
+    gpu: str | None = None
+    peak_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    draft_params_b: float | None = None
+    num_steps: int | None = None
+    # The model's own defaults, so the two cannot drift apart.
+    context_len: int = Roofline.context_len
+    kv_kib_per_token: float | None = None
+    flops_efficiency: float = Roofline.flops_efficiency
+    bandwidth_efficiency: float = Roofline.bandwidth_efficiency
+    overhead_ms: float = Roofline.overhead_ms
+    max_concurrency: int = 1024
+
+    def roofline(self) -> Roofline:
+        """The roofline this estimate describes, its figures checked as it is built."""
+        from eaglegate.live import calibrate as cal
+
+        for name in ESTIMATE_FIGURES:
+            check_figure(name, getattr(self, name))
+        check_text("gpu", self.gpu, TEXT_LIMITS["gpu"])
+        missing = [n for n, v in (("--params-b", self.params_b), ("--draft-tokens", self.draft_tokens),
+                                  ("--accept-len", self.accept_len)) if v is None]
+        if missing:
+            raise UsageError(f"--estimate needs {', '.join(missing)}")
+        assert self.params_b is not None and self.draft_tokens is not None and self.accept_len is not None
+        check_count("--context-len", self.context_len)
+        check_count("--max-concurrency", self.max_concurrency, 2)
+        flops, bw = cal.roofline_for_gpu(self.gpu, self.peak_tflops, self.bandwidth_tbs)
+        return cal.Roofline(
+            params_b=self.params_b, draft_tokens=self.draft_tokens, accept_len=self.accept_len,
+            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=self.draft_params_b,
+            num_steps=self.num_steps, context_len=self.context_len,
+            kv_kib_per_token=self.kv_kib_per_token, flops_efficiency=self.flops_efficiency,
+            bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
+        )
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    """`calibrate`: two sweep files, or a roofline estimate; the margin; a PNG to draw. Or,
+    for the depth gate, the baseline and one sweep per static depth (`depths`), and where to
+    write the depth table (`table_out`)."""
+
+    baseline: object = None
+    spec: object = None
+    margin: object = 0.05
+    estimate: Estimate | None = None
+    png: object = None
+    depths: object = None  # checked: {depth: sweep file}
+    table_out: object = None
+    model: Roofline | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        set_checked(self, "baseline", check_text("baseline", self.baseline, TEXT_LIMITS["baseline"]))
+        set_checked(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
+        set_checked(self, "margin", check_fraction("--margin", self.margin))
+        set_checked(self, "png", check_png(self.png))
+        set_checked(self, "depths", check_depth_sweeps(self.depths))
+        set_checked(self, "table_out", check_text("--table-out", self.table_out))
+        check_output(self.table_out)
+        if self.depths or self.table_out:
+            if self.estimate is not None or self.spec or self.png:
+                raise UsageError("--depth takes the baseline sweep and one sweep per depth: no spec sweep, "
+                                 "--estimate or --png")
+            if not self.baseline or not self.depths:
+                raise UsageError("a depth table needs the baseline sweep and --depth DEPTH=FILE for each depth")
+        elif self.estimate is not None:
+            if self.baseline or self.spec:
+                raise UsageError("--estimate takes no sweep files")
+            set_checked(self, "model", self.estimate.roofline())
+        elif not self.baseline or not self.spec:
+            raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
 
 
 @dataclass

@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglegate.app.analysis import analyse
-from eaglegate.app.requests import DiffRequest, DiffSide, GraphRequest, TreeArgs
+from eaglegate.app.requests import (
+    MAX_TEXT,
+    TreeArgs,
+    check_choice,
+    check_output,
+    check_text,
+    set_checked,
+)
 from eaglegate.app.tree import locate
-from eaglegate.errors import UserError
+from eaglegate.errors import UsageError, UserError
 
 if TYPE_CHECKING:
     from eaglegate.analyzer import source
@@ -23,6 +30,69 @@ if TYPE_CHECKING:
     from eaglegate.reports.model import Plan, Report
 
     Progress = Callable[[int, int], None]
+
+
+REPORT_FORMATS = ("term", "md", "html", "json", "dot", "mermaid")
+DIFF_FORMATS = ("term", "md", "json")
+GRAPH_FORMATS = ("json", "dot")
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """`report`: the format, the output file, and whether the couplings are analysed."""
+
+    fmt: object = "term"
+    output: str | None = None
+    with_couplings: bool = True
+
+    def __post_init__(self) -> None:
+        set_checked(self, "fmt", check_choice("--format", self.fmt, REPORT_FORMATS))
+        check_output(self.output)
+
+
+@dataclass(frozen=True)
+class DiffSide:
+    """One side of a diff: a version, a directory or a saved report (`arg`), or a directory (`path`)."""
+
+    arg: str | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        set_checked(self, "arg", check_text("version", self.arg, MAX_TEXT))
+        set_checked(self, "path", check_text("path", self.path, MAX_TEXT))
+
+
+@dataclass(frozen=True)
+class DiffRequest:
+    a: DiffSide
+    b: DiffSide
+    fmt: object = "term"
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        set_checked(self, "fmt", check_choice("--format", self.fmt, DIFF_FORMATS))
+        check_output(self.output)
+        for name, side in (("A", self.a), ("B", self.b)):
+            if not side.arg and not side.path:
+                raise UsageError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")
+
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """`graph`: any Python package or directory, the format, the output file."""
+
+    root: str
+    fmt: object = "json"
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        set_checked(self, "fmt", check_choice("--format", self.fmt, GRAPH_FORMATS))
+        check_output(self.output)
+        root = check_text("path", self.root)
+        if root is None or not Path(root).is_dir():
+            raise UsageError(f"no such directory: {self.root}")
+        set_checked(self, "root", root)
+
 
 
 def plan_section(analysis: Analysis) -> Plan:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from eaglegate.errors import UsageError
-from eaglegate.live.calibrate import Roofline
 from eaglegate.patches.model import MAX_THRESHOLD
 
 # Free-text arguments: long enough for any real path or launch line, short enough that a
@@ -42,9 +41,6 @@ MAX_PAGE = 100_000
 PAGING = {"page": MAX_PAGE, "below_page": MAX_PAGE, "page_size": MAX_PAGE_SIZE}
 SWITCHES = ("confirm", "force", "all_findings", "estimate")
 
-REPORT_FORMATS = ("term", "md", "html", "json", "dot", "mermaid")
-DIFF_FORMATS = ("term", "md", "json")
-GRAPH_FORMATS = ("json", "dot")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -119,10 +115,10 @@ def check_launch(flags: object, env: object) -> tuple[str, list[str]]:
 
 def check_categories(categories: object) -> list[str]:
     """The coupling categories to keep (one, or a list; none: every category)."""
+    if categories is None:  # the common case: no need to load the couplings analysis for its names
+        return []
     from eaglegate.analyzer.couplings.model import CATEGORIES
 
-    if categories is None:
-        return []
     values = [categories] if isinstance(categories, str) else categories
     if not isinstance(values, (list, tuple)):
         raise UsageError(f"category must be a string or a list of them, not {type(categories).__name__}")
@@ -256,7 +252,7 @@ def check_arguments(arguments: dict[str, object]) -> None:
 # ---------------------------------------------------------------- requests
 
 
-def _set(request: object, name: str, value: object) -> None:
+def set_checked(request: object, name: str, value: object) -> None:
     object.__setattr__(request, name, value)  # a frozen request keeps its checked value
 
 
@@ -276,14 +272,14 @@ class TreeArgs:
 
     def __post_init__(self) -> None:
         for name in ("version", "path", "git", "rev", "python"):
-            _set(self, name, check_text(name, getattr(self, name), TEXT_LIMITS[name]))
+            set_checked(self, name, check_text(name, getattr(self, name), TEXT_LIMITS[name]))
         if self.confined and self.python is not None and not _PYTHON_NAME.fullmatch(Path(self.python).name):
             # The interpreter is executed to read metadata: only something named python.
             raise UsageError(f"python must name a Python interpreter (python, python3.11...), not {self.python!r}")
         if self.rev is not None and self.rev.startswith("-"):
             raise UsageError(f"rev must be a tag or commit, not {self.rev!r}")
         if self.path is not None:
-            _set(self, "path", str(Path(self.path).expanduser().resolve()))  # the real tree is named
+            set_checked(self, "path", str(Path(self.path).expanduser().resolve()))  # the real tree is named
 
 
 @dataclass(frozen=True)
@@ -295,8 +291,8 @@ class Launch:
     env: Any = None
 
     def __post_init__(self) -> None:
-        _set(self, "flags", check_flags(self.flags))
-        _set(self, "env", check_env(self.env))
+        set_checked(self, "flags", check_flags(self.flags))
+        set_checked(self, "env", check_env(self.env))
 
 
 @dataclass(frozen=True)
@@ -308,8 +304,8 @@ class CouplingsRequest:
     every: bool = False
 
     def __post_init__(self) -> None:
-        _set(self, "categories", check_categories(self.categories))
-        _set(self, "every", check_switch("all_findings", self.every))
+        set_checked(self, "categories", check_categories(self.categories))
+        set_checked(self, "every", check_switch("all_findings", self.every))
         if self.every and (self.launch.flags or self.launch.env):
             raise UsageError("--all (all_findings=) lists every finding of every launch: give either it "
                              "or --flags/--env (flags=, env=)")
@@ -326,187 +322,9 @@ class PlanRequest:
     depth_table: object = None
 
     def __post_init__(self) -> None:
-        _set(self, "threshold", check_optional_threshold(self.threshold))
+        set_checked(self, "threshold", check_optional_threshold(self.threshold))
         check_output(self.config_out)
-        _set(self, "depth_table", check_depth_table(self.depth_table))
-
-
-@dataclass(frozen=True)
-class ReportRequest:
-    """`report`: the format, the output file, and whether the couplings are analysed."""
-
-    fmt: object = "term"
-    output: str | None = None
-    with_couplings: bool = True
-
-    def __post_init__(self) -> None:
-        _set(self, "fmt", check_choice("--format", self.fmt, REPORT_FORMATS))
-        check_output(self.output)
-
-
-@dataclass(frozen=True)
-class DiffSide:
-    """One side of a diff: a version, a directory or a saved report (`arg`), or a directory (`path`)."""
-
-    arg: str | None = None
-    path: str | None = None
-
-    def __post_init__(self) -> None:
-        _set(self, "arg", check_text("version", self.arg, MAX_TEXT))
-        _set(self, "path", check_text("path", self.path, MAX_TEXT))
-
-
-@dataclass(frozen=True)
-class DiffRequest:
-    a: DiffSide
-    b: DiffSide
-    fmt: object = "term"
-    output: str | None = None
-
-    def __post_init__(self) -> None:
-        _set(self, "fmt", check_choice("--format", self.fmt, DIFF_FORMATS))
-        check_output(self.output)
-        for name, side in (("A", self.a), ("B", self.b)):
-            if not side.arg and not side.path:
-                raise UsageError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")
-
-
-@dataclass(frozen=True)
-class GraphRequest:
-    """`graph`: any Python package or directory, the format, the output file."""
-
-    root: str
-    fmt: object = "json"
-    output: str | None = None
-
-    def __post_init__(self) -> None:
-        _set(self, "fmt", check_choice("--format", self.fmt, GRAPH_FORMATS))
-        check_output(self.output)
-        root = check_text("path", self.root)
-        if root is None or not Path(root).is_dir():
-            raise UsageError(f"no such directory: {self.root}")
-        _set(self, "root", root)
-
-
-@dataclass(frozen=True)
-class SweepRequest:
-    url: object
-    concurrency: object = "1-256"
-    prompts: object = None
-    output: object = "sweep.jsonl"
-    api: object = "auto"
-    model: object = None
-    max_tokens: object = 256
-    rounds: object = 2
-    min_requests: object = 8
-    ignore_eos: bool = True
-    timeout: object = 300.0
-    tag: object = None
-    endpoint: Any = field(default=None, init=False)  # the server, resolved from url and api
-
-    def __post_init__(self) -> None:
-        from eaglegate.live.client import check_api, resolve_endpoint
-        from eaglegate.live.sweep import parse_levels
-
-        _set(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
-        _set(self, "rounds", check_count("--rounds", self.rounds))
-        _set(self, "min_requests", check_count("--min-requests", self.min_requests))
-        _set(self, "timeout", check_positive("--timeout", self.timeout))
-        check_output(self.output)
-        _set(self, "url", _url(self.url))
-        _set(self, "api", check_api(self.api))
-        _set(self, "endpoint", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
-        _set(self, "concurrency", parse_levels(check_text("--concurrency", self.concurrency) or ""))
-        _set(self, "prompts", check_text("--prompts", self.prompts))
-        _set(self, "model", check_text("--model", self.model))
-        _set(self, "tag", check_text("--tag", self.tag))
-
-
-def _url(url: object) -> str:
-    text = check_text("--url", url)
-    if text is None:
-        raise UsageError("--url must name the server (host:port or a URL)")
-    return text
-
-
-@dataclass(frozen=True)
-class VerifyLiveRequest:
-    url: object
-    baseline_url: object
-    low: object = 1
-    high: object = 128
-    tolerance: object = 0.1
-    prompts: object = None
-    max_tokens: object = 128
-    rounds: object = 2
-    logprobs: bool = True
-    api: object = "auto"
-    model: object = None
-    timeout: object = 300.0
-    gated: Any = field(default=None, init=False)  # the servers, resolved from the urls and api
-    plain: Any = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        from eaglegate.live.client import check_api, resolve_endpoint
-
-        _set(self, "low", check_count("--low", self.low))
-        _set(self, "high", check_count("--high", self.high))
-        _set(self, "tolerance", check_fraction("--tolerance", self.tolerance))
-        _set(self, "max_tokens", check_count("--max-tokens", self.max_tokens))
-        _set(self, "rounds", check_count("--rounds", self.rounds))
-        _set(self, "timeout", check_positive("--timeout", self.timeout))
-        _set(self, "url", _url(self.url))
-        _set(self, "baseline_url", _url(self.baseline_url))
-        _set(self, "api", check_api(self.api))
-        _set(self, "gated", resolve_endpoint(str(self.url), self.api))  # type: ignore[arg-type]
-        _set(self, "plain", resolve_endpoint(str(self.baseline_url), self.api))  # type: ignore[arg-type]
-        _set(self, "prompts", check_text("--prompts", self.prompts))
-        _set(self, "model", check_text("--model", self.model))
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """`calibrate --estimate`'s model of the server (docs/calibrate.md): what the roofline
-    needs, the GPU by name or by its peak figures."""
-
-    params_b: float | None = None
-    draft_tokens: int | None = None
-    accept_len: float | None = None
-    gpu: str | None = None
-    peak_tflops: float | None = None
-    bandwidth_tbs: float | None = None
-    draft_params_b: float | None = None
-    num_steps: int | None = None
-    # The model's own defaults, so the two cannot drift apart.
-    context_len: int = Roofline.context_len
-    kv_kib_per_token: float | None = None
-    flops_efficiency: float = Roofline.flops_efficiency
-    bandwidth_efficiency: float = Roofline.bandwidth_efficiency
-    overhead_ms: float = Roofline.overhead_ms
-    max_concurrency: int = 1024
-
-    def roofline(self) -> Roofline:
-        """The roofline this estimate describes, its figures checked as it is built."""
-        from eaglegate.live import calibrate as cal
-
-        for name in ESTIMATE_FIGURES:
-            check_figure(name, getattr(self, name))
-        check_text("gpu", self.gpu, TEXT_LIMITS["gpu"])
-        missing = [n for n, v in (("--params-b", self.params_b), ("--draft-tokens", self.draft_tokens),
-                                  ("--accept-len", self.accept_len)) if v is None]
-        if missing:
-            raise UsageError(f"--estimate needs {', '.join(missing)}")
-        assert self.params_b is not None and self.draft_tokens is not None and self.accept_len is not None
-        check_count("--context-len", self.context_len)
-        check_count("--max-concurrency", self.max_concurrency, 2)
-        flops, bw = cal.roofline_for_gpu(self.gpu, self.peak_tflops, self.bandwidth_tbs)
-        return cal.Roofline(
-            params_b=self.params_b, draft_tokens=self.draft_tokens, accept_len=self.accept_len,
-            peak_tflops=flops, bandwidth_tbs=bw, draft_params_b=self.draft_params_b,
-            num_steps=self.num_steps, context_len=self.context_len,
-            kv_kib_per_token=self.kv_kib_per_token, flops_efficiency=self.flops_efficiency,
-            bandwidth_efficiency=self.bandwidth_efficiency, overhead_ms=self.overhead_ms,
-        )
+        set_checked(self, "depth_table", check_depth_table(self.depth_table))
 
 
 def check_depth_sweeps(entries: object) -> dict[int, str]:
@@ -528,41 +346,3 @@ def check_depth_sweeps(entries: object) -> dict[int, str]:
             raise UsageError(f"--depth {int(depth)} is given twice")
         sweeps[int(depth)] = path.strip()
     return sweeps
-
-
-@dataclass(frozen=True)
-class CalibrateRequest:
-    """`calibrate`: two sweep files, or a roofline estimate; the margin; a PNG to draw. Or,
-    for the depth gate, the baseline and one sweep per static depth (`depths`), and where to
-    write the depth table (`table_out`)."""
-
-    baseline: object = None
-    spec: object = None
-    margin: object = 0.05
-    estimate: Estimate | None = None
-    png: object = None
-    depths: object = None  # checked: {depth: sweep file}
-    table_out: object = None
-    model: Roofline | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        _set(self, "baseline", check_text("baseline", self.baseline, TEXT_LIMITS["baseline"]))
-        _set(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
-        _set(self, "margin", check_fraction("--margin", self.margin))
-        _set(self, "png", check_png(self.png))
-        _set(self, "depths", check_depth_sweeps(self.depths))
-        _set(self, "table_out", check_text("--table-out", self.table_out))
-        check_output(self.table_out)
-        if self.depths or self.table_out:
-            if self.estimate is not None or self.spec or self.png:
-                raise UsageError("--depth takes the baseline sweep and one sweep per depth: no spec sweep, "
-                                 "--estimate or --png")
-            if not self.baseline or not self.depths:
-                raise UsageError("a depth table needs the baseline sweep and --depth DEPTH=FILE for each depth")
-        elif self.estimate is not None:
-            if self.baseline or self.spec:
-                raise UsageError("--estimate takes no sweep files")
-            _set(self, "model", self.estimate.roofline())
-        elif not self.baseline or not self.spec:
-            raise UsageError("give two sweep files (baseline, spec), or --estimate with model parameters")
-
