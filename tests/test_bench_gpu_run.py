@@ -27,8 +27,10 @@ from phases import equivalence, profile, throughput  # noqa: E402
 
 
 def a_run(tmp_path, *argv):
-    """The call run.py builds from `argv`, on a stage in tmp_path."""
-    return harness.Run.from_argv([*argv, "--out", str(tmp_path)], environ={"STAGE": str(tmp_path)})
+    """The call run.py builds from `argv`, on a stage in tmp_path (and a checkout there that
+    carried no .gpu/, whatever this one holds)."""
+    return harness.Run.from_argv([*argv, "--out", str(tmp_path)], environ={"STAGE": str(tmp_path)},
+                                 root=str(tmp_path))
 
 
 def test_server_names_carry_a_restart_and_a_gate_revision():

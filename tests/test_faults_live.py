@@ -262,3 +262,16 @@ def test_eaglegate_tool_refuses_deeply_nested_arguments_in_one_line(depth):
     proc = eaglegate("tool", "locate", "[" * depth + "]" * depth)
     assert error_line(proc, 2) == f"error: JSON nested deeper than {tools.MAX_JSON_DEPTH} levels in the arguments"
     assert proc.stdout == ""
+
+
+def test_a_read_that_waited_the_sockets_timeout_is_the_deadline_not_a_failure():
+    """The socket's timeout is the whole request's, so a silent server's read can time out a
+    moment before the deadline's timer fires: the same answer either way (under load, the
+    old check said `request ... failed: TimeoutError`)."""
+    from eaglegate.live.client import _Deadline
+
+    deadline = _Deadline(5)
+    assert deadline.ended(TimeoutError("timed out")) and not deadline.passed
+    assert not deadline.ended(ConnectionResetError("reset by peer"))
+    deadline.passed = True  # the timer shut the socket down: whatever the read raised
+    assert deadline.ended(ConnectionResetError("reset by peer"))

@@ -74,7 +74,12 @@ def test_verify_says_live_or_static_only(version):
     assert "\n" not in said
 
 
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.14"])
+# The newest catalogued release no live run covers (the image cannot start it on its torch).
+NOT_LIVE = next(v for v in ("0.5.23", "0.5.22", "0.5.21", "0.5.20", "0.5.19", "0.5.18")
+                if v not in live_runs.catalogue()["releases"])
+
+
+@pytest.mark.parametrize("version", ["0.5.9", NOT_LIVE])
 def test_plan_says_static_only_for_a_release_the_gate_has_not_run_on(version):
     from eaglegate.patches.plan import build_plan
 

@@ -150,8 +150,9 @@ class Run:
     """One call: what it asked for (run.py's flags, as attributes of the same names), where it
     runs, and what its servers logged."""
 
-    def __init__(self, args, stage, cores=None):
+    def __init__(self, args, stage, cores=None, root="."):
         vars(self).update(vars(args))
+        self.root = root  # the checkout that travelled, with the .gpu/ it carried
         self.servers = args.servers  # (name, pair), in the order they start
         self.profile = set(filter(None, args.profile.split(",")))
         self.stage = stage
@@ -166,7 +167,7 @@ class Run:
             self.running_cap["plain-default"], self.graph_max_bs["plain-default"] = args.plain_caps
 
     @classmethod
-    def from_argv(cls, argv=None, environ=os.environ):
+    def from_argv(cls, argv=None, environ=os.environ, root="."):
         """The call run.py's command line asks for, or one line saying why it cannot run,
         before any server starts (a refusal after the first start spends a minute of device
         time)."""
@@ -174,7 +175,7 @@ class Run:
         stage = environ.get("STAGE")
         if not stage:
             raise SystemExit("run.py: $STAGE is not set: source .gpu/kit/setup.sh first")
-        run = cls(args, stage)
+        run = cls(args, stage, root=root)
         refusal = run.refusal()
         if refusal:
             raise SystemExit(refusal)
@@ -182,7 +183,7 @@ class Run:
 
     def refusal(self):
         """Why this call cannot run, or None."""
-        refusal = stage_refusal(self.stage)
+        refusal = stage_refusal(self.stage, self.root)
         if refusal:
             return refusal
         for name, pair in self.servers:  # a bad variant wastes the call

@@ -228,6 +228,11 @@ class _Deadline:
                 # the TLS state under the reading thread.
                 socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
 
+    def ended(self, exc: BaseException) -> bool:
+        """Whether `exc` is the deadline's doing: the timer shut the socket down, or a read
+        waited the socket's own timeout, which is the whole request's (the two race)."""
+        return self.passed or isinstance(exc, TimeoutError)
+
     def error(self, endpoint: Endpoint) -> LiveRequestError:
         return LiveRequestError(
             f"{endpoint.url} did not answer within {self.seconds:g} s (--timeout bounds each request)"
@@ -272,7 +277,7 @@ def first_model(endpoint: Endpoint, timeout: float = 10.0) -> str | None:
             resp = conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            if deadline.passed:
+            if deadline.ended(exc):
                 raise deadline.error(endpoint) from None
             raise LiveRequestError(
                 f"cannot reach {endpoint.scheme}://{endpoint.host}:{endpoint.port}: {_describe(exc)}"
@@ -528,8 +533,8 @@ def generate(
                     chunks += 1
         except LiveRequestError:
             raise
-        except (TimeoutError, OSError, http.client.HTTPException) as exc:
-            if deadline.passed:
+        except (OSError, http.client.HTTPException) as exc:  # TimeoutError is an OSError
+            if deadline.ended(exc):
                 raise deadline.error(endpoint) from None
             raise LiveRequestError(f"request to {endpoint.url} failed: {_describe(exc)}") from None
         finally:
