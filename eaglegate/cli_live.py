@@ -227,23 +227,52 @@ def _calibrate_depths(request: app.CalibrateRequest, as_json: bool) -> None:
     if as_json:
         print_json({**result.to_json(), "table": tabled.table, "written": tabled.written})
         return
-    depths = sorted(int(d) for d in result.rows[0]["throughput"])
-    table = Table(title=f"output tok/s by depth (margin {result.margin:g})")
-    for col in ("concurrency", *(f"depth {d}" if d else "plain" for d in depths), "chosen", "lead"):
-        table.add_column(col, justify="right")
-    for row in result.rows:
-        table.add_row(f"{row['concurrency']:g}", *(f"{row['throughput'][str(d)]:.1f}" for d in depths),
-                      str(row["depth"]), f"{row['lead']:+.1%}")
-    out.print(table)
-    bands = [f"batch <= {b}: depth {d}" for b, d in zip(result.bounds, result.depths, strict=False)]
-    bands.append(f"above {result.bounds[-1]}: depth {result.depths[-1]}" if result.bounds
-                 else f"every batch: depth {result.depths[-1]}")
-    out.print("[bold]depth table[/bold]  " + "; ".join(bands), highlight=False)
+    for column in result.columns:
+        depths = sorted(int(d) for d in column.rows[0]["throughput"])
+        at = f", context {column.context} tokens" if column.context is not None else ""
+        table = Table(title=f"output tok/s by depth (margin {result.margin:g}{at})")
+        for col in ("concurrency", *(f"depth {d}" if d else "plain" for d in depths), "chosen", "lead", "repeats"):
+            table.add_column(col, justify="right")
+        for row in column.rows:
+            agreed = f"{row['agree']}/{len(row['repeats'])}" if "repeats" in row else "-"
+            table.add_row(f"{row['concurrency']:g}", *(f"{row['throughput'][str(d)]:.1f}" for d in depths),
+                          str(row["depth"]), f"{row['lead']:+.1%}", agreed)
+        out.print(table)
+    out.print(_depth_grid(result))
+    for j in range(len(result.columns)):
+        rows = [depths[j] for depths in result.depths]
+        bands = [f"batch <= {b}: depth {d}" for b, d in zip(result.batch, rows, strict=False)]
+        bands.append(f"above {result.batch[-1]}: depth {rows[-1]}" if result.batch else f"every batch: depth {rows[-1]}")
+        at = f" at {_band(result.context, j, 'context')}" if result.context else ""
+        out.print(f"[bold]depth table[/bold]{at}  " + "; ".join(bands), highlight=False)
     out.print(json.dumps(tabled.table), highlight=False, markup=False)
     for note in result.notes:
         out.print(f"note: {note}", highlight=False)
     if tabled.written:
         err.print(f"wrote {tabled.written}; plan its launch: eaglegate plan --depth-table {tabled.written}")
+
+
+def _band(bounds: list[int], i: int, name: str) -> str:
+    """Band i of `bounds` (inclusive upper bounds, the last band open) in words."""
+    if not bounds:
+        return f"every {name}"
+    return f"{name} <= {bounds[i]}" if i < len(bounds) else f"{name} > {bounds[-1]}"
+
+
+def _depth_grid(result: cal.DepthBands) -> Table:
+    """The table as the gate reads it: a row per batch band, a column per context band, each
+    cell its depth, lead and, where repeated, how many repeats agreed."""
+    grid = Table(title="depth per band, its lead over the next best, and the repeats that agreed")
+    grid.add_column("batch", justify="right")
+    for j, column in enumerate(result.columns):
+        measured = f" (measured {column.context})" if column.context is not None else ""
+        grid.add_column(_band(result.context, j, "context") + measured, justify="right")
+    for i, depths in enumerate(result.depths):
+        cells = []
+        for depth, lead, agreed in zip(depths, result.leads[i], result.agreement[i], strict=True):
+            cells.append(f"{depth}  {lead:+.1%}" + (f"  {agreed[0]}/{agreed[1]}" if agreed else ""))
+        grid.add_row(_band(result.batch, i, "batch"), *cells)
+    return grid
 
 
 def verify_live_cmd(

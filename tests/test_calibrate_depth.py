@@ -85,7 +85,7 @@ def test_without_table_out_the_table_is_printed_and_nothing_written(tmp_path):
     before = sorted(tmp_path.iterdir())
     tabled = app.calibrate_depths(app.CalibrateRequest(str(paths[0]), depths=[f"1={paths[1]}"]))
     assert tabled.written is None and sorted(tmp_path.iterdir()) == before
-    assert DepthTable.parse(json.dumps(tabled.table)).depths == [[d] for d in tabled.result.depths]
+    assert DepthTable.parse(json.dumps(tabled.table)).depths == tabled.result.depths == [[1], [0]]
     text = CliRunner().invoke(cli_app, ["calibrate", str(paths[0]), "--depth", f"1={paths[1]}"])
     assert text.exit_code == 0, text.output
     assert "depth table  batch <= 16: depth 1; above 16: depth 0" in text.stdout

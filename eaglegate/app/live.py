@@ -23,7 +23,7 @@ from eaglegate.errors import UsageError
 from eaglegate.live.calibrate import Roofline
 
 if TYPE_CHECKING:
-    from eaglegate.live.calibrate import Calibration, Curve, DepthCalibration
+    from eaglegate.live.calibrate import Calibration, Curve, DepthBands
     from eaglegate.live.client import Endpoint
     from eaglegate.live.sweep import Point, SweepProgress
     from eaglegate.live.verify_live import VerifyReport as LiveReport
@@ -264,35 +264,62 @@ def calibrate(request: CalibrateRequest) -> Calibrated:
 
 @dataclass
 class DepthTabled:
-    """The depth chosen per level, the table the depth gate reads (its JSON object), and the
-    file it was written to (None: not asked)."""
+    """The depth chosen per level and context, the table the depth gate reads (its JSON
+    object), and the file it was written to (None: not asked)."""
 
-    result: DepthCalibration
+    result: DepthBands
     table: dict[str, Any]
     written: str | None = None
 
 
 def calibrate_depths(request: CalibrateRequest) -> DepthTabled:
-    """The depth gate's table from a baseline sweep and one sweep per static depth: the best
-    depth per level (`live.calibrate.choose_depths`), one context band, checked with the
-    gate's own parser and, with `table_out`, written whole or not at all."""
+    """The depth gate's table from a baseline sweep and one sweep per static depth: the
+    sweeps' lines grouped by context length (`live.calibrate.context_lengths`), the best depth
+    per level and context (`live.calibrate.choose_depths`, on each level's median, with the
+    choice of every repeat), one table over them (`depth_bands`), checked with the gate's own
+    parser and, with `table_out`, written whole or not at all."""
     import json
+    import statistics
 
     from eaglegate.app.tree import write_file
+    from eaglegate.errors import UserError
     from eaglegate.live import calibrate as cal
-    from eaglegate.live.sweep import read_results
+    from eaglegate.live.sweep import read_rows
     from eaglegate.patches.gate_module import DepthTable
 
-    base_file = str(request.baseline)
-    base = _curve(f"baseline ({base_file})", read_results(base_file))
-    sweeps: dict[int, str] = request.depths  # type: ignore[assignment]
-    by_depth = {d: _curve(f"depth {d} ({path})", read_results(path)) for d, path in sorted(sweeps.items())}
-    result = cal.choose_depths(base, by_depth, margin=float(request.margin))  # type: ignore[arg-type]
-    table = {"batch": result.bounds, "context": [], "depth": [[d] for d in result.depths],
-             "margin": [[m] for m in result.margins]}
+    files: dict[int, str] = {0: str(request.baseline), **dict(sorted(request.depths.items()))}  # type: ignore[attr-defined]
+    names = {d: f"{'plain' if d == 0 else f'depth {d}'} ({path})" for d, path in files.items()}
+    rows = {d: read_rows(path) for d, path in files.items()}
+    every = [(d, r) for d in rows for r in rows[d]]
+    placed = [(d, r) for d, r in every if r.context is not None]
+    if placed and len(placed) < len(every):
+        d, row = next((d, r) for d, r in every if r.context is None)
+        other = next(d for d, _ in placed)
+        raise UserError(f"{files[d]}:{row.line} has no prompt length (total_input_tokens, total_output_tokens, "
+                        f"completed) while {files[other]} has: every line needs one to be placed in a context band")
+    length = cal.context_lengths([r.context for _, r in placed])  # type: ignore[misc]
+    contexts = sorted(set(length.values())) or [None]
+    columns = []
+    for context in contexts:
+        samples: dict[int, dict[int, list[float]]] = {d: {} for d in files}
+        for d, row in every:
+            if row.context is None or length[row.context] == context:
+                samples[d].setdefault(row.concurrency, []).append(row.output_throughput)
+        missing = [names[d] for d in files if not samples[d]]
+        if missing:
+            measured = [names[d] for d in files if samples[d]]
+            raise UserError(f"context {context} tokens was measured by {', '.join(measured)} but not by "
+                            f"{', '.join(missing)}: sweep the baseline and every depth at every prompt length")
+        curves = {d: cal.Curve.of(names[d], [(c, statistics.median(t)) for c, t in samples[d].items()])
+                  for d in files}
+        base = curves.pop(0)
+        columns.append(cal.choose_depths(base, curves, margin=float(request.margin),  # type: ignore[arg-type]
+                                         samples=samples, context=context))
+    result = cal.depth_bands(columns)
+    table = result.table()
     text = json.dumps(table)
-    # What the server will read. Sweep levels are integers from 1 (`read_results`), so the
-    # bounds are batch sizes, strictly increasing: a refusal here is this code's bug.
+    # What the server will read. Sweep levels are integers from 1 (`read_rows`) and context
+    # bounds lie strictly between distinct lengths, so a refusal here is this code's bug.
     DepthTable.parse(text)
     written = None
     if request.table_out:

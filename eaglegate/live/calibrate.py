@@ -374,9 +374,12 @@ def display_rows(base: Curve, spec: Curve, cal: Calibration) -> list[dict[str, f
 
 @dataclass
 class DepthCalibration:
-    """The depth chosen at each compared level (0 is plain decoding) and the batch bands
-    they make (JSON via `to_json`). `bounds[i]` is the inclusive upper bound of band i, the
-    last band open; `depths[i]` and `margins[i]` are band i's choice and its weakest lead."""
+    """The depth chosen at each compared level (0 is plain decoding) at one context length
+    (None: the sweeps do not say), and the batch bands they make (JSON via `to_json`).
+    `bounds[i]` is the inclusive upper bound of band i, the last band open; `depths[i]` and
+    `margins[i]` are band i's choice and its weakest lead. A row measured more than once by
+    every sweep also holds `repeats`, the choice made on each repeat, and `agree`, how many of
+    them made the row's choice."""
 
     margin: float
     rows: list[dict[str, Any]]
@@ -384,20 +387,37 @@ class DepthCalibration:
     depths: list[int]
     margins: list[float]
     notes: list[str] = field(default_factory=list)
+    context: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"margin": self.margin, "rows": self.rows, "batch": self.bounds, "depth": self.depths,
-                "lead": self.margins, "notes": self.notes}
+        return {"context": self.context, "margin": self.margin, "rows": self.rows, "batch": self.bounds,
+                "depth": self.depths, "lead": self.margins, "notes": self.notes}
 
 
-def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05) -> DepthCalibration:
+def _pick(throughput: dict[int, float], margin: float) -> int:
+    """Going up from plain decoding (0), the deepest depth that beats the choice below it by
+    `margin`."""
+    chosen = 0
+    for depth in sorted(d for d in throughput if d):
+        if throughput[depth] >= (1 + margin) * throughput[chosen]:
+            chosen = depth
+    return chosen
+
+
+def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05,
+                  samples: dict[int, dict[int, list[float]]] | None = None,
+                  context: int | None = None) -> DepthCalibration:
     """At each level both the baseline and every depth's curve cover, the depth to run: going
     up from plain decoding (0), a depth is chosen when it beats the choice below it by
     `margin`, the rule by which the threshold's speculation must gain `margin` to resume.
     A choice's lead is its throughput over the best other depth's, minus 1 (negative where a
     faster depth did not clear the margin). Adjacent levels with the same depth make one
     band, whose lead is the smallest of its levels'; a batch size between two levels takes
-    the choice of the level above it, whose batch it does not exceed."""
+    the choice of the level above it, whose batch it does not exceed.
+
+    `samples` (depth, 0 the baseline -> level -> throughputs in measured order) are the
+    repeats behind the curves: at a level every sweep measured more than once, repeat i is
+    chosen on each sweep's i-th measurement, as many repeats as the fewest any sweep has."""
     if not 0 <= margin < 1:
         raise UserError(f"margin must be in [0, 1), got {margin}")
     if not by_depth or any(d < 1 for d in by_depth):
@@ -411,13 +431,15 @@ def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05)
     rows: list[dict[str, Any]] = []
     for level in grid:
         throughput = {0: base.at(level), **{d: by_depth[d].at(level) for d in sorted(by_depth)}}
-        chosen = 0
-        for depth in sorted(by_depth):
-            if throughput[depth] >= (1 + margin) * throughput[chosen]:
-                chosen = depth
+        chosen = _pick(throughput, margin)
         runner_up = max(t for d, t in throughput.items() if d != chosen)
-        rows.append({"concurrency": level, "throughput": {str(d): t for d, t in throughput.items()},
-                     "depth": chosen, "lead": throughput[chosen] / runner_up - 1})
+        row = {"concurrency": level, "throughput": {str(d): t for d, t in throughput.items()},
+               "depth": chosen, "lead": throughput[chosen] / runner_up - 1}
+        repeats = _repeats(samples or {}, [0, *sorted(by_depth)], int(level))
+        if len(repeats) >= 2:
+            row["repeats"] = [_pick(r, margin) for r in repeats]
+            row["agree"] = row["repeats"].count(chosen)
+        rows.append(row)
     bounds: list[int] = []
     depths: list[int] = []
     leads: list[float] = []
@@ -429,10 +451,124 @@ def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05)
         bounds.append(int(row["concurrency"]))
         depths.append(row["depth"])
         leads.append(row["lead"])
+    where = f" at context {context}" if context is not None else ""
     notes = []
     top = max(by_depth)
     if depths[0] == top:
-        notes.append(f"the deepest depth measured ({top}) wins at concurrency {grid[0]:g}: a deeper one may "
-                     "win there too (sweep it)")
+        notes.append(f"the deepest depth measured ({top}) wins at concurrency {grid[0]:g}{where}: a deeper one "
+                     "may win there too (sweep it)")
+    for row in rows:
+        if row.get("agree", 0) < len(row.get("repeats", ())):
+            others = sorted({d for d in row["repeats"] if d != row["depth"]})
+            notes.append(
+                f"concurrency {row['concurrency']:g}{where}: depth {row['depth']} in {row['agree']} of "
+                f"{len(row['repeats'])} repeats ({', '.join(map(str, others))} in the others): the choice "
+                "rests on noise; measure that level more times (each sweep run into the same file adds a "
+                "repeat)")
     # Past the last measured level the last band's choice holds: its bound is dropped.
-    return DepthCalibration(margin, rows, bounds[:-1], depths, [round(x, 4) for x in leads], notes)
+    return DepthCalibration(margin, rows, bounds[:-1], depths, [round(x, 4) for x in leads], notes, context)
+
+
+def _repeats(samples: dict[int, dict[int, list[float]]], depths: list[int], level: int) -> list[dict[int, float]]:
+    """The throughput of every depth in each repeat of `level`: none unless every depth was
+    measured exactly there, as many as the fewest measurements any depth has."""
+    if not all(samples.get(d, {}).get(level) for d in depths):
+        return []
+    count = min(len(samples[d][level]) for d in depths)
+    return [{d: samples[d][level][i] for d in depths} for i in range(count)]
+
+
+@dataclass
+class DepthBands:
+    """The depth gate's table over every measured context: one column per context length
+    (`columns`, shortest first), batch bands where any column's choice changes. `batch` and
+    `context` are the bands' inclusive upper bounds, the last of each open; `depths[i][j]`,
+    `leads[i][j]` and `agreement[i][j]` (the weakest (agree, repeats) among its levels, None
+    when no level was repeated) describe batch band i at context band j."""
+
+    margin: float
+    columns: list[DepthCalibration]
+    batch: list[int]
+    context: list[int]
+    depths: list[list[int]]
+    leads: list[list[float]]
+    agreement: list[list[tuple[int, int] | None]]
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> dict[str, Any]:
+        """The table as the gate parses it (`gate_module.DepthTable`), each cell's lead as its margin."""
+        return {"batch": self.batch, "context": self.context, "depth": self.depths, "margin": self.leads}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"margin": self.margin, "contexts": [c.context for c in self.columns],
+                "batch": self.batch, "context": self.context, "depth": self.depths, "lead": self.leads,
+                "agreement": [[list(a) if a else None for a in row] for row in self.agreement],
+                "columns": [c.to_json() for c in self.columns], "notes": self.notes}
+
+
+def context_bounds(contexts: Sequence[int]) -> list[int]:
+    """The bounds between measured context lengths (sorted, distinct): the geometric midpoint
+    of each pair, as the levels are powers of two and a step's KV read scales with its
+    context, so a length halfway in ratio is as near to either measurement."""
+    return [math.isqrt(a * b) for a, b in zip(contexts, contexts[1:], strict=False)]
+
+
+def depth_bands(columns: Sequence[DepthCalibration]) -> DepthBands:
+    """One table from each context's choices (shortest context first). A level one column did
+    not measure takes that column's choice at the next level it measured above (its batch
+    does not exceed that level's), or past its last level, its last level's."""
+    if not columns:
+        raise UserError("no context length to calibrate")
+    levels = sorted({int(r["concurrency"]) for c in columns for r in c.rows})
+
+    def row_at(column: DepthCalibration, level: int) -> dict[str, Any]:
+        return next((r for r in column.rows if r["concurrency"] >= level), column.rows[-1])
+
+    bands: list[tuple[int, list[dict[str, Any]]]] = []  # (upper level, each column's rows in it)
+    for level in levels:
+        chosen = [row_at(c, level) for c in columns]
+        if bands and [r["depth"] for r in bands[-1][1][-len(columns):]] == [r["depth"] for r in chosen]:
+            bands[-1] = (level, bands[-1][1] + chosen)
+        else:
+            bands.append((level, chosen))
+    depths, leads, agreement = [], [], []
+    for _, rows in bands:
+        per_column = [rows[j::len(columns)] for j in range(len(columns))]
+        depths.append([col[0]["depth"] for col in per_column])
+        leads.append([round(min(r["lead"] for r in col), 4) for col in per_column])
+        agreement.append([_weakest(col) for col in per_column])
+    notes = [n for c in columns for n in c.notes]
+    for column in columns:
+        last = int(column.rows[-1]["concurrency"])
+        if last < levels[-1]:
+            notes.append(f"context {column.context} was measured up to concurrency {last}: above it the table "
+                         f"keeps its choice there (depth {column.rows[-1]['depth']}); sweep it as high as the others")
+    contexts = [c.context for c in columns if c.context is not None]
+    return DepthBands(columns[0].margin, list(columns), [level for level, _ in bands[:-1]], context_bounds(contexts),
+                      depths, leads, agreement, notes)
+
+
+def _weakest(rows: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """The lowest share of repeats that agreed among `rows`, as (agree, repeats)."""
+    repeated = [(r["agree"], len(r["repeats"])) for r in rows if "repeats" in r]
+    return min(repeated, key=lambda a: a[0] / a[1]) if repeated else None
+
+
+# Sweeps of one prompt length differ a little in their measured context (outputs that stop
+# at EOS, a tokenizer's count); lengths meant to differ are set far apart (256 and 4,096).
+SAME_CONTEXT = 1.25
+
+
+def context_lengths(values: Sequence[float]) -> dict[float, int]:
+    """Each measured context mapped to the length of its group, the group's median rounded:
+    sorted, a value joins the group whose smallest it exceeds by at most `SAME_CONTEXT`
+    times."""
+    import statistics
+
+    groups: list[list[float]] = []
+    for value in sorted(values):
+        if groups and value <= SAME_CONTEXT * groups[-1][0]:
+            groups[-1].append(value)
+        else:
+            groups.append([value])
+    return {value: max(1, round(statistics.median(group))) for group in groups for value in group}

@@ -293,12 +293,26 @@ class Point:
     high: float | None = None
 
 
-def read_results(path: str | Path) -> list[Point]:
-    """Read a sweep file: ours or SGLang `bench_serving --output-file` (JSONL, or a JSON list).
+@dataclass(frozen=True)
+class Row:
+    """One line of a sweep file: its level, its throughput, and the mean KV length its
+    decode steps read (None when the line does not say how long its prompts were)."""
 
-    Levels measured more than once (a sweep run again into the same file) are averaged, and
-    their lowest and highest throughput kept. A bench_serving line run without
+    line: int
+    concurrency: int
+    output_throughput: float
+    context: float | None
+    record: dict[str, Any]
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Every line of a sweep file, ours or SGLang `bench_serving --output-file` (JSONL, or a
+    JSON list), in file order, each checked. A bench_serving line run without
     `--max-concurrency` (request-rate mode) has no level and is refused.
+
+    A line's context is the mean prompt plus half the mean output (`total_input_tokens`,
+    `total_output_tokens` and `completed`, bench_serving's names): the mean KV length a
+    decode step reads over the run, which is what the depth gate compares (docs/calibrate.md).
     """
     p = Path(path)
     try:
@@ -307,7 +321,7 @@ def read_results(path: str | Path) -> list[Point]:
         raise UserError(f"cannot read results file {p}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:  # binary, UTF-16
         raise UserError(f"results file {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    rows: list[tuple[int, Any]] = []
+    lines: list[tuple[int, Any]] = []
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -316,19 +330,19 @@ def read_results(path: str | Path) -> list[Point]:
             raise UserError(f"{p}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
         except RecursionError:
             raise UserError(f"{p}: not a results file: nested too deep to read") from None
-        rows = [(i + 1, obj) for i, obj in enumerate(data)]
+        lines = [(i + 1, obj) for i, obj in enumerate(data)]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                rows.append((lineno, json.loads(line)))
+                lines.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{p}:{lineno}: not valid JSON: {exc.msg}") from None
             except RecursionError:
                 raise UserError(f"{p}:{lineno}: not a measurement: nested too deep to read") from None
-    by_level: dict[int, list[dict[str, Any]]] = {}
-    for lineno, obj in rows:
+    rows = []
+    for lineno, obj in lines:
         if not isinstance(obj, dict):
             raise UserError(f"{p}:{lineno}: expected a JSON object per line")
         level = obj.get("max_concurrency")
@@ -343,9 +357,37 @@ def read_results(path: str | Path) -> list[Point]:
             raise UserError(
                 f"{p}:{lineno}: output_throughput is {reprlib.repr(throughput)}, not a finite number above 0"
             )
-        by_level.setdefault(level, []).append(obj)
-    if not by_level:
+        rows.append(Row(lineno, level, float(throughput), _context(obj, f"{p}:{lineno}"), obj))
+    if not rows:
         raise UserError(f"{p}: no measurements")
+    return rows
+
+
+def _context(obj: dict[str, Any], where: str) -> float | None:
+    """Mean prompt + half the mean output, in tokens; None when the line has no prompt count.
+    With every request generating its output, a running request is on average halfway
+    through it, so its KV holds the prompt and half the output."""
+    prompt = obj.get("total_input_tokens")
+    if prompt is None:
+        return None
+    values = {key: obj.get(key) for key in ("total_input_tokens", "total_output_tokens", "completed")}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UserError(f"{where}: {key} is {reprlib.repr(value)}, not a count of tokens or requests")
+    if not values["completed"]:
+        raise UserError(f"{where}: completed is 0: no request finished, so no prompt length")
+    return (values["total_input_tokens"] + values["total_output_tokens"] / 2) / values["completed"]
+
+
+def read_results(path: str | Path) -> list[Point]:
+    """Read a sweep file (`read_rows`), one point per level.
+
+    Levels measured more than once (a sweep run again into the same file) are averaged, and
+    their lowest and highest throughput kept.
+    """
+    by_level: dict[int, list[dict[str, Any]]] = {}
+    for row in read_rows(path):
+        by_level.setdefault(row.concurrency, []).append(row.record)
 
     def mean(objs: list[dict[str, Any]], key: str) -> float | None:
         # Latencies only annotate a level: one that is not a finite number is left out.
