@@ -247,14 +247,16 @@ def build_server(session: tools.Session | None = None) -> MCPServer:
         peak_tflops: Annotated[float | None, Field(description="Estimate: dense BF16 TFLOP/s (overrides gpu).")] = None,
         bandwidth_tbs: Annotated[float | None, Field(description="Estimate: memory bandwidth, TB/s (overrides gpu).")] = None,
         context_len: Annotated[int | None, Field(strict=True, description="Estimate: mean tokens in context per request (default 1024).")] = None,
+        depths: Annotated[list[Annotated[str, Field(max_length=requests.MAX_TEXT + 8)]] | None, Field(description="Depth gate: DEPTH=FILE, a sweep of the server at static depth DEPTH (--speculative-num-steps), one per depth; with baseline, answers the depth table (depth_table) per batch and context band, for plan_gate.")] = None,
     ) -> CalibrateOut:
         """Where speculation stops paying and the gate's threshold and hysteresis, from two sweeps of
-        the server (without and with speculation, e.g. from `eaglegate sweep`) or a roofline estimate.
-        Reads no SGLang tree: pass the threshold it answers to plan_gate and generate_patch."""
+        the server (without and with speculation, e.g. from `eaglegate sweep`) or a roofline estimate;
+        or, with depths, the depth gate's table (depth per batch and context band, each choice's lead).
+        Reads no SGLang tree: pass the threshold to plan_gate and generate_patch, the table to plan_gate's depth_table."""
         return _call(tools.calibrate_threshold, baseline=baseline, spec=spec, margin=margin, estimate=estimate,
                      params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
                      peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs, context_len=context_len,
-                     session=session)
+                     depths=depths, session=session)
 
     def latest(kind: str) -> str:
         if session.latest_report is None:

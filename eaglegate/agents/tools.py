@@ -723,9 +723,13 @@ def calibrate_threshold(baseline: str | None = None, spec: str | None = None, ma
                         draft_tokens: int | None = None, accept_len: float | None = None,
                         gpu: str | None = None, peak_tflops: float | None = None,
                         bandwidth_tbs: float | None = None, context_len: int | None = None,
-                        session: Session = SESSION) -> CalibrateOut:
+                        depths: list[str] | None = None, session: Session = SESSION) -> CalibrateOut:
     """`eaglegate calibrate`: the threshold and hysteresis from two sweep files (the server
-    without and with speculation), or with `estimate` from a roofline model of the server."""
+    without and with speculation), or with `estimate` from a roofline model of the server; or,
+    with `depths` (DEPTH=FILE, one sweep per static depth), the depth gate's table."""
+    if depths is not None:
+        return _depth_table(app.calibrate_depths(app.CalibrateRequest(baseline, spec, margin=margin, depths=depths,
+                                                                      estimate=app.Estimate() if estimate else None)))
     model = None
     if estimate:
         model = app.Estimate(params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
@@ -751,6 +755,33 @@ def calibrate_threshold(baseline: str | None = None, spec: str | None = None, ma
                                        "the curves"}.get(result.status, result.status)
     return {"schema": AGENTS_SCHEMA, "summary": summary, **data,  # type: ignore[typeddict-item]
             "estimate": calibrated.estimate}
+
+
+def _depth_table(tabled: app.DepthTabled) -> CalibrateOut:
+    """The depth gate's table in the calibrate answer's shape: a row per measured level and
+    context (every value a number: throughput by depth, the choice, its lead and how many
+    repeats agreed), and under `depth_table` the table as the gate reads it, as JSON text:
+    plan_gate's `depth_table` takes it as it is."""
+    import json
+
+    result = tabled.result
+    rows: list[dict[str, float]] = []
+    for column in result.columns:
+        for row in column.rows:
+            flat = {"concurrency": row["concurrency"], **({"context": column.context} if column.context else {}),
+                    **{("plain" if d == "0" else f"depth {d}"): t for d, t in row["throughput"].items()},
+                    "depth": row["depth"], "lead": row["lead"]}
+            if "repeats" in row:
+                flat.update(agree=row["agree"], repeats=len(row["repeats"]))
+            rows.append(flat)
+    bands = f"{len(result.batch) + 1} batch band(s) x {len(result.context) + 1} context band(s)"
+    shaky = sum(1 for row in result.agreement for a in row if a and a[0] < a[1])
+    summary = (f"depth table of {bands}: pass depth_table as it is to plan_gate's depth_table"
+               + (f"; {shaky} cell(s) rest on noise (see notes)" if shaky else ""))
+    return {"schema": AGENTS_SCHEMA, "summary": summary, "status": "depth-table",  # type: ignore[typeddict-unknown-key]
+            "crossover": None, "threshold": None, "threshold_range": None, "hysteresis": 0, "resume_at": None,
+            "margin": result.margin, "rows": rows, "notes": result.notes, "estimate": None,
+            "depth_table": json.dumps(tabled.table)}
 
 
 # ---------------------------------------------------------------- by name

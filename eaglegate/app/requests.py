@@ -235,6 +235,7 @@ ARGUMENTS: dict[str, Callable[[object], object]] = {
     "flags": check_flags, "env": check_env, "category": check_categories, "worker": check_worker,
     "threshold": check_optional_threshold, "margin": partial(check_fraction, "--margin"),
     "depth_table": check_depth_table,
+    "depths": lambda entries: check_depth_sweeps(entries),  # a lambda: defined below
     "detail": check_detail, **{name: partial(check_paging, name) for name in PAGING},
     **{name: partial(check_switch, name) for name in SWITCHES},
     **{name: partial(check_figure, name) for name in ESTIMATE_FIGURES},
