@@ -5,6 +5,9 @@ real ones). The curves are built so that the right depth at each level is known.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,216 @@ def test_without_table_out_the_table_is_printed_and_nothing_written(tmp_path):
     text = CliRunner().invoke(cli_app, ["calibrate", str(paths[0]), "--depth", f"1={paths[1]}"])
     assert text.exit_code == 0, text.output
     assert "depth table  batch <= 16: depth 1; above 16: depth 0" in text.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Context bands: bench_serving's lines (the names checked in the real source below) at two
+# prompt lengths, 256 and 4,096 tokens, each generating 512: contexts 512 and 4,352.
+
+BENCH_NAMES = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "output_throughput")
+OUTPUT = 512
+SHORT, LONG = 256 + OUTPUT // 2, 4096 + OUTPUT // 2
+# Output tok/s per (depth, prompt). Short prompts: the step reads mostly weights, plain wins
+# from 32 on ([3, 3, 1, 0, 0]). Long prompts: the KV read dominates the step and speculation
+# keeps winning at 32 and 64 ([3, 3, 3, 3, 1]), the MagicDec case a batch-only gate gets wrong.
+BANDED = {(0, 256): [100, 400, 1200, 1600, 2000], (1, 256): [170, 600, 1400, 1620, 1700],
+          (3, 256): [250, 700, 1300, 1200, 1100],
+          (0, 4096): [80, 300, 700, 800, 850], (1, 4096): [140, 480, 1000, 1150, 1250],
+          (3, 4096): [200, 600, 1150, 1250, 1200]}
+
+
+@pytest.mark.parametrize("version, path", [("0.4.6", "bench_serving.py"), ("0.5.9", "bench_serving.py"),
+                                           ("0.5.23", "benchmark/serving.py")])
+def test_bench_serving_writes_the_names_a_context_is_read_from(release_tree, version, path):
+    source = (release_tree(version).root / path).read_text()
+    for name in BENCH_NAMES:
+        assert f'"{name}": ' in source, (version, name)
+
+
+def _bench_line(level: int, throughput: float, prompt: int) -> str:
+    completed = 4 * level
+    return json.dumps({"backend": "sglang", "dataset_name": "random", "max_concurrency": level,
+                       "completed": completed, "total_input_tokens": prompt * completed,
+                       "total_output_tokens": OUTPUT * completed, "output_throughput": throughput}) + "\n"
+
+
+def _banded(tmp_path: Path, repeats: list[dict[tuple[int, int, int], float]] | None = None,
+            prompts: dict[int, tuple[int, ...]] | None = None) -> dict[int, Path]:
+    """One file per depth: a sweep per prompt length, run once per repeat into the same file;
+    repeat r scales (depth, prompt, level) by repeats[r].get(key, 1) or sets it when above 10."""
+    paths = {}
+    for depth in (0, 1, 3):
+        lines = []
+        for changes in repeats or [{}]:
+            for prompt in (prompts or {}).get(depth, (256, 4096)):
+                for level, rate in zip(LEVELS, BANDED[(depth, prompt)], strict=True):
+                    change = changes.get((depth, prompt, level), 1.0)
+                    lines.append(_bench_line(level, change if change > 10 else rate * change, prompt))
+        paths[depth] = tmp_path / f"bench_depth{depth}.jsonl"
+        paths[depth].write_text("".join(lines))
+    return paths
+
+
+def _args(paths: dict[int, Path]) -> list[str]:
+    return [str(paths[0]), *[a for d in sorted(paths) if d for a in ("--depth", f"{d}={paths[d]}")]]
+
+
+def test_long_context_keeps_speculation_where_short_context_turns_it_off(tmp_path):
+    paths = _banded(tmp_path)
+    out = tmp_path / "depth.json"
+    result = CliRunner().invoke(cli_app, ["calibrate", *_args(paths), "--table-out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["contexts"] == [SHORT, LONG]
+    assert [[r["depth"] for r in c["rows"]] for c in data["columns"]] == [[3, 3, 1, 0, 0], [3, 3, 3, 3, 1]]
+    # Bands where either column changes; the context bound is the lengths' geometric midpoint.
+    assert data["table"]["batch"] == [4, 16, 32] and data["table"]["context"] == [1492]
+    assert data["table"]["depth"] == [[3, 3], [1, 3], [0, 3], [0, 1]]
+    # A cell's margin is its weakest lead: batch <= 4 at short context, 700/600 at 4;
+    # the long context's last band, depth 1's 1250 over depth 3's 1200 at 64.
+    assert data["table"]["margin"][0][0] == pytest.approx(700 / 600 - 1, abs=1e-4)
+    assert data["table"]["margin"][3][1] == pytest.approx(1250 / 1200 - 1, abs=1e-4)
+    table = DepthTable.parse(str(out))  # the server's own parser takes the written file
+    assert json.loads(out.read_text()) == data["table"]
+    assert table.shape() == "4x2"
+    # At batch 64 the gate turns speculation off for short contexts only.
+    assert [table.cell(64, context) for context in (SHORT, 1492, 1493, LONG, 32768)] == [0, 0, 1, 1, 1]
+    assert [table.cell(batch, LONG) for batch in (1, 4, 5, 16, 17, 32, 33)] == [3, 3, 3, 3, 3, 3, 1]
+    assert data["agreement"] == [[None, None]] * 4  # each level measured once: no repeats
+
+
+def test_the_printed_table_names_each_context_band_with_its_choices(tmp_path):
+    result = CliRunner().invoke(cli_app, ["calibrate", *_args(_banded(tmp_path))])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "context 512 tokens" in text and "context 4352 tokens" in text
+    assert ("depth table at context <= 1492 batch <= 4: depth 3; batch <= 16: depth 1; batch <= 32: depth 0; "
+            "above 32: depth 0") in text
+    assert ("depth table at context > 1492 batch <= 4: depth 3; batch <= 16: depth 3; batch <= 32: depth 3; "
+            "above 32: depth 1") in text
+    assert "context > 1492 (measured 4352)" in text
+
+
+def test_repeats_that_agree_are_counted_and_leave_no_note(tmp_path):
+    # Three sweeps into each file, every depth 2 % slower or faster together: the choices hold.
+    noise = [{(d, p, c): f for d in (0, 1, 3) for p in (256, 4096) for c in LEVELS} for f in (0.98, 1.0, 1.02)]
+    tabled = app.calibrate_depths(app.CalibrateRequest(str(_banded(tmp_path, noise)[0]), depths=[
+        f"{d}={tmp_path / f'bench_depth{d}.jsonl'}" for d in (1, 3)]))
+    result = tabled.result
+    assert result.depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
+    assert result.agreement == [[(3, 3), (3, 3)]] * 4
+    assert all(r["repeats"] == [r["depth"]] * 3 for c in result.columns for r in c.rows)
+    assert not [n for n in result.notes if "repeats" in n]
+
+
+def test_repeats_that_disagree_name_the_cell_and_the_median_decides(tmp_path):
+    # Depth 1 at 32 on short prompts: 1620, 1610 and 1700 tok/s against plain's 1600. Only the
+    # third repeat clears the 5 % margin (1680); the median (1620) does not: plain, in 2 of 3.
+    repeats = [{}, {(1, 256, 32): 1610.0}, {(1, 256, 32): 1700.0}]
+    paths = _banded(tmp_path, repeats)
+    result = CliRunner().invoke(cli_app, ["calibrate", *_args(paths), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    short = data["columns"][0]["rows"]
+    assert [r["depth"] for r in short] == [3, 3, 1, 0, 0]
+    assert short[3]["repeats"] == [0, 0, 1] and short[3]["agree"] == 2
+    assert data["table"]["depth"] == [[3, 3], [1, 3], [0, 3], [0, 1]]
+    assert data["agreement"][2] == [[2, 3], [3, 3]]  # the band batch <= 32 at short context
+    noted = [n for n in data["notes"] if "repeats" in n]
+    assert len(noted) == 1 and noted[0].startswith("concurrency 32 at context 512: depth 0 in 2 of 3 repeats (1")
+    text = CliRunner().invoke(cli_app, ["calibrate", *_args(paths)])
+    assert "2/3" in text.stdout and "rests on noise" in " ".join(text.stdout.split())
+
+
+def _refusal(*args: str, code: int = 1) -> str:
+    """The one stderr line of `eaglegate calibrate ARGS` refused, as a user sees it."""
+    proc = subprocess.run([sys.executable, "-m", "eaglegate", "calibrate", *args], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("prompts, message", [
+    # A prompt length only the baseline was swept at.
+    ({0: (256, 4096), 1: (256,), 3: (256,)},
+     "context 4352 tokens was measured by plain ({base}) but not by depth 1 ({d1}), depth 3 ({d3})"),
+    # The depths swept at another long prompt than the baseline.
+    ({0: (256, 4096), 1: (256, 2048), 3: (256, 2048)},
+     "context 2304 tokens was measured by depth 1 ({d1}), depth 3 ({d3}) but not by plain ({base})"),
+])
+def test_context_lengths_that_do_not_match_are_refused_in_one_line(tmp_path, prompts, message):
+    BANDED.update({(1, 2048): BANDED[(1, 4096)], (3, 2048): BANDED[(3, 4096)]})
+    try:
+        paths = _banded(tmp_path, prompts=prompts)
+    finally:
+        del BANDED[(1, 2048)], BANDED[(3, 2048)]
+    assert message.format(base=paths[0], d1=paths[1], d3=paths[3]) in _refusal(*_args(paths))
+
+
+def test_a_sweep_without_prompt_lengths_beside_ones_with_them_is_refused(tmp_path):
+    paths = _banded(tmp_path)
+    paths[3] = _sweeps(tmp_path)[3]  # bench_serving lines without total_input_tokens
+    assert _refusal(*_args(paths)) == (
+        f"error: {paths[3]}:1 has no prompt length (total_input_tokens, total_output_tokens, completed) while "
+        f"{paths[0]} has: every line needs one to be placed in a context band")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--depth", "1=a.jsonl", "--depth", "1=b.jsonl"], "--depth 1 is given twice"),
+    (["--depth", "0=a.jsonl"], "--depth must be DEPTH=FILE with DEPTH from 1 to 16, not '0=a.jsonl'"),
+])
+def test_a_depth_given_twice_or_out_of_range_is_a_usage_error(tmp_path, args, message):
+    assert _refusal(str(_banded(tmp_path)[0]), *args, code=2) == f"error: {message}"
+
+
+def test_a_bad_count_of_prompt_tokens_is_named_by_its_line(tmp_path):
+    paths = _banded(tmp_path)
+    lines = paths[1].read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace('"completed": 64', '"completed": 0')
+    paths[1].write_text("".join(lines))
+    assert _refusal(*_args(paths)) == (f"error: {paths[1]}:3: completed is 0: no request finished, so no "
+                                       "prompt length")
+
+
+def test_the_agents_tool_answers_the_depth_table_the_command_writes(tmp_path):
+    from eaglegate.agents import tools
+
+    paths = _banded(tmp_path, [{}, {(1, 256, 32): 1610.0}, {(1, 256, 32): 1700.0}])
+    arguments = {"baseline": str(paths[0]), "depths": [f"{d}={paths[d]}" for d in (1, 3)]}
+    answer = tools.call_tool("calibrate_threshold", arguments)
+    command = json.loads(CliRunner().invoke(cli_app, ["calibrate", *_args(paths), "--json"]).stdout)
+    assert answer["status"] == "depth-table"
+    assert json.loads(answer["depth_table"]) == command["table"]
+    DepthTable.parse(answer["depth_table"])  # plan_gate's depth_table takes it as it is
+    assert answer["summary"] == ("depth table of 4 batch band(s) x 2 context band(s), 1 cell(s) resting on noise "
+                                 f"(see notes); plan_gate's depth_table takes it as it is: {answer['depth_table']}")
+    assert answer["notes"] == command["notes"]
+    assert [(r["context"], r["concurrency"], r["depth"]) for r in answer["rows"] if r["concurrency"] == 32] == [
+        (SHORT, 32, 0), (LONG, 32, 3)]
+    assert all(isinstance(v, (int, float)) for r in answer["rows"] for v in r.values())
+    short_32 = next(r for r in answer["rows"] if r["concurrency"] == 32 and r["context"] == SHORT)
+    assert (short_32["agree"], short_32["repeats"], short_32["depth 1"]) == (2, 3, 1620.0)
+    with pytest.raises(Exception, match="--depth 1 is given twice"):
+        tools.call_tool("calibrate_threshold", {**arguments, "depths": [f"1={paths[1]}", f"1={paths[3]}"]})
+
+
+def test_over_mcp_the_depth_answer_carries_the_table_in_its_structured_content(tmp_path):
+    import anyio
+
+    from eaglegate.agents.server import build_server
+
+    paths = _banded(tmp_path)
+    server = build_server()
+
+    async def ask() -> dict:
+        answer = await server.call_tool("calibrate_threshold", {"baseline": str(paths[0]), "depths": [
+            f"{d}={paths[d]}" for d in (1, 3)]})
+        assert not answer.is_error
+        return answer.structured_content
+
+    answer = anyio.run(ask)
+    assert answer["status"] == "depth-table" and len(answer["rows"]) == 2 * len(LEVELS)
+    table = answer["summary"].split("takes it as it is: ", 1)[1]
+    assert DepthTable.parse(table).depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
