@@ -205,6 +205,8 @@ BAD = [
            "a depth table needs the baseline sweep and --depth DEPTH=FILE for each depth"),
           ("out", ["a.jsonl", "--depth", "1=b.jsonl", "--table-out", NOWHERE],
            "no such folder: /nonexistent-eaglegate-folder (create it first)"))],
+    _case(None, "calibrate_threshold", {"baseline": "a.jsonl", "depths": ["1=b.jsonl", "1=c.jsonl"]},
+          "--depth 1 is given twice", "calibrate_threshold-depths"),
     *[_case(["calibrate", "--estimate", *cli_args], "calibrate_threshold", {"estimate": True, **json_args},
             message, f"calibrate-estimate-{key}")
       for key, cli_args, json_args, message in (
