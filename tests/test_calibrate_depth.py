@@ -305,3 +305,22 @@ def test_over_mcp_the_depth_answer_carries_the_table_in_its_structured_content(t
     assert answer["status"] == "depth-table" and len(answer["rows"]) == 2 * len(LEVELS)
     table = answer["summary"].split("takes it as it is: ", 1)[1]
     assert DepthTable.parse(table).depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
+
+
+def test_the_threshold_refuses_sweeps_of_two_context_lengths(tmp_path):
+    """Averaged together, a 256- and a 4,096-token sweep would answer for no prompt length."""
+    paths = _banded(tmp_path)
+    assert _refusal(str(paths[0]), str(paths[3])) == (
+        f"error: the sweeps hold 2 context lengths ({SHORT}, {LONG} tokens) and the threshold is one number: give "
+        "one length's sweeps, or calibrate the depth table (--depth), which has a band per length")
+    short = {}
+    for depth in (0, 3):
+        lines = [line for line in paths[depth].read_text().splitlines(keepends=True)
+                 if json.loads(line)["total_input_tokens"] == 256 * json.loads(line)["completed"]]
+        short[depth] = tmp_path / f"short_{depth}.jsonl"
+        short[depth].write_text("".join(lines))
+    calibrated = app.calibrate(app.CalibrateRequest(str(short[0]), str(short[3])))
+    # Depth 3 against plain on short prompts gains 1/12 at 16 and -1/4 at 32: the line between
+    # crosses at 2 ** (4 + (1/12) / (1/12 + 1/4)) = 19.03, so threshold 19.
+    assert calibrated.result.crossover == pytest.approx(2 ** 4.25)
+    assert calibrated.result.threshold == 19

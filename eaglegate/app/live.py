@@ -19,7 +19,7 @@ from eaglegate.app.requests import (
     check_text,
     set_checked,
 )
-from eaglegate.errors import UsageError
+from eaglegate.errors import UsageError, UserError
 from eaglegate.live.calibrate import Roofline
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def calibrate(request: CalibrateRequest) -> Calibrated:
     hysteresis: from two sweep files, or from the request's roofline estimate. With a PNG
     asked for, draws it."""
     from eaglegate.live import calibrate as cal
-    from eaglegate.live.sweep import read_results
+    from eaglegate.live.sweep import points_of, read_rows
 
     figures: dict[str, Any] | None = None
     spread: cal.Spread | None = None
@@ -243,7 +243,14 @@ def calibrate(request: CalibrateRequest) -> Calibrated:
         }
     else:
         base_file, spec_file = str(request.baseline), str(request.spec)
-        base_points, spec_points = read_results(base_file), read_results(spec_file)
+        base_rows, spec_rows = read_rows(base_file), read_rows(spec_file)
+        lengths = sorted(set(cal.context_lengths([r.context for r in base_rows + spec_rows
+                                                  if r.context is not None]).values()))
+        if len(lengths) > 1:  # averaged together they would answer for no length at all
+            raise UserError(f"the sweeps hold {len(lengths)} context lengths ({', '.join(map(str, lengths))} "
+                            "tokens) and the threshold is one number: give one length's sweeps, or calibrate "
+                            "the depth table (--depth), which has a band per length")
+        base_points, spec_points = points_of(base_rows), points_of(spec_rows)
         base_curve = _curve(f"baseline ({base_file})", base_points)
         spec_curve = _curve(f"speculative ({spec_file})", spec_points)
         if any(p.low != p.high for p in base_points + spec_points):  # a level measured more than once
@@ -282,7 +289,6 @@ def calibrate_depths(request: CalibrateRequest) -> DepthTabled:
     import statistics
 
     from eaglegate.app.tree import write_file
-    from eaglegate.errors import UserError
     from eaglegate.live import calibrate as cal
     from eaglegate.live.sweep import read_rows
     from eaglegate.patches.gate_module import DepthTable
@@ -297,8 +303,8 @@ def calibrate_depths(request: CalibrateRequest) -> DepthTabled:
         other = next(d for d, _ in placed)
         raise UserError(f"{files[d]}:{row.line} has no prompt length (total_input_tokens, total_output_tokens, "
                         f"completed) while {files[other]} has: every line needs one to be placed in a context band")
-    length = cal.context_lengths([r.context for _, r in placed])  # type: ignore[misc]
-    contexts = sorted(set(length.values())) or [None]
+    length = cal.context_lengths([r.context for _, r in placed if r.context is not None])
+    contexts: list[int | None] = [*sorted(set(length.values()))] or [None]
     columns = []
     for context in contexts:
         samples: dict[int, dict[int, list[float]]] = {d: {} for d in files}

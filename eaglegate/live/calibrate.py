@@ -433,8 +433,8 @@ def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05,
         throughput = {0: base.at(level), **{d: by_depth[d].at(level) for d in sorted(by_depth)}}
         chosen = _pick(throughput, margin)
         runner_up = max(t for d, t in throughput.items() if d != chosen)
-        row = {"concurrency": level, "throughput": {str(d): t for d, t in throughput.items()},
-               "depth": chosen, "lead": throughput[chosen] / runner_up - 1}
+        row: dict[str, Any] = {"concurrency": level, "throughput": {str(d): t for d, t in throughput.items()},
+                               "depth": chosen, "lead": throughput[chosen] / runner_up - 1}
         repeats = _repeats(samples or {}, [0, *sorted(by_depth)], int(level))
         if len(repeats) >= 2:
             row["repeats"] = [_pick(r, margin) for r in repeats]

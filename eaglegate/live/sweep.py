@@ -352,7 +352,7 @@ def read_rows(path: str | Path) -> list[Row]:
             )
         if isinstance(level, bool) or not isinstance(level, int) or level < 1:
             raise UserError(f"{p}:{lineno}: max_concurrency is {reprlib.repr(level)}, not an integer from 1 on")
-        throughput = obj.get("output_throughput")
+        throughput: Any = obj.get("output_throughput")
         if not is_rate(throughput):
             raise UserError(
                 f"{p}:{lineno}: output_throughput is {reprlib.repr(throughput)}, not a finite number above 0"
@@ -370,23 +370,27 @@ def _context(obj: dict[str, Any], where: str) -> float | None:
     prompt = obj.get("total_input_tokens")
     if prompt is None:
         return None
-    values = {key: obj.get(key) for key in ("total_input_tokens", "total_output_tokens", "completed")}
-    for key, value in values.items():
+    values: dict[str, float] = {}
+    for key in ("total_input_tokens", "total_output_tokens", "completed"):
+        value = obj.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise UserError(f"{where}: {key} is {reprlib.repr(value)}, not a count of tokens or requests")
+        values[key] = float(value)
     if not values["completed"]:
         raise UserError(f"{where}: completed is 0: no request finished, so no prompt length")
     return (values["total_input_tokens"] + values["total_output_tokens"] / 2) / values["completed"]
 
 
 def read_results(path: str | Path) -> list[Point]:
-    """Read a sweep file (`read_rows`), one point per level.
+    """Read a sweep file (`read_rows`), one point per level (`points_of`)."""
+    return points_of(read_rows(path))
 
-    Levels measured more than once (a sweep run again into the same file) are averaged, and
-    their lowest and highest throughput kept.
-    """
+
+def points_of(rows: Sequence[Row]) -> list[Point]:
+    """One point per level of `rows`. Levels measured more than once (a sweep run again into
+    the same file) are averaged, and their lowest and highest throughput kept."""
     by_level: dict[int, list[dict[str, Any]]] = {}
-    for row in read_rows(path):
+    for row in rows:
         by_level.setdefault(row.concurrency, []).append(row.record)
 
     def mean(objs: list[dict[str, Any]], key: str) -> float | None:
