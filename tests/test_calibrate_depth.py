@@ -324,3 +324,15 @@ def test_the_threshold_refuses_sweeps_of_two_context_lengths(tmp_path):
     # crosses at 2 ** (4 + (1/12) / (1/12 + 1/4)) = 19.03, so threshold 19.
     assert calibrated.result.crossover == pytest.approx(2 ** 4.25)
     assert calibrated.result.threshold == 19
+
+
+def test_contexts_within_a_quarter_of_each_other_are_one_length_and_the_bounds_rise():
+    # Outputs that stop at EOS move a sweep's context a little; 256 and 4,096 prompts do not mix.
+    measured = [500.0, 512.0, 530.0, 4352.0, 4300.0, 4410.0]
+    assert cal.context_lengths(measured) == {500.0: 512, 512.0: 512, 530.0: 512,
+                                             4300.0: 4352, 4352.0: 4352, 4410.0: 4352}
+    # Near zero the ratio says nothing: what rounds to one length is one, and the bounds the
+    # gate's parser takes are positive and strictly increasing.
+    tiny = sorted(set(cal.context_lengths([0.0, 0.4, 0.9, 2.0, 3.0]).values()))
+    assert tiny == [1, 2, 3] and cal.context_bounds(tiny) == [1, 2]
+    DepthTable.parse(json.dumps({"batch": [], "context": cal.context_bounds(tiny), "depth": [[1, 2, 3]]}))

@@ -565,10 +565,14 @@ def context_lengths(values: Sequence[float]) -> dict[float, int]:
     times."""
     import statistics
 
+    def length(group: list[float]) -> int:
+        return max(1, round(statistics.median(group)))
+
     groups: list[list[float]] = []
     for value in sorted(values):
-        if groups and value <= SAME_CONTEXT * groups[-1][0]:
+        # Below a token or two the ratio says nothing: lengths that round alike are one.
+        if groups and (value <= SAME_CONTEXT * groups[-1][0] or length([value]) == length(groups[-1])):
             groups[-1].append(value)
         else:
             groups.append([value])
-    return {value: max(1, round(statistics.median(group))) for group in groups for value in group}
+    return {value: length(group) for group in groups for value in group}
