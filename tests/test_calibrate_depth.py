@@ -336,3 +336,20 @@ def test_contexts_within_a_quarter_of_each_other_are_one_length_and_the_bounds_r
     tiny = sorted(set(cal.context_lengths([0.0, 0.4, 0.9, 2.0, 3.0]).values()))
     assert tiny == [1, 2, 3] and cal.context_bounds(tiny) == [1, 2]
     DepthTable.parse(json.dumps({"batch": [], "context": cal.context_bounds(tiny), "depth": [[1, 2, 3]]}))
+
+
+def test_our_sweeps_lines_give_one_context_band(tmp_path):
+    """Lines as `sweep` summarizes a level (no prompt counts: the client does not read them
+    yet): the table keeps one context band, `"context": []`."""
+    from eaglegate.live.client import Generation
+    from eaglegate.live.sweep import SOURCE_TAG, LevelRun, summarize
+
+    paths = {}
+    for depth, rates in CURVES.items():
+        runs = [LevelRun(c, [Generation(output_tokens=100, ttft_s=0.01, latency_s=0.5)] * (4 * c), 400 * c / rate)
+                for c, rate in zip(LEVELS, rates, strict=True)]
+        paths[depth] = tmp_path / f"sweep_{depth}.jsonl"
+        paths[depth].write_text("".join(json.dumps({"source": SOURCE_TAG, **summarize(run)}) + "\n" for run in runs))
+    tabled = app.calibrate_depths(app.CalibrateRequest(str(paths[0]), depths=[f"{d}={paths[d]}" for d in (1, 2, 3)]))
+    assert tabled.table["context"] == [] and tabled.result.columns[0].context is None
+    assert (tabled.table["batch"], tabled.table["depth"]) == ([1, 4, 16], [[3], [2], [1], [0]])
