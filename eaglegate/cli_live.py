@@ -157,12 +157,13 @@ def calibrate(
     bw_eff: Annotated[str, typer.Option("--bandwidth-efficiency", help="Estimate: achieved fraction of bandwidth.", metavar="FLOAT")] = "0.8",
     overhead_ms: Annotated[str, typer.Option("--overhead-ms", help="Estimate: fixed time per forward (launch, sampling), ms.", metavar="FLOAT")] = "0.0",
     max_concurrency: Annotated[str, typer.Option("--max-concurrency", help="Estimate: highest concurrency to model.", metavar="INTEGER")] = "1024",
-    depth: Annotated[list[str] | None, typer.Option("--depth", help="Depth gate: a sweep at static depth D (--speculative-num-steps D), as D=FILE (repeatable); with the baseline, picks the depth per concurrency.", metavar="D=FILE")] = None,
+    depth: Annotated[list[str] | None, typer.Option("--depth", help="Depth gate: a sweep at static depth D (--speculative-num-steps D), as D=FILE, one file per depth (repeats: sweep again into it); with the baseline, picks the depth per concurrency and prompt length (bench_serving's total_input_tokens).", metavar="D=FILE")] = None,
     table_out: Annotated[str | None, typer.Option("--table-out", help="Depth gate: write the depth table here (for --speculative-depth-table).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Find where speculation stops paying and recommend the gate's threshold and hysteresis;
-    or, with --depth, the depth gate's table: the best depth (0: plain) per concurrency.
+    or, with --depth, the depth gate's table: the best depth (0: plain) per batch band and
+    context band, each with its lead and, over repeated sweeps, how many repeats agreed.
 
     Example: eaglegate calibrate baseline.jsonl spec.jsonl --png curves.png
 
