@@ -125,18 +125,21 @@ def _bench_line(level: int, throughput: float, prompt: int) -> str:
                        "total_output_tokens": OUTPUT * completed, "output_throughput": throughput}) + "\n"
 
 
-def _banded(tmp_path: Path, repeats: list[dict[tuple[int, int, int], float]] | None = None,
-            prompts: dict[int, tuple[int, ...]] | None = None) -> dict[int, Path]:
-    """One file per depth: a sweep per prompt length, run once per repeat into the same file;
-    repeat r scales (depth, prompt, level) by repeats[r].get(key, 1) or sets it when above 10."""
+def _banded(tmp_path: Path, measured: list[dict[tuple[int, int, int], float]] | None = None,
+            scales: tuple[float, ...] = (1.0,), prompts: dict[int, tuple[int, ...]] | None = None) -> dict[int, Path]:
+    """One file per depth: a sweep per prompt length (BANDED's curves; a length it lacks takes
+    the long prompts' curve), run once per repeat into the same file. Repeat r scales every
+    throughput by scales[r], save those measured[r] sets by (depth, prompt, level)."""
+    repeats = max(len(measured or []), len(scales))
     paths = {}
     for depth in (0, 1, 3):
         lines = []
-        for changes in repeats or [{}]:
+        for r in range(repeats):
+            scale, changed = scales[r % len(scales)], (measured or [{}] * repeats)[r]
             for prompt in (prompts or {}).get(depth, (256, 4096)):
-                for level, rate in zip(LEVELS, BANDED[(depth, prompt)], strict=True):
-                    change = changes.get((depth, prompt, level), 1.0)
-                    lines.append(_bench_line(level, change if change > 10 else rate * change, prompt))
+                rates = BANDED.get((depth, prompt), BANDED[(depth, 4096)])
+                for level, rate in zip(LEVELS, rates, strict=True):
+                    lines.append(_bench_line(level, changed.get((depth, prompt, level), rate * scale), prompt))
         paths[depth] = tmp_path / f"bench_depth{depth}.jsonl"
         paths[depth].write_text("".join(lines))
     return paths
@@ -184,9 +187,8 @@ def test_the_printed_table_names_each_context_band_with_its_choices(tmp_path):
 
 def test_repeats_that_agree_are_counted_and_leave_no_note(tmp_path):
     # Three sweeps into each file, every depth 2 % slower or faster together: the choices hold.
-    noise = [{(d, p, c): f for d in (0, 1, 3) for p in (256, 4096) for c in LEVELS} for f in (0.98, 1.0, 1.02)]
-    tabled = app.calibrate_depths(app.CalibrateRequest(str(_banded(tmp_path, noise)[0]), depths=[
-        f"{d}={tmp_path / f'bench_depth{d}.jsonl'}" for d in (1, 3)]))
+    paths = _banded(tmp_path, scales=(0.98, 1.0, 1.02))
+    tabled = app.calibrate_depths(app.CalibrateRequest(str(paths[0]), depths=[f"{d}={paths[d]}" for d in (1, 3)]))
     result = tabled.result
     assert result.depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
     assert result.agreement == [[(3, 3), (3, 3)]] * 4
@@ -197,8 +199,7 @@ def test_repeats_that_agree_are_counted_and_leave_no_note(tmp_path):
 def test_repeats_that_disagree_name_the_cell_and_the_median_decides(tmp_path):
     # Depth 1 at 32 on short prompts: 1620, 1610 and 1700 tok/s against plain's 1600. Only the
     # third repeat clears the 5 % margin (1680); the median (1620) does not: plain, in 2 of 3.
-    repeats = [{}, {(1, 256, 32): 1610.0}, {(1, 256, 32): 1700.0}]
-    paths = _banded(tmp_path, repeats)
+    paths = _banded(tmp_path, [{}, {(1, 256, 32): 1610.0}, {(1, 256, 32): 1700.0}])
     result = CliRunner().invoke(cli_app, ["calibrate", *_args(paths), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -232,11 +233,7 @@ def _refusal(*args: str, code: int = 1) -> str:
      "context 2304 tokens was measured by depth 1 ({d1}), depth 3 ({d3}) but not by plain ({base})"),
 ])
 def test_context_lengths_that_do_not_match_are_refused_in_one_line(tmp_path, prompts, message):
-    BANDED.update({(1, 2048): BANDED[(1, 4096)], (3, 2048): BANDED[(3, 4096)]})
-    try:
-        paths = _banded(tmp_path, prompts=prompts)
-    finally:
-        del BANDED[(1, 2048)], BANDED[(3, 2048)]
+    paths = _banded(tmp_path, prompts=prompts)
     assert message.format(base=paths[0], d1=paths[1], d3=paths[3]) in _refusal(*_args(paths))
 
 
