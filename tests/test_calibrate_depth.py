@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from eaglegate import app
 from eaglegate.cli import app as cli_app
+from eaglegate.errors import UserError
 from eaglegate.live import calibrate as cal
 from eaglegate.live.sweep import read_results
 from eaglegate.patches.gate_module import DepthTable
@@ -280,8 +281,10 @@ def test_the_agents_tool_answers_the_depth_table_the_command_writes(tmp_path):
     assert all(isinstance(v, (int, float)) for r in answer["rows"] for v in r.values())
     short_32 = next(r for r in answer["rows"] if r["concurrency"] == 32 and r["context"] == SHORT)
     assert (short_32["agree"], short_32["repeats"], short_32["depth 1"]) == (2, 3, 1620.0)
-    with pytest.raises(Exception, match="--depth 1 is given twice"):
+    with pytest.raises(UserError, match="--depth 1 is given twice"):
         tools.call_tool("calibrate_threshold", {**arguments, "depths": [f"1={paths[1]}", f"1={paths[3]}"]})
+    with pytest.raises(UserError, match="gpu only shape an estimate"):  # not dropped in silence
+        tools.call_tool("calibrate_threshold", {**arguments, "gpu": "h200"})
 
 
 def test_over_mcp_the_depth_answer_carries_the_table_in_its_structured_content(tmp_path):

@@ -727,6 +727,12 @@ def calibrate_threshold(baseline: str | None = None, spec: str | None = None, ma
     """`eaglegate calibrate`: the threshold and hysteresis from two sweep files (the server
     without and with speculation), or with `estimate` from a roofline model of the server; or,
     with `depths` (DEPTH=FILE, one sweep per static depth), the depth gate's table."""
+    given = [name for name, value in (("params_b", params_b), ("draft_tokens", draft_tokens),
+                                      ("accept_len", accept_len), ("gpu", gpu), ("peak_tflops", peak_tflops),
+                                      ("bandwidth_tbs", bandwidth_tbs), ("context_len", context_len))
+             if value is not None]
+    if given and not estimate:  # silently dropped, they would answer another question
+        raise AgentError(f"{', '.join(given)} only shape an estimate: pass estimate: true, or no sweep files")
     if depths is not None:
         return _depth_table(app.calibrate_depths(app.CalibrateRequest(baseline, spec, margin=margin, depths=depths,
                                                                       estimate=app.Estimate() if estimate else None)))
@@ -735,13 +741,6 @@ def calibrate_threshold(baseline: str | None = None, spec: str | None = None, ma
         model = app.Estimate(params_b=params_b, draft_tokens=draft_tokens, accept_len=accept_len, gpu=gpu,
                              peak_tflops=peak_tflops, bandwidth_tbs=bandwidth_tbs,
                              **({"context_len": context_len} if context_len is not None else {}))
-    else:
-        given = [name for name, value in (("params_b", params_b), ("draft_tokens", draft_tokens),
-                                          ("accept_len", accept_len), ("gpu", gpu), ("peak_tflops", peak_tflops),
-                                          ("bandwidth_tbs", bandwidth_tbs), ("context_len", context_len))
-                 if value is not None]
-        if given:  # silently dropped, they would answer another question
-            raise AgentError(f"{', '.join(given)} only shape an estimate: pass estimate: true, or no sweep files")
     calibrated = app.calibrate(app.CalibrateRequest(baseline, spec, margin=margin, estimate=model))
     result = calibrated.result
     data = result.to_json()
