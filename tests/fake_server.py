@@ -54,6 +54,7 @@ class _Listener(ThreadingHTTPServer):
 @dataclass
 class _Request:
     tokens: list[str]
+    prompt_tokens: int  # the fake tokenizer's count: one token per word (per id on /generate)
     sent: int = 0
     chunks: queue.Queue[tuple[list[str], bool] | None] = field(default_factory=queue.Queue)
 
@@ -140,14 +141,15 @@ class FakeServer:
                         return
                     if native:
                         ids += [WORDS.index(t) for t in item[0]]
-                        self._event(_native_chunk(ids, finish=item[1]))
+                        self._event(_native_chunk(ids, req.prompt_tokens, finish=item[1]))
                     else:
                         self._event(_chunk(item[0], chat, want_lp, finish=item[1]))
                 if fake.dead:
                     self.close_connection = True
                     return
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    self._event({"choices": [], "usage": {"completion_tokens": len(req.tokens)}})
+                    self._event({"choices": [], "usage": {"prompt_tokens": req.prompt_tokens,
+                                                          "completion_tokens": len(req.tokens)}})
                 self._write(b"data: [DONE]\n\n")
                 self._write(b"")
                 self.close_connection = True
@@ -189,7 +191,7 @@ class FakeServer:
         tokens = tokens_for(prompt, int(body.get("max_tokens", 16)))
         if self.alter is not None:
             tokens = self.alter(prompt, tokens)
-        req = _Request(tokens)
+        req = _Request(tokens, len(prompt.split()))
         with self._cond:
             self.admitted += 1
             if self.dead or (self.die_after is not None and self.admitted > self.die_after):
@@ -271,8 +273,8 @@ def _chunk(toks: list[str], chat: bool, logprobs: bool, finish: bool) -> dict[st
             "choices": [choice]}
 
 
-def _native_chunk(ids: list[int], finish: bool) -> dict[str, Any]:
-    meta = {"completion_tokens": len(ids),
+def _native_chunk(ids: list[int], prompt_tokens: int, finish: bool) -> dict[str, Any]:
+    meta = {"prompt_tokens": prompt_tokens, "completion_tokens": len(ids),
             "finish_reason": {"type": "length", "length": len(ids)} if finish else None}
     return {"output_ids": list(ids), "meta_info": meta}
 

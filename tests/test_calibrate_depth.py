@@ -339,8 +339,8 @@ def test_contexts_within_a_quarter_of_each_other_are_one_length_and_the_bounds_r
 
 
 def test_our_sweeps_lines_give_one_context_band(tmp_path):
-    """Lines as `sweep` summarizes a level (no prompt counts: the client does not read them
-    yet): the table keeps one context band, `"context": []`."""
+    """Lines as `sweep` summarizes a level from a server that reports no prompt counts: the
+    table keeps one context band, `"context": []`."""
     from eaglegate.live.client import Generation
     from eaglegate.live.sweep import SOURCE_TAG, LevelRun, summarize
 
@@ -353,3 +353,34 @@ def test_our_sweeps_lines_give_one_context_band(tmp_path):
     tabled = app.calibrate_depths(app.CalibrateRequest(str(paths[0]), depths=[f"{d}={paths[d]}" for d in (1, 2, 3)]))
     assert tabled.table["context"] == [] and tabled.result.columns[0].context is None
     assert (tabled.table["batch"], tabled.table["depth"]) == ([1, 4, 16], [[3], [2], [1], [0]])
+
+
+def test_sweeps_of_a_live_server_at_two_prompt_lengths_give_two_context_bands(tmp_path):
+    """`sweep` records the prompt tokens the server reports (`usage.prompt_tokens`), so a
+    sweep per prompt length, run into each server's one file, places every line in its
+    context band. Which depth wins depends on this machine's clock, so only the bands are
+    checked: their lengths are the fake tokenizer's counts plus half the output."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_server import FakeServer, linear_step
+
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("a b c d\n")
+    long.write_text(" ".join(["w"] * 64) + "\n")
+    files = {0: tmp_path / "plain.jsonl", 1: tmp_path / "depth1.jsonl"}
+    for depth, path in files.items():
+        with FakeServer(step_time=linear_step(0.002, 0.0002), tokens_per_step=depth + 1) as server:
+            for prompts in (short, long):
+                result = CliRunner().invoke(cli_app, ["sweep", "--url", server.url, "-c", "1,2", "--prompts",
+                                                      str(prompts), "--max-tokens", "8", "--min-requests", "2",
+                                                      "-o", str(path)])
+                assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert [x["total_input_tokens"] / x["completed"] for x in lines] == [4, 4, 64, 64]
+    out = tmp_path / "depth.json"
+    result = CliRunner().invoke(cli_app, ["calibrate", str(files[0]), "--depth", f"1={files[1]}",
+                                          "--table-out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["contexts"] == [4 + 8 / 2, 64 + 8 / 2]
+    table = json.loads(out.read_text())
+    assert table["context"] == [23] and len(table["depth"][0]) == 2  # isqrt(8 * 68), the geometric midpoint
+    assert DepthTable.parse(str(out)).shape().endswith("x2")

@@ -48,6 +48,8 @@ SHAPES = [
     pytest.param(_usage(10**30), f"reported {10**30} generated tokens for a request of at most 8",
                  id="tokens-beyond-max"),
     pytest.param(_choice(token_ids=["x"]), "a token id is 'x', not a count", id="token-ids"),
+    pytest.param(lambda e: {**e, "usage": {**e["usage"], "prompt_tokens": -1}} if "usage" in e else e,
+                 "usage.prompt_tokens is -1, not a count", id="prompt-tokens-negative"),
 ]
 
 

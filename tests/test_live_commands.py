@@ -54,6 +54,7 @@ def test_sweep_writes_one_line_per_level(tmp_path: Path) -> None:
     assert [x["max_concurrency"] for x in lines] == [1, 2, 4] == [x["max_concurrency"] for x in data["levels"]]
     for line, n in zip(lines, [4, 4, 8], strict=True):
         assert line["completed"] == n and line["total_output_tokens"] == 12 * n
+        assert line["total_input_tokens"] == 2 * n  # two words a prompt: the server's usage report
         assert line["source"] == "eaglegate-sweep" and line["model"] == "fake-model"
         assert line["output_throughput"] > 0
         assert 0 < line["median_itl_ms"] <= line["p99_itl_ms"]

@@ -88,7 +88,8 @@ class Generation:
     `tokens` holds the token strings from logprobs and `token_ids` the ids, each only when
     the server returned them (else empty). `itls_s` are the gaps between content chunks:
     with speculative decoding one chunk may carry several tokens, as in SGLang's
-    `bench_serving`. `output_tokens` comes from the server's usage report when present.
+    `bench_serving`. `output_tokens` comes from the server's usage report when present;
+    `prompt_tokens` only from it (None when the server did not say).
     """
 
     text: str = ""
@@ -98,6 +99,7 @@ class Generation:
     itls_s: list[float] = field(default_factory=list)
     latency_s: float = 0.0
     output_tokens: int = 0
+    prompt_tokens: int | None = None
     finish_reason: str | None = None
 
 
@@ -432,6 +434,8 @@ def _absorb_native(gen: Generation, data: dict[str, Any]) -> bool:
         else:
             gen.token_ids.extend(ids)
     gen.output_tokens = len(gen.token_ids) if total is None else total
+    if meta.get("prompt_tokens") is not None:
+        gen.prompt_tokens = _count(meta["prompt_tokens"], "meta_info.prompt_tokens")
     finish = meta.get("finish_reason")
     if finish:
         gen.finish_reason = str(finish.get("type", finish) if isinstance(finish, dict) else finish)
@@ -447,9 +451,11 @@ def _absorb_chunk(gen: Generation, data: Any, endpoint: Endpoint) -> bool:
         return _absorb_native(gen, chunk)
     usage = chunk.get("usage")
     if usage is not None:
-        tokens = _object(usage, "usage").get("completion_tokens")
-        if tokens is not None:
-            gen.output_tokens = _count(tokens, "usage.completion_tokens")
+        usage = _object(usage, "usage")
+        if usage.get("completion_tokens") is not None:
+            gen.output_tokens = _count(usage["completion_tokens"], "usage.completion_tokens")
+        if usage.get("prompt_tokens") is not None:
+            gen.prompt_tokens = _count(usage["prompt_tokens"], "usage.prompt_tokens")
     got = False
     for choice in _array(chunk.get("choices"), "choices"):
         got = _absorb(gen, _object(choice, "a choice"), endpoint.chat) or got

@@ -186,10 +186,15 @@ def summarize(run: LevelRun) -> dict[str, Any]:
     e2e = [g.latency_s * 1000 for g in gens]
     total = sum(g.output_tokens for g in gens)
     dur = max(run.duration_s, 1e-9)
+    # The prompts' length places the level in a context band of the depth table; a count
+    # missing for any request would understate it, so then there is none.
+    prompt_counts = [g.prompt_tokens for g in gens if g.prompt_tokens is not None]
+    prompt = {"total_input_tokens": sum(prompt_counts)} if len(prompt_counts) == len(gens) else {}
     return {
         "max_concurrency": run.concurrency,
         "completed": len(gens),
         "duration": round(run.duration_s, 6),
+        **prompt,
         "total_output_tokens": total,
         "request_throughput": len(gens) / dur,
         "output_throughput": total / dur,
