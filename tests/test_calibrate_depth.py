@@ -274,7 +274,7 @@ def test_the_agents_tool_answers_the_depth_table_the_command_writes(tmp_path):
     assert json.loads(answer["depth_table"]) == command["table"]
     DepthTable.parse(answer["depth_table"])  # plan_gate's depth_table takes it as it is
     assert answer["summary"] == ("depth table of 4 batch band(s) x 2 context band(s), 1 cell(s) resting on noise "
-                                 f"(see notes); plan_gate's depth_table takes it as it is: {answer['depth_table']}")
+                                 "(see notes); plan_gate's depth_table takes depth_table as it is")
     assert answer["notes"] == command["notes"]
     assert [(r["context"], r["concurrency"], r["depth"]) for r in answer["rows"] if r["concurrency"] == 32] == [
         (SHORT, 32, 0), (LONG, 32, 3)]
@@ -303,8 +303,7 @@ def test_over_mcp_the_depth_answer_carries_the_table_in_its_structured_content(t
 
     answer = anyio.run(ask)
     assert answer["status"] == "depth-table" and len(answer["rows"]) == 2 * len(LEVELS)
-    table = answer["summary"].split("takes it as it is: ", 1)[1]
-    assert DepthTable.parse(table).depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
+    assert DepthTable.parse(answer["depth_table"]).depths == [[3, 3], [1, 3], [0, 3], [0, 1]]
 
 
 def test_the_threshold_refuses_sweeps_of_two_context_lengths(tmp_path):

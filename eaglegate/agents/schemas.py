@@ -140,3 +140,4 @@ class CalibrateOut(TypedDict):
     rows: list[dict[str, float]]  # concurrency, baseline, spec, ratio (powers of two for an estimate)
     notes: list[str]
     estimate: dict[str, Any] | None  # the roofline's figures, when estimated
+    depth_table: NotRequired[str]  # with depth sweeps: the table as JSON text, as plan_gate takes it

@@ -775,15 +775,13 @@ def _depth_table(tabled: app.DepthTabled) -> CalibrateOut:
             rows.append(flat)
     bands = f"{len(result.batch) + 1} batch band(s) x {len(result.context) + 1} context band(s)"
     shaky = sum(1 for row in result.agreement for a in row if a and a[0] < a[1])
-    text = json.dumps(tabled.table)
-    # The table in the summary too: the answer's schema has no key of its own for it yet.
     summary = (f"depth table of {bands}"
                + (f", {shaky} cell(s) resting on noise (see notes)" if shaky else "")
-               + f"; plan_gate's depth_table takes it as it is: {text}")
-    return {"schema": AGENTS_SCHEMA, "summary": summary, "status": "depth-table",  # type: ignore[typeddict-unknown-key]
+               + "; plan_gate's depth_table takes depth_table as it is")
+    return {"schema": AGENTS_SCHEMA, "summary": summary, "status": "depth-table",
             "crossover": None, "threshold": None, "threshold_range": None, "hysteresis": 0, "resume_at": None,
             "margin": result.margin, "rows": rows, "notes": result.notes, "estimate": None,
-            "depth_table": text}
+            "depth_table": json.dumps(tabled.table)}
 
 
 # ---------------------------------------------------------------- by name
