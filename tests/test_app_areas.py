@@ -53,6 +53,14 @@ def test_a_warm_couplings_loads_no_analysis(release_tree):
     assert "eaglegate.analyzer.couplings.model" in loaded_by("couplings", "--category", "buffer")
 
 
+def test_a_warm_map_reads_the_cache_without_networkx(release_tree):
+    """The graph library is needed to build a map from source, not to read one back."""
+    release_tree(VERSION)
+    loaded_by("map")  # the map in the cache (built if it was not there)
+    loaded = loaded_by("map")
+    assert "eaglegate.analyzer.spec_map" in loaded and "networkx" not in loaded
+
+
 def test_a_lazy_name_is_its_areas_own():
     for area, names in app.LAZY_AREAS.items():
         module = importlib.import_module(f"eaglegate.app.{area}")

@@ -30,12 +30,14 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from eaglegate.analyzer.index import BUILTIN_PREFIX, Codebase, Site, ordered
 from eaglegate.analyzer.parse import ParsedTree, no_cyclic_gc, parse_tree, reachable_files
 from eaglegate.analyzer.summary import Call, Expr
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # Callables outside the tree that call the functions passed to them: which arguments (a
 # position, or a keyword) they call. `key=` is called by every external or unresolved callee
@@ -57,10 +59,17 @@ KIND_EXTERNAL = "external"
 Handed = tuple[tuple[str, frozenset[str]], ...] | None
 
 
+def _digraph() -> nx.DiGraph:
+    # networkx is imported where a graph is built: a map read from the cache needs none.
+    import networkx as nx
+
+    return nx.DiGraph()
+
+
 @dataclass
 class CallGraph:
     codebase: Codebase
-    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    graph: nx.DiGraph = field(default_factory=_digraph)
     expanded: set[str] = field(default_factory=set)
     # (caller, callee) → the caller's parameters through which alone it calls the callee
     # (`def common_template(self, call_fn): call_fn(i)`): the edge holds only where the

@@ -14,9 +14,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph, load_codebase
@@ -34,6 +32,9 @@ from eaglegate.analyzer.source import SourceTree
 from eaglegate.analyzer.step_calls import Call, StepCalls, capturing_functions, graph_runner_classes
 from eaglegate.analyzer.tiers import find_tiers
 from eaglegate.errors import UserError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MAP_SCHEMA_VERSION = 1
 
@@ -431,6 +432,8 @@ def _steps(cg: CallGraph, entry: str, question: Question) -> list[Step]:
     cb = cg.codebase
     patterns = [(kind, re.compile(rx)) for kind, rx in question.steps]
     cg.reach([entry], limit=400)
+    import networkx as nx  # only a map built from source walks the graph
+
     depth = nx.single_source_shortest_path(cg.graph, entry, cutoff=3)
     steps: list[Step] = []
     for node, path in sorted(depth.items(), key=lambda item: (len(item[1]), item[0])):
@@ -600,6 +603,8 @@ def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: se
     assert worker.entry is not None
     selection_lits = selection_literals(cb, worker)
     results = []
+    import networkx as nx
+
     ancestors = nx.ancestors(cg.graph, worker.entry) | {worker.entry}
     for loop in loops:
         if loop.function not in cg.graph:
@@ -629,6 +634,8 @@ def _paths(cg: CallGraph, loops: list[EventLoop], worker: WorkerMap, reached: se
 
 
 def _bounded_paths(graph: nx.DiGraph, source: str, target: str, limit: int) -> list[list[str]]:
+    import networkx as nx
+
     paths = []
     try:
         for path in nx.shortest_simple_paths(graph, source, target):

@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from eaglegate.analyzer import files
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.index import Codebase, Site
@@ -565,6 +563,8 @@ class StepCalls:
         cb, cg = self.cb, self.cg
         found: list[Call] = []
         stored: dict[str, Site] = {}
+        import networkx as nx  # only a map built from source walks the graph
+
         below = nx.descendants(cg.graph, entry) if entry in cg.graph else set()
         for qn in sorted(below | {entry}):
             scope = cb.scopes.get(qn)
