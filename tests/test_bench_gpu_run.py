@@ -215,19 +215,18 @@ def test_start_together_is_refused_without_side_by_side(tmp_path):
     assert "--start-together: only with --side-by-side" in says
 
 
-def test_an_order_it_can_run_passes():
-    assert (
-        harness.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
-        is None
-    )
+def test_an_order_it_can_run_passes(tmp_path):
+    fixed = a_run(tmp_path, "--servers", "plain-default:accept", "--threshold", "56", "--plain-caps", "4096,256")
+    assert harness.order_refusal(fixed, [("eagle-v2", "accept"), ("adaptive", "accept")]) is None
     items = [
         ("plain-default", "accept"),
         ("eagle-v2", "accept"),
         ("adaptive", "accept"),
         ("gated-v2", "accept"),
     ]
-    assert harness.order_refusal(items, "calibrate", "") is None
-    assert harness.order_refusal([("gated-v2", "context")], "calibrate", "") is None
+    calibrating = a_run(tmp_path, "--servers", "plain-default:accept")
+    assert harness.order_refusal(calibrating, items) is None
+    assert harness.order_refusal(calibrating, [("gated-v2", "context")]) is None
 
 
 def test_side_by_side_servers_share_a_folder_per_tree():
@@ -266,7 +265,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
             "res": {"server": name, "pair": pair, "healthy": True},
         }
 
-    def bench(url, c, seed, temperature, min_requests):
+    def bench(url, c, plen, max_new, seed, temperature, min_requests):
         events.append(("bench", url, c, seed))
         return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
 

@@ -70,16 +70,27 @@ def one_at_a_time(run, out, rows, outputs):
         if run.catchup:
             work, threshold = catchup_cost.catchup_work(run, out["catchup"]), int(run.threshold)
         elif pair in throughput.PAIRS:
-            threshold = None if run.threshold == "calibrate" else int(run.threshold)
-            kind = servers.server_kind(name)
-            if kind in servers.CALIBRATE_ON and threshold is None:
-                if "calibrate" not in out:  # adaptive and adaptive-skip share one
-                    out["calibrate"] = throughput.calibrate(run, rows, kind, pair)
-                threshold = out["threshold"] = out["calibrate"]["threshold"]
+            threshold = throughput.calibrated(run, rows, name, pair)
             work = throughput.throughput(run, rows)
         else:
             work, threshold = equivalence.outputs_of(name, outputs), equivalence.EQUIV_THRESHOLD
         out["servers"].append(servers.serve(run, name, pair, threshold, work))
+
+
+def calibrations(run, out):
+    """calibrate's answers in the record: a threshold's as `calibrate` and `threshold` (the
+    first pair's), the depth tables' per pair, and every depth table the call launched with."""
+    thresholds = [answer for (what, _), answer in run.calibrations.items() if what == "threshold"]
+    if thresholds:
+        out["calibrate"] = thresholds[0]
+        out["threshold"] = thresholds[0]["threshold"]
+    depth = {pair: answer for (what, pair), answer in run.calibrations.items() if what == "depth"}
+    if depth:
+        out["depth_calibrate"] = depth
+    tables = {pair: servers.depth_table_of(run, pair) for name, pair in run.servers
+              if servers.KINDS[servers.server_kind(name)].plan == "depth"}
+    if any(tables.values()):
+        out["depth_tables"] = {pair: json.loads(table) for pair, table in tables.items() if table}
 
 
 def main(argv=None):
@@ -88,6 +99,7 @@ def main(argv=None):
     out = {"sglang": None, "machine": machine.machine(),
            "weights": json.load(open(f"{run.weights}/weights.json")),
            "threshold": None if run.threshold == "calibrate" else int(run.threshold),
+           "prompt_len": run.prompt_len, "output_len": run.output_len,
            "rows": [], "servers": [], "equivalence": {}}
     print("== machine:", json.dumps(out["machine"]), flush=True)
     if run.catchup:
@@ -113,6 +125,7 @@ def main(argv=None):
         print("CATCHUP", json.dumps(out["catchup"]["summary"]["table"], indent=None), flush=True)
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
+    calibrations(run, out)
     json.dump(out, open(f"{run.out}/rows_{run.tag}.json", "w"))
     profile.keep_traces(run)
 
