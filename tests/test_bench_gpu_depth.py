@@ -144,6 +144,31 @@ def test_side_by_side_a_depth_gated_server_reads_only_rows_of_an_earlier_call(tm
             "plain-default:accept (calibrate reads rows measured before the gated server starts)") in said
 
 
+def test_a_call_calibrates_and_launches_the_depth_gated_server_and_records_its_table(tmp_path, release_tree):
+    """The whole call through run.py, one server after another, on stand-ins for SGLang with
+    the real eaglegate (the patched tree is 0.5.16's source): calibrate reads the four servers'
+    sweep files, gated-depth launches with the table it wrote and plan's adaptive config, and
+    the rows file records both."""
+    names = [*SWEEP, "gated-depth"]
+    proc, out, record = stand_in_call(
+        tmp_path, ["--servers", ",".join(f"{n}:accept" for n in names), "--levels", "2", "--repeats", "1"],
+        eg=EG, patched_from=release_tree("0.5.16").root.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "rows_T.json").read_text())
+    written = json.loads((out / "depth_table_accept.json").read_text())
+    assert result["depth_tables"] == {"accept": written}
+    assert result["depth_calibrate"]["accept"]["table"]["depth"] == written["depth"]
+    assert {f.name for f in out.glob("sweep_*.jsonl")} == {f"sweep_{n}.jsonl" for n in SWEEP}
+    started = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
+    assert [a[a.index("--speculative-num-steps") + 1] if "--speculative-num-steps" in a else None
+            for a in started] == [None, "1", "2", "3", "3"]
+    gated = started[-1]
+    assert json.loads(gated[gated.index("--speculative-depth-table") + 1]) == written
+    config = Path(gated[gated.index("--speculative-adaptive-config") + 1])
+    assert config.parent == tmp_path and json.loads(config.read_text())  # plan's tiers, in the stage
+    assert {r["server"] for r in result["rows"]} == set(names)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -467,16 +468,22 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-def stand_in_call(tmp_path, args):
+def stand_in_call(tmp_path, args, eg=None, patched_from=None):
     """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
     and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
-    stand-ins' record of how each server started)."""
+    stand-ins' record of how each server started). `eg`: the eaglegate command instead of
+    the stand-in; `patched_from`: a real release's source as the patched tree (for plan),
+    served by the stand-in."""
     stage = tmp_path
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
-    (stage / "pristine" / "sglang").mkdir(parents=True)
-    (stage / "pristine" / "sglang" / "__init__.py").write_text("")
-    (stage / "pristine" / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    if patched_from is not None:
+        shutil.copytree(patched_from, stage / "patched")
+    trees = ["pristine"] + (["patched"] if patched_from is not None else [])
+    for tree in trees:
+        (stage / tree / "sglang").mkdir(parents=True, exist_ok=True)
+        (stage / tree / "sglang" / "__init__.py").write_text("")
+        (stage / tree / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
     weights = Path(harness.weights_dir(str(stage)))
     (weights / "accept-target").mkdir(parents=True)
     (weights / "accept-target" / "config.json").write_text("{}")
@@ -491,7 +498,7 @@ def stand_in_call(tmp_path, args):
         env={
             **os.environ,
             "STAGE": str(stage),
-            "EG": f"{sys.executable} {fake_eg}",
+            "EG": eg or f"{sys.executable} {fake_eg}",
             "FAKE_RECORD": str(record),
         },
         capture_output=True,
