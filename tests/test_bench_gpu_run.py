@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -215,19 +216,18 @@ def test_start_together_is_refused_without_side_by_side(tmp_path):
     assert "--start-together: only with --side-by-side" in says
 
 
-def test_an_order_it_can_run_passes():
-    assert (
-        harness.order_refusal([("eagle-v2", "accept"), ("adaptive", "accept")], "56", (4096, 256))
-        is None
-    )
+def test_an_order_it_can_run_passes(tmp_path):
+    fixed = a_run(tmp_path, "--servers", "plain-default:accept", "--threshold", "56", "--plain-caps", "4096,256")
+    assert harness.order_refusal(fixed, [("eagle-v2", "accept"), ("adaptive", "accept")]) is None
     items = [
         ("plain-default", "accept"),
         ("eagle-v2", "accept"),
         ("adaptive", "accept"),
         ("gated-v2", "accept"),
     ]
-    assert harness.order_refusal(items, "calibrate", "") is None
-    assert harness.order_refusal([("gated-v2", "context")], "calibrate", "") is None
+    calibrating = a_run(tmp_path, "--servers", "plain-default:accept")
+    assert harness.order_refusal(calibrating, items) is None
+    assert harness.order_refusal(calibrating, [("gated-v2", "context")]) is None
 
 
 def test_side_by_side_servers_share_a_folder_per_tree():
@@ -266,7 +266,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
             "res": {"server": name, "pair": pair, "healthy": True},
         }
 
-    def bench(url, c, seed, temperature, min_requests):
+    def bench(url, c, plen, max_new, seed, temperature, min_requests):
         events.append(("bench", url, c, seed))
         return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
 
@@ -468,16 +468,22 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-def stand_in_call(tmp_path, args):
+def stand_in_call(tmp_path, args, eg=None, patched_from=None):
     """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
     and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
-    stand-ins' record of how each server started)."""
+    stand-ins' record of how each server started). `eg`: the eaglegate command instead of
+    the stand-in; `patched_from`: a real release's source as the patched tree (for plan),
+    served by the stand-in."""
     stage = tmp_path
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
-    (stage / "pristine" / "sglang").mkdir(parents=True)
-    (stage / "pristine" / "sglang" / "__init__.py").write_text("")
-    (stage / "pristine" / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    if patched_from is not None:
+        shutil.copytree(patched_from, stage / "patched")
+    trees = ["pristine"] + (["patched"] if patched_from is not None else [])
+    for tree in trees:
+        (stage / tree / "sglang").mkdir(parents=True, exist_ok=True)
+        (stage / tree / "sglang" / "__init__.py").write_text("")
+        (stage / tree / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
     weights = Path(harness.weights_dir(str(stage)))
     (weights / "accept-target").mkdir(parents=True)
     (weights / "accept-target" / "config.json").write_text("{}")
@@ -492,7 +498,7 @@ def stand_in_call(tmp_path, args):
         env={
             **os.environ,
             "STAGE": str(stage),
-            "EG": f"{sys.executable} {fake_eg}",
+            "EG": eg or f"{sys.executable} {fake_eg}",
             "FAKE_RECORD": str(record),
         },
         capture_output=True,

@@ -4,7 +4,9 @@ asked for, where it runs (the kit's stage, the weights' folder, its cores), when
 and what its servers told it on the way (the running caps and graph sizes they logged, the
 SGLang version plan read)."""
 import argparse
+import gzip
 import hashlib
+import json
 import os
 import re
 import time
@@ -85,6 +87,34 @@ def threshold_arg(text):
     return text
 
 
+def depth_table_arg(text):
+    """--depth-table FILE|JSON: a depth table as `eaglegate calibrate --depth` writes it (plan
+    checks it); returned as one line of JSON text."""
+    try:
+        with open(text) as f:
+            text = f.read()
+    except OSError:
+        pass  # not a file: the table itself
+    try:
+        table = json.loads(text)
+    except ValueError:
+        table = None
+    if not isinstance(table, dict) or "depth" not in table:
+        raise argparse.ArgumentTypeError("a depth table as `eaglegate calibrate --depth --table-out` writes it "
+                                         "(a file or its JSON), with `batch` and `depth`")
+    return json.dumps(table)
+
+
+def rows_arg(path):
+    """--rows-from FILE: an earlier call's rows_<tag>.json (or .json.gz): its rows."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            return json.load(f)["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise argparse.ArgumentTypeError(f"an earlier call's rows_<tag>.json, not {path!r} ({e})") from None
+
+
 def servers_arg(text):
     """NAME:PAIR,...: each a server of the table (NAME@2, NAME+REV allowed) and a pair."""
     items = [tuple(item.split(":")) for item in text.split(",")]
@@ -105,6 +135,15 @@ def parser():
                     help="the gated server's (accept pair): a batch size, or `calibrate` (the default): "
                          "what `eaglegate calibrate` picks from this run's plain and eagle rows, "
                          "which must come before gated in --servers")
+    ap.add_argument("--depth-table", default=None, type=depth_table_arg,
+                    help="a depth-gated server's table (FILE or JSON, as `eaglegate calibrate --depth` "
+                         "writes it; e.g. an earlier call's depth_table_accept.json); default: what "
+                         "calibrate picks from this call's plain-default and eagle-v2-d1, -d2, eagle-v2 rows")
+    ap.add_argument("--rows-from", default=[], type=rows_arg, dest="earlier_rows",
+                    help="an earlier call's rows_<tag>.json, read by calibrate as measured before this "
+                         "call's servers (side by side, the only rows that are)")
+    ap.add_argument("--prompt-len", type=positive_int_arg, default=256, help="prompt tokens per request")
+    ap.add_argument("--output-len", type=positive_int_arg, default=128, help="output tokens per request")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=LEVELS, type=levels_arg)
     ap.add_argument("--min-requests", type=int, default=0,
@@ -163,6 +202,10 @@ class Run:
         self.running_cap = {}  # server -> the max_running_requests its scheduler logged
         self.graph_max_bs = {}  # server -> the largest CUDA-graph batch size it captured
         self.version = None  # the SGLang version of the first plan answer
+        self.calibrations = {}  # ("threshold" or "depth", pair) -> calibrate's answer
+        self.depth_tables = {}  # pair -> the depth table calibrate wrote (JSON text)
+        # (server, pair) measured without errors in --rows-from's call
+        self.earlier = {(r["server"], r["pair"]) for r in self.earlier_rows if not r.get("errors")}
         if args.plain_caps:
             self.running_cap["plain-default"], self.graph_max_bs["plain-default"] = args.plain_caps
 
@@ -193,7 +236,7 @@ class Run:
             if module and not os.path.exists(module):
                 return (f"{name}:{pair}: no {module}; write it with `git show REV:eaglegate/patches/"
                         f"gate_module.py` and carry bench/gpu/variants")
-        refusal = order_refusal(self.servers, self.threshold, self.plain_caps)
+        refusal = order_refusal(self, self.servers) or self.earlier_rows_refusal()
         if refusal:
             return refusal
         if self.start_together and not self.side_by_side:
@@ -209,6 +252,18 @@ class Run:
                      or servers.KINDS[servers.server_kind(name)].plan == "native"]
             if kinds:
                 return f"--catchup measures speculative servers, not {kinds[0]}"
+        return None
+
+    def earlier_rows_refusal(self):
+        """Why --rows-from's rows cannot stand beside this call's, or None: calibrate would
+        pool medians of other prompt or output lengths."""
+        # rows from before --prompt-len and --output-len ran at 256 and 128
+        other = {(r.get("prompt_len", 256), r.get("output_len", 128)) for r in self.earlier_rows}
+        other -= {(self.prompt_len, self.output_len)}
+        if other:
+            prompt, output = sorted(other)[0]
+            return (f"--rows-from: its rows ran {prompt}-token prompts and {output}-token outputs, this call "
+                    f"{self.prompt_len} and {self.output_len}")
         return None
 
     def elapsed(self):
@@ -231,19 +286,20 @@ class Run:
             self.graph_max_bs[name] = caps["graph_max_bs"]
 
 
-def order_refusal(items, threshold, plain_caps):
-    """Why `items` (name, pair) cannot run in this order, or None: a server that reads what
-    another measures must come after it."""
+def order_refusal(run, items):
+    """Why `items` (name, pair) cannot run in this order in `run`, or None: a server that reads
+    what another measures must come after it (or after --rows-from's call)."""
     for i, (name, pair) in enumerate(items):
         before = {(n, p) for n, p in items[:i]}
         kind = servers.server_kind(name)
-        if servers.KINDS[kind].plan == "native" and not plain_caps and \
+        if servers.KINDS[kind].plan == "native" and not run.plain_caps and \
                 not any(n == "plain-default" for n, _ in before):
             return (f"{name}:{pair} needs plain-default's running cap and graph size: put "
                     "plain-default before it in --servers, or pass --plain-caps CAP,GRAPH_BS")
-        if threshold == "calibrate" and pair in throughput.PAIRS and kind in servers.CALIBRATE_ON:
-            refs = [f"{ref}:{pair}" for ref in servers.CALIBRATE_ON[kind] if (ref, pair) not in before]
-            if refs:
-                return (f"{name}:{pair} calibrates its threshold on {' and '.join(refs)}: put them "
-                        "before it in --servers, or pass a fixed --threshold")
+        refs = throughput.uncalibrated_refs(run, kind, pair, before | run.earlier)
+        if refs:
+            what, given = (("depth table", "--depth-table FILE|JSON") if servers.KINDS[kind].plan == "depth"
+                           else ("threshold", "a fixed --threshold"))
+            return (f"{name}:{pair} calibrates its {what} on {' and '.join(refs)}: put them "
+                    f"before it in --servers (or give --rows-from), or pass {given}")
     return None

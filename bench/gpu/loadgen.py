@@ -66,7 +66,8 @@ def bench(url, c, plen=256, max_new=128, seed=1000, temperature=0.0, waves=3, mi
     ok = [r for r in res if "error" not in r]
     toks = sum(len(r["ids"] or []) for r in ok)
     acc = [r["accept"] for r in ok if r.get("accept") is not None]
-    return {"C": c, "n": n, "errors": n - len(ok), "first_error": next((r["error"] for r in res if "error" in r), None),
+    return {"C": c, "n": n, "prompt_len": plen, "output_len": max_new, "errors": n - len(ok),
+            "first_error": next((r["error"] for r in res if "error" in r), None),
             "tok_s": round(toks / wall, 1), "mean_accept_len": round(sum(acc) / len(acc), 3) if acc else None}
 
 

@@ -9,7 +9,8 @@ which installs SGLang and patches a fresh copy with this checkout's eaglegate):
 Servers (servers.py's table of kinds: the tree each runs, its flags and environment; each
 started, loaded and killed in turn, on 127.0.0.1; with --side-by-side all up at once, their
 repeats interleaved): plain-default, plain, eagle, gated, eagle-v2, gated-v2, adaptive,
-adaptive-skip. NAME@2 starts a server a second time; NAME+REV runs a gating server with the
+adaptive-skip, and for the depth gate eagle-v2-d1, eagle-v2-d2 (static depths 1 and 2) and
+gated-depth. NAME@2 starts a server a second time; NAME+REV runs a gating server with the
 gate module of another revision of eaglegate in place of this checkout's:
 bench/gpu/variants/REV.py, written before the call with `git show
 REV:eaglegate/patches/gate_module.py` and carried (an A/B of the gate's code in one call, on
@@ -19,9 +20,13 @@ pair for greedy equivalence, the `trained` pair (a draft trained on its target) 
 `--catchup`: the acceptance of requests whose draft KV lacks the tokens decoded while gated,
 against the same requests never gated (README "The catch-up cost"). The threshold of a gating
 server is, by default, the one `eaglegate calibrate` picks from this run's plain and
-speculative rows (servers.CALIBRATE_ON).
-Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read and, for gating
-servers, and with --profile, profile_<tag>.txt: where the profiled servers' decode steps
+speculative rows (servers.CALIBRATE_ON); gated-depth's depth table, the one `eaglegate
+calibrate --depth` picks from plain-default's and each static depth's rows, or --depth-table's.
+--rows-from rows_<tag>.json: an earlier call's rows count as measured before this call's
+servers (the probe bench/gpu/depth.sh calibrates its second half on its first's).
+--prompt-len and --output-len (256 and 128 by default) are in every row.
+Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read (and the depth
+table it wrote, depth_table_<pair>.json), and with --profile, profile_<tag>.txt: where the profiled servers' decode steps
 spend their time (trace_digest.py on SGLang's torch profiler traces, which come back in
 traces_<tag>.tar when small enough).
 
@@ -70,16 +75,27 @@ def one_at_a_time(run, out, rows, outputs):
         if run.catchup:
             work, threshold = catchup_cost.catchup_work(run, out["catchup"]), int(run.threshold)
         elif pair in throughput.PAIRS:
-            threshold = None if run.threshold == "calibrate" else int(run.threshold)
-            kind = servers.server_kind(name)
-            if kind in servers.CALIBRATE_ON and threshold is None:
-                if "calibrate" not in out:  # adaptive and adaptive-skip share one
-                    out["calibrate"] = throughput.calibrate(run, rows, kind, pair)
-                threshold = out["threshold"] = out["calibrate"]["threshold"]
+            threshold = throughput.calibrated(run, rows, name, pair)
             work = throughput.throughput(run, rows)
         else:
             work, threshold = equivalence.outputs_of(name, outputs), equivalence.EQUIV_THRESHOLD
         out["servers"].append(servers.serve(run, name, pair, threshold, work))
+
+
+def calibrations(run, out):
+    """calibrate's answers in the record: a threshold's as `calibrate` and `threshold` (the
+    first pair's), the depth tables' per pair, and every depth table the call launched with."""
+    thresholds = [answer for (what, _), answer in run.calibrations.items() if what == "threshold"]
+    if thresholds:
+        out["calibrate"] = thresholds[0]
+        out["threshold"] = thresholds[0]["threshold"]
+    depth = {pair: answer for (what, pair), answer in run.calibrations.items() if what == "depth"}
+    if depth:
+        out["depth_calibrate"] = depth
+    tables = {pair: servers.depth_table_of(run, pair) for name, pair in run.servers
+              if servers.KINDS[servers.server_kind(name)].plan == "depth"}
+    if any(tables.values()):
+        out["depth_tables"] = {pair: json.loads(table) for pair, table in tables.items() if table}
 
 
 def main(argv=None):
@@ -88,6 +104,7 @@ def main(argv=None):
     out = {"sglang": None, "machine": machine.machine(),
            "weights": json.load(open(f"{run.weights}/weights.json")),
            "threshold": None if run.threshold == "calibrate" else int(run.threshold),
+           "prompt_len": run.prompt_len, "output_len": run.output_len,
            "rows": [], "servers": [], "equivalence": {}}
     print("== machine:", json.dumps(out["machine"]), flush=True)
     if run.catchup:
@@ -113,6 +130,7 @@ def main(argv=None):
         print("CATCHUP", json.dumps(out["catchup"]["summary"]["table"], indent=None), flush=True)
     for k, v in out["equivalence"].items():
         print("EQUIV", k, {s: (r["identical"], r["total"], r["differ"][:5]) for s, r in v.items()}, flush=True)
+    calibrations(run, out)
     json.dump(out, open(f"{run.out}/rows_{run.tag}.json", "w"))
     profile.keep_traces(run)
 

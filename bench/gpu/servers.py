@@ -11,12 +11,19 @@ Server kinds (`KINDS`):
                  v1 launch (SGLANG_ENABLE_SPEC_V2=0)
   eagle-v2       EAGLE-3 on the pristine tree, overlap worker (SGLang's default), with the
                  running cap plain-default logged
+  eagle-v2-d1, eagle-v2-d2
+                 eagle-v2 at depth 1 and 2 (--speculative-num-steps D, D+1 draft tokens;
+                 eagle-v2 is depth 3): the static depths the depth gate chooses between
   gated-v2       EAGLE-3 on the patched tree, exactly what `eaglegate plan` prints for a
                  default launch (the overlap worker's gate)
   adaptive, adaptive-skip
                  0.5.14 on (no patch): plan's native adaptive config with plain-default's
                  running cap and graph sizes (not plan's caps), and the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1
+  gated-depth    EAGLE-3 (depth 3) on the patched tree, exactly what `eaglegate plan --depth-table
+                 TABLE` prints for a default launch (its adaptive config, one tier per depth,
+                 written into the stage); the table is --depth-table's, or what `eaglegate
+                 calibrate --depth` picks from plain-default's and each static depth's rows
 NAME@2 starts a server a second time; NAME+REV runs a gating server with the gate module of
 another revision of eaglegate in place of this checkout's: bench/gpu/variants/REV.py.
 """
@@ -47,6 +54,8 @@ DEFAULT_CAP = 256
 # The pairs on the 8-layer 1024-wide target (their drafts' KV pools need the room); also
 # trained-N (the trained pair with copy offset N).
 SMALL_PAIRS = ("context", "trained")
+# SGLang refuses a context longer than the target's max_position_embeddings unless told.
+LONGER_CONTEXT_ENV = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
 
 
 @dataclass(frozen=True)
@@ -56,19 +65,24 @@ class Kind:
     flags: tuple = ()  # its own flags, after the common ones
     env: dict = field(default_factory=dict)
     speculative: bool = False  # EAGLE-3 with the pair's draft
-    plan: str | None = None  # what `eaglegate plan` gives it: "v1", "v2" (a gate) or "native"
+    plan: str | None = None  # what `eaglegate plan` gives it: "v1", "v2" (a gate), "depth" (the
+    # v2 gate with a depth table) or "native"
+    steps: int = 3  # a speculative server's --speculative-num-steps (its depth)
     drop_gate: bool = False  # plan's flags without the gate's own (unpatched EAGLE)
     cap_from: str | None = None  # the server whose logged running cap it takes
-    calibrate_on: tuple = ()  # the plain and speculative servers its threshold is calibrated on
+    calibrate_on: tuple = ()  # the plain and speculative servers its threshold (or depth table) is
+    # calibrated on
 
     @property
     def gates(self):
-        return self.plan in ("v1", "v2") and not self.drop_gate
+        return self.plan in ("v1", "v2", "depth") and not self.drop_gate
 
 
 # The plain and speculative servers a threshold is calibrated on: the ones it chooses between
 # (the v1 gate needs overlap off; the native adaptive route keeps it).
 _V2_PAIR = ("plain-default", "eagle-v2")
+# A depth table is calibrated on plain decoding and every static depth it may choose.
+_DEPTHS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2")
 KINDS = {
     "plain-default": Kind("pristine"),
     "plain": Kind("pristine", flags=("--disable-overlap-schedule",)),
@@ -77,10 +91,13 @@ KINDS = {
     "eagle": Kind("pristine", env=V1_ENV, speculative=True, plan="v1", drop_gate=True, cap_from="plain"),
     "gated": Kind("patched", speculative=True, plan="v1", calibrate_on=("plain", "eagle")),
     "eagle-v2": Kind("pristine", speculative=True, cap_from="plain-default"),
+    "eagle-v2-d1": Kind("pristine", speculative=True, cap_from="plain-default", steps=1),
+    "eagle-v2-d2": Kind("pristine", speculative=True, cap_from="plain-default", steps=2),
     "gated-v2": Kind("patched", speculative=True, plan="v2", calibrate_on=_V2_PAIR),
     "adaptive": Kind("pristine", speculative=True, plan="native", calibrate_on=_V2_PAIR),
     "adaptive-skip": Kind("pristine", env={"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}, speculative=True,
                           plan="native", calibrate_on=_V2_PAIR),
+    "gated-depth": Kind("patched", speculative=True, plan="depth", calibrate_on=_DEPTHS),
 }
 CALIBRATE_ON = {name: kind.calibrate_on for name, kind in KINDS.items() if kind.calibrate_on}
 
@@ -101,10 +118,11 @@ def variant_module(name):
     return os.path.join(VARIANTS, f"{rev}.py") if rev else None
 
 
-def spec_flags(run, pair):
+def spec_flags(run, pair, steps=3):
+    """Static EAGLE-3 at depth `steps`: a chain (topk 1) of `steps` drafts and the bonus token."""
     return ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", f"{run.weights}/{pair}-draft",
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", "4"]
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(steps + 1)]
 
 
 def eg(run, *args):
@@ -118,17 +136,58 @@ def eg(run, *args):
     return answer
 
 
-def plan(run, threshold, pair, v1=True):
+def plan(run, threshold, pair, v1=True, depth_table=None):
     """The product's own answer for the gated server: flags and environment. `v1`: the user
-    opts out of the overlap worker (SGLANG_ENABLE_SPEC_V2=0); else a default launch."""
+    opts out of the overlap worker (SGLANG_ENABLE_SPEC_V2=0); else a default launch. With a
+    `depth_table` (JSON text) and no threshold, plan's own default threshold: the table decides
+    every step."""
     extra = ["--env", "SGLANG_ENABLE_SPEC_V2=0"] if v1 else []
-    out = eg(run, "plan", "--path", f"{run.stage}/patched", "--threshold", str(threshold), "--json",
+    extra += ["--depth-table", depth_table] if depth_table else []
+    extra += ["--threshold", str(threshold)] if threshold is not None else []
+    out = eg(run, "plan", "--path", f"{run.stage}/patched", "--json",
              "--flags", " ".join(spec_flags(run, pair)), *extra)
     want = "v1-code-patch" if v1 else "v2-code-patch"
     if out["family"] != want:
         raise SystemExit(f"plan chose {out['family']}, not {want}: {out.get('blocked_by')}")
     env = dict(item.split("=", 1) for item in out["env"])  # plan lists NAME=VALUE
+    if depth_table:
+        return depth_flags(run, pair, out), env
     return list(out["launch_flags"]), ({**V1_ENV, **env} if v1 else env)
+
+
+def depth_flags(run, pair, answer):
+    """plan's launch flags for a depth table, its adaptive config (one tier per depth, where
+    the release builds tiers) written into the stage, as `plan --config-out` writes it."""
+    flags, it = [], iter(answer["launch_flags"])
+    for flag in it:
+        flags.append(flag)
+        if flag == "--speculative-adaptive-config":
+            next(it)
+            path = f"{run.stage}/adaptive_depth_{pair}.json"
+            with open(path, "w") as f:
+                json.dump(answer["adaptive_config"], f, indent=2)
+            flags.append(path)
+    return flags
+
+
+def depth_table_of(run, pair):
+    """The depth table (JSON text) a depth-gated server on `pair` launches with: --depth-table's,
+    or calibrate's for the pair (phases/throughput.calibrated), or None."""
+    return run.depth_table or run.depth_tables.get(pair)
+
+
+def context_flags(run, pair):
+    """Flags and environment for prompts and outputs longer than the target's context (its
+    config's max_position_embeddings, as weights.py wrote it); none where they fit."""
+    need = run.prompt_len + run.output_len
+    try:
+        with open(f"{run.weights}/{pair}-target/config.json") as f:
+            context = json.load(f).get("max_position_embeddings")
+    except OSError:
+        context = None
+    if context is None or need <= context:
+        return [], {}
+    return ["--context-length", str(need)], dict(LONGER_CONTEXT_ENV)
 
 
 def common(run, pair):
@@ -164,9 +223,16 @@ def config(run, kind_name, pair, threshold):
     kind = KINDS[kind_name]
     flags, env = common(run, pair) + list(kind.flags), dict(kind.env)
     if kind.speculative:
-        flags += spec_flags(run, pair)
+        flags += spec_flags(run, pair, kind.steps)
     if kind.plan == "native":
         flags += native_flags(run, kind_name, pair, threshold)
+    elif kind.plan == "depth":
+        table = depth_table_of(run, pair)
+        if table is None:
+            raise SystemExit(f"{kind_name} needs a depth table: --depth-table FILE|JSON, or calibrate's "
+                             f"({', '.join(kind.calibrate_on)} measured before it)")
+        planned, planned_env = plan(run, None, pair, v1=False, depth_table=table)  # exactly what plan prints
+        flags, env = flags + planned, {**env, **planned_env}
     elif kind.drop_gate:
         # any threshold gives its flags (before calibrate has one); its environment is its own
         flags += without_gate(plan(run, threshold or 1, pair, v1=kind.plan == "v1")[0])
@@ -180,7 +246,8 @@ def config(run, kind_name, pair, threshold):
     if kind.gates and pair == "context":
         # Metrics cost time every step: only the equivalence server (no timing) reads them.
         flags.append("--enable-metrics")
-    return kind.tree, flags, env
+    longer, longer_env = context_flags(run, pair)
+    return kind.tree, flags + longer, {**env, **longer_env}
 
 
 def native_flags(run, name, pair, threshold):

@@ -1,6 +1,7 @@
 """Throughput: each server loaded at each level (an untimed pass, then the timed repeats:
 one row each), one server at a time or all side by side with their repeats interleaved; and
-calibrate's threshold from the rows measured before the gating server."""
+calibrate's threshold, or a depth-gated server's depth table, from the rows measured before
+the gating server (this call's, and an earlier call's given with --rows-from)."""
 import json
 import statistics
 
@@ -25,8 +26,8 @@ def untimed_pass(run, url, res, c):
     and in G9 a short pass (8 tokens) still left eagle-v2's repeats at C=8 and 32 rising
     (2203, 2571, 3118; 6502, 7198, 7851). Its figure is kept (`untimed`) to show what it
     absorbed."""
-    untimed = loadgen.bench(url, c, seed=900 + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
-                            min_requests=run.min_requests)
+    untimed = loadgen.bench(url, c, plen=run.prompt_len, max_new=run.output_len, seed=900 + c,
+                            temperature=TEMPERATURE.get(res["pair"], 0.0), min_requests=run.min_requests)
     res.setdefault("untimed", {})[str(c)] = untimed["tok_s"]
     print(f"   {res['server']} C={c:>3} untimed tok/s={untimed['tok_s']:>9}", flush=True)
 
@@ -35,8 +36,8 @@ def timed_repeat(run, url, res, c, rep, rows):
     """Repeat `rep` at concurrency c: one row. Every server's repeat `rep` at c has the same
     prompts."""
     ticks = machine.cpu_ticks()
-    row = loadgen.bench(url, c, seed=1000 + 17 * rep + c, temperature=TEMPERATURE.get(res["pair"], 0.0),
-                        min_requests=run.min_requests)
+    row = loadgen.bench(url, c, plen=run.prompt_len, max_new=run.output_len, seed=1000 + 17 * rep + c,
+                        temperature=TEMPERATURE.get(res["pair"], 0.0), min_requests=run.min_requests)
     cpu = machine.cpu_shares(ticks, machine.cpu_ticks())
     row.update(server=res["server"], repeat=rep, pair=res["pair"], gpu=machine.gpu_state(), cpu=cpu)
     rows.append(row)
@@ -106,10 +107,63 @@ def side_by_side_refusal(run):
     if run.start_together and not run.plain_caps:
         return ("--start-together needs --plain-caps CAP,GRAPH_BS (the speculative servers start "
                 "before plain-default logs its own)")
-    if run.threshold == "calibrate" and any(servers.server_kind(name) in servers.CALIBRATE_ON
-                                            for name, pair in items if pair in PAIRS):
-        return "a fixed --threshold (calibrate reads rows measured before the gated server starts)"
+    for name, pair in items:  # side by side, only an earlier call's rows come before a server
+        missing = uncalibrated_refs(run, servers.server_kind(name), pair, run.earlier)
+        if missing:
+            given = ("--depth-table FILE|JSON" if servers.KINDS[servers.server_kind(name)].plan == "depth"
+                     else "a fixed --threshold")
+            return (f"{given}, or --rows-from an earlier call's rows of {', '.join(missing)} (calibrate "
+                    "reads rows measured before the gated server starts)")
+    return kv_refusal(run) if any(pair in PAIRS for _, pair in items) else None
+
+
+def kv_refusal(run):
+    """Why the call's highest level cannot run all its requests at once on a side-by-side
+    server, or None: SGLang would queue what overflows its KV pool (or its running cap) and
+    measure a smaller batch."""
+    c, per_request = max(run.levels), run.prompt_len + run.output_len
+    if c * per_request > SIDE_BY_SIDE_TOKENS:
+        return (f"C={c} needs {c * per_request:,} KV tokens a server ({c} x ({run.prompt_len} + "
+                f"{run.output_len})), more than the {SIDE_BY_SIDE_TOKENS:,} each holds beside the others: "
+                f"levels up to {SIDE_BY_SIDE_TOKENS // per_request} fit")
+    if run.plain_caps and c > run.plain_caps[0]:
+        return f"C={c} is above --plain-caps's running cap {run.plain_caps[0]}"
     return None
+
+
+def needs_calibrate(run, kind, pair):
+    """Whether a server of `kind` on `pair` takes its threshold or depth table from calibrate."""
+    if pair not in PAIRS or kind not in servers.CALIBRATE_ON:
+        return False
+    if servers.KINDS[kind].plan == "depth":
+        return run.depth_table is None
+    return run.threshold == "calibrate"
+
+
+def uncalibrated_refs(run, kind, pair, before):
+    """The servers (`NAME:PAIR`) a server of `kind` is calibrated on that `before` (a set of
+    (server, pair) measured before it) lacks; empty where it needs no calibrate."""
+    if not needs_calibrate(run, kind, pair):
+        return []
+    return [f"{ref}:{pair}" for ref in servers.CALIBRATE_ON[kind] if (ref, pair) not in before]
+
+
+def calibrated(run, rows, name, pair):
+    """The threshold server `name` launches with: --threshold's, or calibrate's on the rows
+    measured before it (`rows`, and --rows-from's), asked once per call and pair (answers in
+    run.calibrations). A depth-gated server's table goes in run.depth_tables[pair]."""
+    kind = servers.server_kind(name)
+    fixed = None if run.threshold == "calibrate" else int(run.threshold)
+    if not needs_calibrate(run, kind, pair):
+        return fixed
+    what = "depth" if servers.KINDS[kind].plan == "depth" else "threshold"
+    if (what, pair) not in run.calibrations:  # adaptive and adaptive-skip share one
+        run.calibrations[what, pair] = calibrate(run, run.earlier_rows + rows, kind, pair)
+    if what == "depth":
+        with open(depth_table_path(run, pair)) as f:  # the table as calibrate wrote it, for plan
+            run.depth_tables[pair] = f.read().strip()
+        return fixed
+    return run.calibrations[what, pair]["threshold"]
 
 
 def server_up(run, server):
@@ -135,15 +189,17 @@ def side_by_side(run, rows, outputs):
     equivalence set on each context server in turn (into `outputs`), and per level an untimed
     pass on each throughput server, and the timed repeats interleaved. Returns each server's
     record."""
-    threshold = None if run.threshold == "calibrate" else int(run.threshold)
+    # Every threshold and depth table before the first launch (from --rows-from's rows alone):
+    # started together, the launches follow one another at once.
+    thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
+                  for name, pair in run.servers]
     extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
     started, copied = [], set()
     dirs = side_by_side_dirs([n for n, _ in run.servers])
     try:
         for i, ((name, pair), tree_dir) in enumerate(zip(run.servers, dirs, strict=True)):
             # a context server gates where the equivalence set switches (as one alone does)
-            gate_at = equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else threshold
-            server = servers.launch(run, name, pair, gate_at, tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
+            server = servers.launch(run, name, pair, thresholds[i], tree_dir=tree_dir, port=SIDE_BY_SIDE_PORT + i,
                                     extra_args=extra, copy_tree=tree_dir not in copied)
             copied.add(tree_dir)
             started.append(server)
@@ -191,13 +247,27 @@ def sweep_file(rows, server, pair, path):
                 f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
 
 
+def depth_table_path(run, pair):
+    return f"{run.out}/depth_table_{pair}.json"
+
+
 def calibrate(run, rows, server, pair):
-    """`eaglegate calibrate` on this run's plain and speculative medians: `server`'s threshold."""
-    plain, spec = servers.CALIBRATE_ON[server]
-    if not {plain, spec} <= {r["server"] for r in rows if r["pair"] == pair}:
-        raise SystemExit(f"--threshold calibrate needs {plain}:{pair} and {spec}:{pair} before {server}:{pair}")
-    sweep_file(rows, plain, pair, f"{run.out}/sweep_{plain}.jsonl")
-    sweep_file(rows, spec, pair, f"{run.out}/sweep_{spec}.jsonl")
-    answer = servers.eg(run, "calibrate", f"{run.out}/sweep_{plain}.jsonl", f"{run.out}/sweep_{spec}.jsonl", "--json")
+    """`eaglegate calibrate` on the medians of the servers `server` is calibrated on: from the
+    plain and the speculative sweep, its threshold; for a depth-gated server, from the plain
+    sweep and one per static depth (`--depth D=FILE`), its depth table, written to
+    depth_table_path."""
+    plain, *specs = servers.CALIBRATE_ON[server]
+    missing = [f"{ref}:{pair}" for ref in (plain, *specs) if ref not in {r["server"] for r in rows if r["pair"] == pair}]
+    if missing:
+        raise SystemExit(f"calibrate needs {' and '.join(missing)} before {server}:{pair}")
+    for ref in (plain, *specs):
+        sweep_file(rows, ref, pair, f"{run.out}/sweep_{ref}.jsonl")
+    if servers.KINDS[server].plan == "depth":
+        depths = [arg for spec in specs
+                  for arg in ("--depth", f"{servers.KINDS[spec].steps}={run.out}/sweep_{spec}.jsonl")]
+        args = [*depths, "--table-out", depth_table_path(run, pair)]
+    else:
+        args = [f"{run.out}/sweep_{spec}.jsonl" for spec in specs]
+    answer = servers.eg(run, "calibrate", f"{run.out}/sweep_{plain}.jsonl", *args, "--json")
     print("== calibrate:", json.dumps(answer)[:600], flush=True)
     return answer

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The depth gate's probe on one release in one device call, on the GPU machine:
+#   device run, carry [".gpu"] (pack.sh VERSION first), command: bash bench/gpu/depth.sh TAG
+# Does the depth-gated server start, follow its table, and land in the right range? Not the
+# issue's Done-when (medians of 3 at eight levels, 512-token outputs, both pairs, both prompt
+# lengths: several calls); here one repeat a level, today's 256-token prompts and 128-token
+# outputs, the accept pair, C = 16, 32, 64, 128.
+#   TAG-a: plain-default and static EAGLE-3 at depths 1, 2, 3 (eagle-v2-d1, -d2, eagle-v2) side
+#          by side: the rows `eaglegate calibrate --depth` picks the depth table from.
+#   TAG-b: gated-depth with that table (calibrated from TAG-a's rows: --rows-from; it comes back
+#          as depth_table_accept.json) beside plain-default, eagle-v2 and SGLang's adaptive route
+#          where plan gives the release one (its threshold calibrated on TAG-a's rows too), else
+#          eagle-v2-d1.
+# Everything comes back as one archive, $OUT/all.tgz (a call returns at most eight files).
+#
+# Time, from the raw side-by-side runs (rows: n x 128 tokens / tok_s per pass; H28, H30, H31
+# cold calls of 498-514 s): setup and the weights about 70 s cold (the call's length less its
+# start-ups and passes); four servers launched together healthy in 95-145 s cold (75-110 s
+# warm, V6: 68-77 s for three); one pass of one server at C = 16, 32, 64, 128 about 1.0, 1.3,
+# 2.6, 4.4 s, so an untimed and a timed pass of four servers at the four levels about 75 s;
+# stopping four servers 10-30 s. Each half is then 180-250 s, the call 430-570 s with the plan
+# check and the archive: the deadlines below (TAG-a done by 350 s, TAG-b by 550 s of this
+# script) cut the last repeats of a slow call rather than overrun the 600 s a call may run.
+set -u
+TAG=${1:?usage: depth.sh TAG}
+A="${TAG}-a"; B="${TAG}-b"
+LEVELS=16,32,64,128
+# setup.sh installs a stage's packages once per machine: one stage per release.
+export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
+source .gpu/kit/setup.sh 56
+python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2-d1:accept,eagle-v2-d2:accept,eagle-v2:accept \
+  --side-by-side --start-together --plain-caps 4096,256 --levels "$LEVELS" --repeats 1 \
+  --tag "$A" --out "$OUT" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
+# SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
+FOURTH=eagle-v2-d1
+if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
+    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" \
+    2>/dev/null | grep -q '"native-adaptive"'; then
+  FOURTH=adaptive
+fi
+python3 bench/gpu/run.py --servers "plain-default:accept,gated-depth:accept,eagle-v2:accept,$FOURTH:accept" \
+  --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --levels "$LEVELS" \
+  --repeats 1 --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
+grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
+cd "$OUT" && tar czf all.tgz -- * && find . -type f ! -name all.tgz -delete

@@ -1,0 +1,292 @@
+"""The depth gate's GPU benchmark on the CPU: the static depths (eagle-v2-d1, -d2) and the
+depth-gated server (gated-depth) launched from the real `eaglegate plan` on real release
+sources, the depth table from the real `eaglegate calibrate --depth` over sweep rows (this
+call's or an earlier call's, --rows-from), prompt and output lengths in every row and in the
+launch, the side-by-side KV refusal, and bench/gpu/depth.sh run to its end on stand-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+sys.path.insert(0, str(BENCH))
+
+import harness  # noqa: E402
+import servers  # noqa: E402
+from phases import throughput  # noqa: E402
+from test_bench_gpu_run import a_run, refusal, stand_in_call  # noqa: E402
+
+TABLE = '{"batch": [16, 64], "context": [], "depth": [[3], [2], [0]]}'
+EG = f"{sys.executable} -m eaglegate"
+
+
+def plan_answer(tree, run, *extra):
+    """What `eaglegate plan` prints for a default depth-3 launch of the accept pair."""
+    cmd = [sys.executable, "-m", "eaglegate", "plan", "--path", str(tree), "--json",
+           "--flags", " ".join(servers.spec_flags(run, "accept")), *extra]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+def stage_of(tmp_path, release_tree, version):
+    """A stage whose pristine and patched trees are a real release's source (plan reads the
+    patched one as it would an applied tree: statically)."""
+    tree = release_tree(version).root.parent
+    (tmp_path / "pristine").symlink_to(tree)
+    (tmp_path / "patched").symlink_to(tree)
+    return tree
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.12.post1"])
+def test_each_depth_kind_launches_with_its_depth_and_gated_depth_with_plans_answer(
+        tmp_path, release_tree, monkeypatch, version):
+    tree = stage_of(tmp_path, release_tree, version)
+    monkeypatch.setenv("EG", EG)
+    run = a_run(tmp_path, "--servers", "plain-default:accept", "--depth-table", TABLE)
+    run.record_caps("plain-default", {"max_running_requests": 4096})
+    common = servers.common(run, "accept")
+    for kind, steps in (("eagle-v2-d1", 1), ("eagle-v2-d2", 2), ("eagle-v2", 3)):
+        assert servers.config(run, kind, "accept", None) == (
+            "pristine", common + servers.spec_flags(run, "accept", steps) + ["--max-running-requests", "4096"], {})
+        spec = servers.spec_flags(run, "accept", steps)
+        assert spec[spec.index("--speculative-num-steps") + 1] == str(steps)
+        assert spec[spec.index("--speculative-num-draft-tokens") + 1] == str(steps + 1)
+        assert spec[spec.index("--speculative-eagle-topk") + 1] == "1"
+
+    kind_tree, flags, env = servers.config(run, "gated-depth", "accept", 56)
+    assert kind_tree == "patched" and env == {}
+    launched = flags[len(common) + len(servers.spec_flags(run, "accept")):]
+    answer = plan_answer(tree, run, "--depth-table", TABLE)
+    assert answer["family"] == "v2-code-patch"
+    assert json.loads(launched[launched.index("--speculative-depth-table") + 1]) == json.loads(TABLE)
+    # the call's threshold (56) is not the gate's: the table decides, plan keeps its own
+    assert launched[launched.index("--speculative-batch-gate-threshold") + 1] == str(answer["threshold"])
+    tiers = "--speculative-adaptive-config" in answer["launch_flags"]
+    # 0.5.16 builds one adaptive tier per depth; 0.5.12.post1 has no loader for them
+    assert tiers == (version == "0.5.16")
+    if not tiers:
+        assert launched == answer["launch_flags"]
+        return
+    at = answer["launch_flags"].index("--speculative-adaptive-config") + 1
+    assert launched[:at] == answer["launch_flags"][:at] and launched[at + 1:] == answer["launch_flags"][at + 1:]
+    assert launched[at] == f"{tmp_path}/adaptive_depth_accept.json"
+    plan_answer(tree, run, "--depth-table", TABLE, "--config-out", str(tmp_path / "by-plan.json"))
+    assert json.loads(Path(launched[at]).read_text()) == json.loads((tmp_path / "by-plan.json").read_text())
+
+
+# tok/s a level: depth 3 wins clearly at 16, depth 2 at 32, depth 1 at 64, plain decoding at 128
+SWEEP = {
+    "plain-default": {16: 4000, 32: 7000, 64: 11000, 128: 20000},
+    "eagle-v2-d1": {16: 5000, 32: 8000, 64: 16000, 128: 14000},
+    "eagle-v2-d2": {16: 6000, 32: 11000, 64: 12000, 128: 13000},
+    "eagle-v2": {16: 8000, 32: 9000, 64: 11500, 128: 12500},
+}
+
+
+def sweep_rows():
+    """Two repeats a level, the second 2 % faster (the medians fall between)."""
+    return [{"server": server, "pair": "accept", "C": c, "repeat": rep, "tok_s": tok_s * (1 + 0.02 * rep),
+             "errors": 0, "prompt_len": 256, "output_len": 128}
+            for server, levels in SWEEP.items() for c, tok_s in levels.items() for rep in (0, 1)]
+
+
+def depth_at(table, c):
+    """The depth a table gives concurrency c: the first band whose bound c does not pass."""
+    return next((row[0] for bound, row in zip(table["batch"], table["depth"], strict=False) if c <= bound),
+                table["depth"][-1][0])
+
+
+@pytest.mark.parametrize("source", ["this call", "--rows-from"])
+def test_calibrates_depth_table_reaches_the_depth_gated_servers_launch(tmp_path, release_tree, monkeypatch, source):
+    """The table calibrate writes from the medians of plain-default and each static depth is
+    the one gated-depth launches with; at every measured level it picks the depth that served
+    most there. From this call's rows (one server after another), or side by side from an
+    earlier call's rows file."""
+    stage_of(tmp_path, release_tree, "0.5.16")
+    monkeypatch.setenv("EG", EG)
+    rows = sweep_rows()
+    if source == "this call":
+        run = a_run(tmp_path, "--servers", ",".join(f"{s}:accept" for s in [*SWEEP, "gated-depth"]))
+        threshold = throughput.calibrated(run, rows, "gated-depth", "accept")
+    else:
+        earlier = tmp_path / "rows_A.json"
+        earlier.write_text(json.dumps({"rows": rows}))
+        run = a_run(tmp_path, "--side-by-side", "--rows-from", str(earlier),
+                    "--servers", "plain-default:accept,gated-depth:accept")
+        threshold = throughput.calibrated(run, [], "gated-depth", "accept")
+    assert threshold is None  # the table decides every step
+    written = json.loads((tmp_path / "depth_table_accept.json").read_text())
+    for c in (16, 32, 64, 128):
+        best = max(SWEEP, key=lambda s: SWEEP[s][c])
+        assert depth_at(written, c) == (0 if best == "plain-default" else servers.KINDS[best].steps)
+    # the sweep files calibrate read hold the medians
+    sweep = [json.loads(line) for line in (tmp_path / "sweep_eagle-v2-d1.jsonl").read_text().splitlines()]
+    assert sweep[0] == {"max_concurrency": 16, "output_throughput": 5000 * 1.01}
+    _, flags, _ = servers.config(run, "gated-depth", "accept", threshold)
+    assert json.loads(flags[flags.index("--speculative-depth-table") + 1]) == written
+    assert run.calibrations[("depth", "accept")]["table"]["depth"] == written["depth"]
+
+
+def test_side_by_side_a_depth_gated_server_reads_only_rows_of_an_earlier_call(tmp_path):
+    """Beside it, plain-default measures nothing before it starts: its rows must come from
+    the earlier call too."""
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": [r for r in sweep_rows() if r["server"] != "plain-default"]}))
+    said = refusal(tmp_path, "--side-by-side", "--rows-from", str(earlier),
+                   "--servers", "plain-default:accept,gated-depth:accept")
+    assert ("--side-by-side: --depth-table FILE|JSON, or --rows-from an earlier call's rows of "
+            "plain-default:accept (calibrate reads rows measured before the gated server starts)") in said
+
+
+def test_a_call_calibrates_and_launches_the_depth_gated_server_and_records_its_table(tmp_path, release_tree):
+    """The whole call through run.py, one server after another, on stand-ins for SGLang with
+    the real eaglegate (the patched tree is 0.5.16's source): calibrate reads the four servers'
+    sweep files, gated-depth launches with the table it wrote and plan's adaptive config, and
+    the rows file records both."""
+    names = [*SWEEP, "gated-depth"]
+    proc, out, record = stand_in_call(
+        tmp_path, ["--servers", ",".join(f"{n}:accept" for n in names), "--levels", "2", "--repeats", "1"],
+        eg=EG, patched_from=release_tree("0.5.16").root.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "rows_T.json").read_text())
+    written = json.loads((out / "depth_table_accept.json").read_text())
+    assert result["depth_tables"] == {"accept": written}
+    assert result["depth_calibrate"]["accept"]["table"]["depth"] == written["depth"]
+    assert {f.name for f in out.glob("sweep_*.jsonl")} == {f"sweep_{n}.jsonl" for n in SWEEP}
+    started = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
+    assert [a[a.index("--speculative-num-steps") + 1] if "--speculative-num-steps" in a else None
+            for a in started] == [None, "1", "2", "3", "3"]
+    gated = started[-1]
+    assert json.loads(gated[gated.index("--speculative-depth-table") + 1]) == written
+    config = Path(gated[gated.index("--speculative-adaptive-config") + 1])
+    assert config.parent == tmp_path and json.loads(config.read_text())  # plan's tiers, in the stage
+    assert {r["server"] for r in result["rows"]} == set(names)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--servers", "plain-default:accept,eagle-v2-d1:accept,gated-depth:accept"],
+         "gated-depth:accept calibrates its depth table on eagle-v2-d2:accept and eagle-v2:accept"),
+        (["--servers", "gated-depth:accept", "--depth-table", '{"batch": [16]'], "argument --depth-table: a depth table"),
+        (["--servers", "gated-depth:accept", "--rows-from", "/nonexistent/rows_A.json"],
+         "argument --rows-from: an earlier call's rows_<tag>.json"),
+    ],
+)
+def test_a_depth_gated_server_without_its_table_or_rows_stops_before_any_server(tmp_path, args, says):
+    said = refusal(tmp_path, *args)
+    assert says in said and "Traceback" not in said
+
+
+def test_earlier_rows_of_other_lengths_are_refused(tmp_path):
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": sweep_rows()}))
+    said = refusal(tmp_path, "--rows-from", str(earlier), "--output-len", "512",
+                   "--servers", "plain-default:accept,gated-depth:accept")
+    assert "--rows-from: its rows ran 256-token prompts and 128-token outputs, this call 256 and 512" in said
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output", "levels", "fits"),
+    [(4096, 512, "16,64", False), (4096, 512, "16,32", True), (256, 512, "128,256", True),
+     (256, 128, "256", True), (256, 1024, "256", False)],
+)
+def test_side_by_side_refuses_levels_whose_kv_pools_cannot_fit(tmp_path, prompt, output, levels, fits):
+    args = ["--side-by-side", "--threshold", "56", "--servers", "plain-default:accept,eagle-v2:accept",
+            "--prompt-len", str(prompt), "--output-len", str(output), "--levels", levels]
+    top = max(map(int, levels.split(",")))
+    if fits:
+        assert a_run(tmp_path, *args).prompt_len == prompt
+        return
+    said = refusal(tmp_path, *args)
+    need = top * (prompt + output)
+    assert f"--side-by-side: C={top} needs {need:,} KV tokens a server" in said
+    assert f"levels up to {throughput.SIDE_BY_SIDE_TOKENS // (prompt + output)} fit" in said
+
+
+def test_a_prompt_and_output_longer_than_the_targets_context_extend_it(tmp_path):
+    """The pairs' targets hold 4,096 positions (weights.py): a 4,096-token prompt with 512
+    outputs needs 4,608, which SGLang serves only with --context-length and its override."""
+    target = Path(harness.weights_dir(str(tmp_path))) / "accept-target"
+    target.mkdir(parents=True)
+    target.joinpath("config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    short = a_run(tmp_path, "--servers", "plain-default:accept")
+    assert servers.config(short, "plain-default", "accept", None) == ("pristine", servers.common(short, "accept"), {})
+    long = a_run(tmp_path, "--servers", "plain-default:accept", "--prompt-len", "4096", "--output-len", "512")
+    _, flags, env = servers.config(long, "plain-default", "accept", None)
+    assert flags[flags.index("--context-length") + 1] == "4608"
+    assert env == servers.LONGER_CONTEXT_ENV
+
+
+def test_every_row_records_its_prompt_and_output_length(tmp_path):
+    proc, out, _ = stand_in_call(tmp_path, ["--servers", "plain-default:accept", "--levels", "2",
+                                            "--repeats", "2", "--prompt-len", "300", "--output-len", "20"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "rows_T.json").read_text())
+    assert (result["prompt_len"], result["output_len"]) == (300, 20)
+    assert len(result["rows"]) == 2
+    assert all((r["prompt_len"], r["output_len"]) == (300, 20) and r["tok_s"] > 0 for r in result["rows"])
+
+
+FAKE_PYTHON = '''
+"""python3 on the GPU machine, for depth.sh: run.py's command line read by run.py's own parser
+(an unknown flag exits 2) and judged by its refusals, recorded, and a row per server and level
+written where the call would write its rows."""
+import json, os, sys
+sys.path.insert(0, {bench!r})
+import harness
+script, argv = sys.argv[1], sys.argv[2:]
+assert script == "bench/gpu/run.py", script
+args = harness.parser().parse_args(argv)
+refusal = harness.Run(args, os.environ["FAKE_STAGE"], root=os.environ["FAKE_STAGE"]).refusal()
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"argv": argv, "tag": args.tag, "servers": args.servers, "deadline_s": args.deadline_s,
+                        "together": args.side_by_side and args.start_together, "refusal": refusal}}) + "\\n")
+rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
+          "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
+json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
+'''
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
+    """depth.sh on stand-ins for the kit, eaglegate and python3: both run.py commands parse
+    with run.py's parser and pass its refusals, the second reads the first's rows, `adaptive` runs where plan gives
+    a native route (else eagle-v2-d1), the deadlines leave the call's limit, and everything
+    comes back in all.tgz."""
+    root, home, out, bin_ = (tmp_path / d for d in ("root", "home", "out", "bin"))
+    for d in (root / "bench" / "gpu", root / ".gpu" / "kit", home, out, bin_):
+        d.mkdir(parents=True)
+    (root / "bench" / "gpu" / "depth.sh").write_text((BENCH / "depth.sh").read_text())
+    (root / ".gpu" / "VERSION").write_text("0.5.16\n")
+    family = "native-adaptive" if native else "v2-code-patch"
+    (tmp_path / "eg.py").write_text(f'import json; print(json.dumps({{"alternatives": [{{"family": "{family}"}}]}}))')
+    (root / ".gpu" / "kit" / "setup.sh").write_text(f'export EG="{sys.executable} {tmp_path / "eg.py"}"\n')
+    (tmp_path / "python.py").write_text(FAKE_PYTHON.format(bench=str(BENCH)))
+    (bin_ / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "python.py"} "$@"\n')
+    (bin_ / "python3").chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(home), "OUT": str(out), "FAKE_RECORD": str(record),
+                               "FAKE_STAGE": str(tmp_path),
+                               "PATH": f"{bin_}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    first, second = [json.loads(line) for line in record.read_text().splitlines()]
+    assert (first["tag"], second["tag"]) == ("Z1-a", "Z1-b")
+    assert second["argv"][second["argv"].index("--rows-from") + 1] == f"{out}/rows_Z1-a.json"
+    assert {name for name, _ in first["servers"]} == {"plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2"}
+    assert [name for name, _ in second["servers"]] == [
+        "plain-default", "gated-depth", "eagle-v2", "adaptive" if native else "eagle-v2-d1"]
+    assert first["together"] and second["together"]
+    # neither refused: the second's depth table (and adaptive's threshold) from the first's rows
+    assert first["refusal"] is None and second["refusal"] is None
+    assert 0 < first["deadline_s"] <= 350 and 0 < second["deadline_s"] <= 550
+    with tarfile.open(out / "all.tgz") as tar:
+        assert {"rows_Z1-a.json", "rows_Z1-b.json", "Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
+    assert [p.name for p in out.iterdir()] == ["all.tgz"]
