@@ -89,10 +89,12 @@ SWEEP = {
 }
 
 
-def sweep_rows():
-    """Two repeats a level, the second 2 % faster (the medians fall between)."""
-    return [{"server": server, "pair": "accept", "C": c, "repeat": rep, "tok_s": tok_s * (1 + 0.02 * rep),
-             "errors": 0, "prompt_len": 256, "output_len": 128}
+def sweep_rows(prompt_len=256, scale=None):
+    """Two repeats a level, the second 2 % faster (the medians fall between); `scale(server,
+    c)` multiplies a level's throughput."""
+    return [{"server": server, "pair": "accept", "C": c, "n": 3 * c, "repeat": rep,
+             "tok_s": tok_s * (1 + 0.02 * rep) * (scale(server, c) if scale else 1),
+             "errors": 0, "prompt_len": prompt_len, "output_len": 128}
             for server, levels in SWEEP.items() for c, tok_s in levels.items() for rep in (0, 1)]
 
 
@@ -100,6 +102,28 @@ def depth_at(table, c):
     """The depth a table gives concurrency c: the first band whose bound c does not pass."""
     return next((row[0] for bound, row in zip(table["batch"], table["depth"], strict=False) if c <= bound),
                 table["depth"][-1][0])
+
+
+def test_sweep_files_of_two_prompt_lengths_give_the_table_two_context_bands(tmp_path):
+    """Rows of two prompt lengths: each length's medians become lines whose token counts
+    place them in their context band, and calibrate's table has a column per length. With
+    4,096-token prompts plain decoding slows at 128 (its KV read dominates) and depth 1 keeps
+    winning there, where it loses at 256 tokens."""
+    rows = sweep_rows() + sweep_rows(4096, lambda server, c: 0.5 if server == "plain-default" and c == 128 else 1)
+    for server in SWEEP:
+        throughput.sweep_file(rows, server, "accept", tmp_path / f"{server}.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "plain-default.jsonl").read_text().splitlines()]
+    assert [(x["total_input_tokens"] // x["completed"], x["max_concurrency"]) for x in lines] == [
+        (256, 16), (256, 32), (256, 64), (256, 128), (4096, 16), (4096, 32), (4096, 64), (4096, 128)]
+    out = tmp_path / "table.json"
+    depths = [a for s, d in (("eagle-v2-d1", 1), ("eagle-v2-d2", 2), ("eagle-v2", 3))
+              for a in ("--depth", f"{d}={tmp_path / s}.jsonl")]
+    proc = subprocess.run([sys.executable, "-m", "eaglegate", "calibrate", str(tmp_path / "plain-default.jsonl"),
+                           *depths, "--table-out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(out.read_text())
+    assert table["context"] == [1153]  # isqrt(320 * 4160): 256 and 4,096 tokens plus half the output
+    assert table["depth"][-1] == [0, 1]  # past 64: plain at short context, depth 1 at long
 
 
 @pytest.mark.parametrize("source", ["this call", "--rows-from"])
@@ -127,7 +151,8 @@ def test_calibrates_depth_table_reaches_the_depth_gated_servers_launch(tmp_path,
         assert depth_at(written, c) == (0 if best == "plain-default" else servers.KINDS[best].steps)
     # the sweep files calibrate read hold the medians
     sweep = [json.loads(line) for line in (tmp_path / "sweep_eagle-v2-d1.jsonl").read_text().splitlines()]
-    assert sweep[0] == {"max_concurrency": 16, "output_throughput": 5000 * 1.01}
+    assert sweep[0] == {"max_concurrency": 16, "output_throughput": 5000 * 1.01, "completed": 48,
+                        "total_input_tokens": 256 * 48, "total_output_tokens": 128 * 48}
     _, flags, _ = servers.config(run, "gated-depth", "accept", threshold)
     assert json.loads(flags[flags.index("--speculative-depth-table") + 1]) == written
     assert run.calibrations[("depth", "accept")]["table"]["depth"] == written["depth"]

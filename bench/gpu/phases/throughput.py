@@ -237,14 +237,19 @@ def side_by_side(run, rows, outputs):
 
 
 def sweep_file(rows, server, pair, path):
-    """The medians per level in bench_serving's JSONL form, which `eaglegate calibrate` reads:
-    every level the run measured (--levels), so a finer grid reaches calibrate."""
+    """The medians per level and prompt length in bench_serving's JSONL form, which `eaglegate
+    calibrate` reads: every level the run measured (--levels), so a finer grid reaches
+    calibrate, with the token counts from which calibrate places a line in its context band
+    (rows of runs before --prompt-len: 256 and 128)."""
     with open(path, "w") as f:
-        for c in sorted({r["C"] for r in rows}):
-            vals = [r["tok_s"] for r in rows if r["server"] == server and r["pair"] == pair
-                    and r["C"] == c and not r["errors"]]
-            if vals:
-                f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(vals)}) + "\n")
+        for plen, c in sorted({(r.get("prompt_len", 256), r["C"]) for r in rows}):
+            level = [r for r in rows if r["server"] == server and r["pair"] == pair and r["C"] == c
+                     and r.get("prompt_len", 256) == plen and not r["errors"]]
+            if level:
+                n, olen = level[0]["n"], level[0].get("output_len", 128)
+                f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(r["tok_s"] for r in level),
+                                    "completed": n, "total_input_tokens": plen * n,
+                                    "total_output_tokens": olen * n}) + "\n")
 
 
 def depth_table_path(run, pair):
