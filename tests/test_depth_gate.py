@@ -20,6 +20,7 @@ import prometheus_client
 import pytest
 from test_gate_releases import Server
 
+from conftest import release
 from release_defs import Release
 
 # Before any tiers (0.5.9); the first with tiers and its acceptance-only policy (0.5.12.post1);
@@ -377,3 +378,21 @@ def test_an_error_in_the_decision_speculates(version, monkeypatch, tmp_path, cap
         assert server.gate.decode_alloc_len(spec, batch, 8) == 8
     assert getattr(spec, server.gate.GATED_DECODE_ATTR) is False
     assert server.state.failures == 1 and "in the decision" in server.state.failure
+
+
+@pytest.mark.parametrize("version", ["0.4.10", "0.5.9"])
+def test_a_table_given_to_the_v1_worker_is_said_to_be_ignored_in_one_line(version, monkeypatch, caplog):
+    """The v1 EAGLEWorker has no depth gate: a launch with a table hears so once, and its batch
+    gate (off here: no threshold) is as without one."""
+    from eaglegate.patches import gate_module
+
+    defs = Release(release(version).root)
+    worker = defs.instance(defs.cls("sglang.srt.speculative.eagle_worker", "EAGLEWorker"),
+                           server_args=types.SimpleNamespace(speculative_batch_gate_threshold=None))
+    monkeypatch.setenv(ENV, json.dumps(TABLE))
+    with caplog.at_level(logging.WARNING):
+        gate_module.init_batch_gate(worker)
+    assert [r.getMessage() for r in caplog.records] == [
+        "depth gate: off, the depth table is ignored: this server runs the v1 EAGLEWorker, and the depth gate "
+        "runs in the overlap worker (EAGLEWorkerV2) only"]
+    assert gate_module.gate_for(worker) is None
