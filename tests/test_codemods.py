@@ -350,6 +350,9 @@ def test_annotated_fields_on_a_real_release_take_the_anchors_optional_of_their_t
     assert server_args.patch_annotated_field(after, rel) == after
     without = "\n".join(line for line in lines if line != added[1]) + "\n"
     assert_refuses(server_args.patch_annotated_field, without, "f.py is partially patched", UserError)
+    # In the words `apply` uses for a tree another eaglegate patched, the usual cause.
+    assert_refuses(server_args.patch_annotated_field, without,
+                   "`eaglegate revert`, then `eaglegate apply`, installs this one's", UserError)
     threshold_only = server_args.gate_arguments(overlap_worker=False)
     assert server_args.patch_annotated_field(without, rel, threshold_only) == without
 

@@ -27,7 +27,15 @@ import libcst.matchers as m
 
 from eaglegate.errors import UserError
 from eaglegate.patches import gate_module
-from eaglegate.patches.codemods.common import Anchor, attribute, code, find_class, methods, parse
+from eaglegate.patches.codemods.common import (
+    REVERT_FIRST,
+    Anchor,
+    attribute,
+    code,
+    find_class,
+    methods,
+    parse,
+)
 
 
 @dataclass(frozen=True)
@@ -264,7 +272,7 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
         raise UserError(
             f"{file} is partially patched (the ServerArgs fields "
             f"{', '.join(a.field for a in arguments)}, their flags and the cap guard must "
-            "come together); restore the original file first"
+            f"come together): {REVERT_FIRST}"
         )
 
     anchor_at = field_at("speculative_num_draft_tokens")
@@ -342,7 +350,7 @@ def patch_annotated_field(source: str, file: str, arguments: tuple[GateArgument,
     if any(present):
         raise UserError(
             f"{file} is partially patched ({qual.split('.')[0]} must declare all of "
-            f"{', '.join(a.field for a in arguments)}); restore the original file first"
+            f"{', '.join(a.field for a in arguments)}): {REVERT_FIRST}"
         )
     anchor = _field_named(cls, "speculative_num_draft_tokens")[0]
     field = anchor.body[0]
