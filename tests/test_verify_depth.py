@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from eaglegate import app
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import from_path
 from eaglegate.patches import gate_module, verify
 from eaglegate.patches.generate import generate_patch
 from eaglegate.patches.transaction import apply
-
-from eaglegate import app
 
 from conftest import analysis, release
 
