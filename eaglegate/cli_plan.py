@@ -1,7 +1,6 @@
 """`eaglegate plan`: the gate plan for the located SGLang and the user's launch flags."""
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -30,7 +29,7 @@ def register(root: typer.Typer) -> None:
         threshold: OptionalThresholdOpt = None,
         flags: Annotated[str, typer.Option("--flags", help='The server\'s launch flags, e.g. "--speculative-algorithm EAGLE3".')] = "",
         env: Annotated[list[str] | None, typer.Option("--env", help="An environment variable of the server, NAME=VALUE (repeatable).")] = None,
-        config_out: Annotated[Path | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans, and a depth table's tiers).")] = None,
+        config_out: Annotated[str | None, typer.Option("--config-out", help="Write the adaptive config here (native-adaptive plans, and a depth table's tiers).")] = None,
         depth_table: Annotated[str | None, typer.Option("--depth-table", help="A depth table for the overlap worker's depth gate (inline JSON or a file, as `calibrate --depth` writes): checked, and its launch flags planned.")] = None,
         path: PathOpt = None,
         python: PythonOpt = None,
@@ -54,15 +53,23 @@ def register(root: typer.Typer) -> None:
         from eaglegate.patches.plan import ADAPTIVE_FLAGS
         from eaglegate.reports.terminal import render_plan
 
-        request = app.PlanRequest(threshold, app.Launch(flags, env or []),
-                                  None if config_out is None else str(config_out), depth_table)
+        request = app.PlanRequest(threshold, app.Launch(flags, env or []), config_out, depth_table)
+        config_out = request.config_out  # checked: None, or a path whose folder exists
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)
         plan = app.plan_of(analysis, request)
-        # The route's own config, else the native alternative's (0.5.14 on, beside the patch).
-        config = plan.adaptive_config or next(
-            (a["adaptive_config"] for a in plan.alternatives if a.get("adaptive_config")), None)
+        if plan.depth is not None:
+            # A depth table's launch takes its own tiers' config or none: another route's
+            # config beside the table's flag would configure tiers the table never chose.
+            config = plan.adaptive_config
+            if config_out and config is None:
+                raise UserError(f"--config-out: the depth table's route on SGLang {tree.version} has no "
+                                f"adaptive config ({plan.depth.get('collapsed', 'no tiers')}); nothing was written")
+        else:
+            # The route's own config, else the native alternative's (0.5.14 on, beside the patch).
+            config = plan.adaptive_config or next(
+                (a["adaptive_config"] for a in plan.alternatives if a.get("adaptive_config")), None)
         if config_out and config is None:
             # Only a native-adaptive plan has a config; writing nothing and saying nothing
             # would leave the user launching with a file that is not there.

@@ -22,6 +22,8 @@ from eaglegate.patches.codemods import (
 )
 from eaglegate.patches.codemods.common import AnchorError, gate_import
 
+from conftest import release
+
 Transform = Callable[[str, str], str]
 GATE_IMPORT = "from sglang.srt.speculative.batch_gate import "
 
@@ -331,20 +333,28 @@ def test_server_args_refuses_a_file_patched_before_the_depth_table():
     assert_refuses(server_args.patch_server_args, without, "f.py is partially patched", UserError)
 
 
-ANNOTATED_BEFORE = '''class Spec:
-    speculative_num_draft_tokens: A[int | None, "Draft tokens per step."] = None
-    other: A[int, "Other."] = 1
-'''
-
-
-def test_annotated_fields_take_the_anchors_optional_of_their_type():
-    after = server_args.patch_annotated_field(ANNOTATED_BEFORE, "f.py")
+def test_annotated_fields_on_a_real_release_take_the_anchors_optional_of_their_type():
+    """0.5.16 declares its flags by annotated fields: the gate's follow the anchor, each the
+    anchor's optional of its own type; a file with the threshold alone (patched before the
+    depth gate had a flag, or with its field removed) is refused as half patched, while a
+    patch that declares the threshold alone (the v1 worker's) leaves it as it is."""
+    rel = "srt/server_args.py"
+    source = (release("0.5.16").root / rel).read_text()
+    after = server_args.patch_annotated_field(source, rel)
     lines = after.splitlines()
-    assert lines[2].startswith('    speculative_batch_gate_threshold: A[int | None, "EAGLE batch-size gate')
-    assert lines[3].startswith('    speculative_depth_table: A[str | None, "EAGLE depth gate')
-    assert server_args.patch_annotated_field(after, "f.py") == after
-    half = "\n".join(line for line in lines if "speculative_depth_table" not in line) + "\n"
-    assert_refuses(server_args.patch_annotated_field, half, "f.py is partially patched", UserError)
+    anchor = next(i for i, line in enumerate(lines) if line.startswith("    speculative_num_draft_tokens: A["))
+    added = [line for line in lines if "# eaglegate: off when None" in line]
+    assert len(added) == 2 and lines.index(added[0]) > anchor
+    assert added[0].startswith('    speculative_batch_gate_threshold: A[Optional[int], "EAGLE batch-size gate')
+    assert added[1].startswith('    speculative_depth_table: A[Optional[str], "EAGLE depth gate')
+    assert server_args.patch_annotated_field(after, rel) == after
+    without = "\n".join(line for line in lines if line != added[1]) + "\n"
+    assert_refuses(server_args.patch_annotated_field, without, "f.py is partially patched", UserError)
+    # In the words `apply` uses for a tree another eaglegate patched, the usual cause.
+    assert_refuses(server_args.patch_annotated_field, without,
+                   "`eaglegate revert`, then `eaglegate apply`, installs this one's", UserError)
+    threshold_only = server_args.gate_arguments(overlap_worker=False)
+    assert server_args.patch_annotated_field(without, rel, threshold_only) == without
 
 
 # --- speculative_hook ------------------------------------------------------------------

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import types
 
 import prometheus_client
 import pytest
 from test_gate_releases import Server
 
+from conftest import release
 from release_defs import Release
 
 # Before any tiers (0.5.9); the first with tiers and its acceptance-only policy (0.5.12.post1);
@@ -149,6 +151,10 @@ BAD_TABLES = {
     "an unknown key": (json.dumps({"batch": [8], "depth": [[1], [0]], "bands": 1}), "unknown key 'bands'"),
     "a margin misshapen": (json.dumps({"batch": [8], "depth": [[1], [0]], "margin": [[1]]}), "margin: not 2"),
     "a file missing": ("/nonexistent/table.json", "cannot read '/nonexistent/table.json'"),
+    # Python's JSON parser recurses per level: a RecursionError, not a table.
+    "nested too deep": ('{"batch": ' + "[" * 200_000 + "]" * 200_000 + "}", "nested too deep"),
+    # Endless: read, it would fill the scheduler's memory at start-up.
+    "a device": ("/dev/zero", "'/dev/zero' is not a regular file"),
 }
 
 
@@ -167,6 +173,19 @@ def test_a_bad_table_leaves_the_depth_gate_off_in_one_line(name, caplog):
     assert why in lines[0] and "\n" not in lines[0]
 
 
+def test_a_fifo_or_a_file_too_large_is_refused_without_reading_it(tmp_path):
+    from eaglegate.patches.gate_module import MAX_TABLE_BYTES, DepthTable
+
+    fifo = tmp_path / "table.fifo"
+    os.mkfifo(fifo)  # opened to be read, it would wait for a writer for ever
+    with pytest.raises(ValueError, match="is not a regular file"):
+        DepthTable.parse(str(fifo))
+    large = tmp_path / "large.json"
+    large.write_text(json.dumps(TABLE) + " " * MAX_TABLE_BYTES)
+    with pytest.raises(ValueError, match=f"is over {MAX_TABLE_BYTES} bytes"):
+        DepthTable.parse(str(large))
+
+
 def test_the_server_argument_wins_over_the_environment(tmp_path, caplog):
     from eaglegate.patches.gate_module import DepthTable
 
@@ -180,14 +199,16 @@ def test_the_server_argument_wins_over_the_environment(tmp_path, caplog):
         " off, speculative_depth_table is not a depth table"]
 
 
+@pytest.mark.parametrize("bad", ["misshapen", "nested too deep"])
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.16"])
-def test_a_bad_table_at_launch_starts_the_server_as_without_one(version, monkeypatch, tmp_path, caplog):
+def test_a_bad_table_at_launch_starts_the_server_as_without_one(version, bad, monkeypatch, tmp_path, caplog):
     """With a bad table and no threshold the gate is off; with a threshold it is the batch gate."""
+    table = '{"batch": [8], "depth": [[1]]}' if bad == "misshapen" else BAD_TABLES[bad][0]
     with caplog.at_level(logging.WARNING):
-        server = start(version, monkeypatch, tmp_path, table='{"batch": [8], "depth": [[1]]}', tiers=False)
+        server = start(version, monkeypatch, tmp_path, table=table, tiers=False)
     assert server.state is None and server.gate.gate_for(server.worker) is None
     assert decide(server, 40, 10) == (False, 8)
-    server = start(version, monkeypatch, tmp_path, table='{"batch": [8], "depth": [[1]]}', tiers=False, threshold=4)
+    server = start(version, monkeypatch, tmp_path, table=table, tiers=False, threshold=4)
     assert server.state is not None and server.state.depth_gate is None
     assert decide(server, 5, 10) == (True, 8)  # the threshold's decision, as without a table
     assert server.state.describe().startswith("gate(>4, <")
@@ -357,3 +378,21 @@ def test_an_error_in_the_decision_speculates(version, monkeypatch, tmp_path, cap
         assert server.gate.decode_alloc_len(spec, batch, 8) == 8
     assert getattr(spec, server.gate.GATED_DECODE_ATTR) is False
     assert server.state.failures == 1 and "in the decision" in server.state.failure
+
+
+@pytest.mark.parametrize("version", ["0.4.10", "0.5.9"])
+def test_a_table_given_to_the_v1_worker_is_said_to_be_ignored_in_one_line(version, monkeypatch, caplog):
+    """The v1 EAGLEWorker has no depth gate: a launch with a table hears so once, and its batch
+    gate (off here: no threshold) is as without one."""
+    from eaglegate.patches import gate_module
+
+    defs = Release(release(version).root)
+    worker = defs.instance(defs.cls("sglang.srt.speculative.eagle_worker", "EAGLEWorker"),
+                           server_args=types.SimpleNamespace(speculative_batch_gate_threshold=None))
+    monkeypatch.setenv(ENV, json.dumps(TABLE))
+    with caplog.at_level(logging.WARNING):
+        gate_module.init_batch_gate(worker)
+    assert [r.getMessage() for r in caplog.records] == [
+        "depth gate: off, the depth table is ignored: this server runs the v1 EAGLEWorker, and the depth gate "
+        "runs in the overlap worker (EAGLEWorkerV2) only"]
+    assert gate_module.gate_for(worker) is None

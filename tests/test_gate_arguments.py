@@ -15,6 +15,7 @@ import types
 import typing
 
 import pytest
+from packaging.version import Version
 
 from eaglegate.patches import gate_module
 from eaglegate.patches.codemods.server_args import DEPTH_TABLE, GATE_ARGUMENTS, THRESHOLD
@@ -97,10 +98,7 @@ def test_the_release_derives_each_gate_flag_from_the_patched_annotation(version,
     for field in fields[1:]:  # the same optional wrapper as the anchor, of the argument's type
         assert ast.unparse(field.annotation.slice.elts[0]).replace("str", "int") == \
             ast.unparse(fields[0].annotation.slice.elts[0])  # type: ignore[attr-defined]
-    try:
-        utils = _arg_utils(version, monkeypatch)
-    except ModuleNotFoundError as missing:  # 0.5.21 on: its Arg is a msgspec.Struct
-        pytest.skip(f"SGLang {version}'s arg_utils needs {missing.name}, not installed here")
+    utils = _arg_utils(version, monkeypatch)  # 0.5.21 on: its Arg is a msgspec.Struct (a test dependency)
     args = _dataclass(fields, {"Optional": typing.Optional, "A": utils.A,
                                **({"NS": utils.NS} if hasattr(utils, "NS") else {})}, monkeypatch)
     parser = argparse.ArgumentParser()
@@ -111,7 +109,29 @@ def test_the_release_derives_each_gate_flag_from_the_patched_annotation(version,
     assert getattr(unset, DEPTH_TABLE.field) is None and getattr(unset, THRESHOLD.field) is None
 
 
-def test_the_gate_reads_the_fields_the_patch_declares():
-    assert (THRESHOLD.field, DEPTH_TABLE.field) == (gate_module.SERVER_ARG, gate_module.DEPTH_SERVER_ARG)
-    table = gate_module.DepthTable.from_settings(TABLE, environ={})
-    assert table is not None and table.cell(16, 1) == 3 and table.cell(17, 1) == 0
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.16", "0.5.23"])
+def test_the_gate_reads_the_fields_the_patch_declares(version):
+    """The names the gate module reads, found as fields of the class the generated patch declares."""
+    _, cls = _declaring(version)
+    declared = {s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    assert {gate_module.SERVER_ARG, gate_module.DEPTH_SERVER_ARG} <= declared
+
+
+def _declared_fields(patch) -> set[str]:
+    return {field for change in patch.changes for field in (THRESHOLD.field, DEPTH_TABLE.field)
+            if f"{field}:" in change.after.decode()}
+
+
+@pytest.mark.parametrize(("version", "worker", "fields"), [
+    # The v1 worker alone: its gate reads no depth table, so the patch declares none.
+    ("0.4.10", "v1", {THRESHOLD.field}),
+    # Both workers patched: the overlap worker's gate reads it (the v1 worker's says it is ignored).
+    ("0.5.9", "v1", {THRESHOLD.field, DEPTH_TABLE.field}),
+    ("0.5.16", "v2", {THRESHOLD.field, DEPTH_TABLE.field}),
+])
+def test_the_depth_table_is_declared_only_where_the_overlap_worker_is_patched(version, worker, fields):
+    patch = generate_patch(release(version), worker=worker)
+    assert _declared_fields(patch) == fields
+    flags = {a.flag for a in (THRESHOLD, DEPTH_TABLE) if any(f'"{a.flag}"' in c.after.decode() for c in patch.changes)}
+    if Version(version) < Version("0.5.14"):  # the releases that declare flags with their own add_argument call
+        assert flags == {a.flag for a in (THRESHOLD, DEPTH_TABLE) if a.field in fields}

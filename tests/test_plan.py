@@ -124,10 +124,12 @@ def test_v1_plan_says_where_speculation_sets_the_48_cap_that_the_patch_skips(ver
     path, lineno = where.rsplit(":", 1)
     original = (release(version).root / path).read_text().splitlines()
     guard = "if self.max_running_requests is None and not self.speculative_batch_gate_threshold:"
-    # The patch adds one line per gate argument (its dataclass field) above post-processing.
+    # The patch adds one line per gate argument it declares (its dataclass field) above
+    # post-processing: the depth table's only where it patches the overlap worker too.
     from eaglegate.patches.codemods.server_args import GATE_ARGUMENTS
 
-    assert patched.splitlines()[int(lineno) - 2 + len(GATE_ARGUMENTS)].strip() == guard
+    added = sum(f"    {a.field}: " in patched for a in GATE_ARGUMENTS)
+    assert patched.splitlines()[int(lineno) - 2 + added].strip() == guard
     assert original[int(lineno) - 2].strip() == "if self.max_running_requests is None:"
 
 

@@ -6,6 +6,8 @@ accepts; elsewhere it says the table collapses; the v1 worker is refused in one 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -36,7 +38,9 @@ def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(versio
     assert flags[:2] == [THRESHOLD.flag, "48"]
     # Kept for the cap guard, which reads it, though the table decides every step.
     assert any(c.startswith("with the table the gate ignores the threshold") for c in plan.caveats)
-    assert flags[flags.index(DEPTH_TABLE.flag) + 1] == str(table)
+    # The table itself, inline, not its path: every rank of every node reads the same table.
+    inline = flags[flags.index(DEPTH_TABLE.flag) + 1]
+    assert inline == DepthTable.parse(str(table)).inline() and json.loads(inline) == TABLE
     assert ADAPTIVE_FLAGS[0] in flags and flags[flags.index(ADAPTIVE_FLAGS[1]) + 1].endswith(".json")
     # The cells above 0, "launch" read as the launch's --speculative-num-steps.
     assert plan.adaptive_config == {"1": {"candidate_steps": [1, 2, 3, 4]}}
@@ -49,15 +53,18 @@ def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(versio
     assert sorted({s for slot in slots.values() for s in slot["candidate_steps"]}) == plan.depth["depths"]
 
 
-@pytest.mark.parametrize(("version", "env", "why"), [
-    ("0.5.9", ["SGLANG_ENABLE_SPEC_V2=1"], "no --speculative-adaptive"),
-    ("0.5.12.post1", [], "config loader was not found"),
+@pytest.mark.parametrize(("version", "env", "table", "why"), [
+    ("0.5.9", ["SGLANG_ENABLE_SPEC_V2=1"], TABLE, "no --speculative-adaptive"),
+    # 0.5.12.x's own policy refuses fewer than two distinct steps: a table whose one depth is
+    # the launch's needs no tier, and a config for it would stop the server at start-up.
+    ("0.5.12.post1", ["SGLANG_ENABLE_SPEC_V2=1"], {"batch": [8], "depth": [[4], [0]]},
+     "candidate_steps must have at least 2 distinct values"),
 ])
-def test_without_tiers_the_plan_says_the_table_collapses(version, env, why):
-    inline = json.dumps(TABLE)
+def test_without_tiers_the_plan_says_the_table_collapses(version, env, table, why):
+    inline = json.dumps(table)
     plan = _plan(version, inline, env)
     assert plan.family == "v2-code-patch"
-    assert plan.launch_flags[-2:] == [DEPTH_TABLE.flag, inline]
+    assert plan.launch_flags[-2:] == [DEPTH_TABLE.flag, DepthTable.parse(inline).inline()]
     assert not set(ADAPTIVE_FLAGS) & set(plan.launch_flags) and plan.adaptive_config is None
     assert plan.depth is not None and plan.depth["tiers"] is False
     collapse = [c for c in plan.caveats if "collapses to {0, the launch depth}" in c]
@@ -81,6 +88,51 @@ def test_a_bad_table_is_refused_with_the_gates_own_reason():
     assert str(refused.value) == f"depth_table is not a depth table: {parsed.value}"
 
 
+def test_a_table_given_blank_is_refused_and_a_home_path_is_read_where_it_is_returned(tmp_path, monkeypatch):
+    for blank in ("", "   "):
+        with pytest.raises(UsageError, match=r"^depth_table is given but blank$"):
+            app.PlanRequest(depth_table=blank)
+    assert _error_line(["--depth-table", "   "], 2) == "error: depth_table is given but blank"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "t.json").write_text(json.dumps(TABLE))
+    assert app.PlanRequest(depth_table="~/t.json").depth_table == str(tmp_path / "t.json")
+
+
+def _error_line(args: list[str], code: int = 1) -> str:
+    """The one stderr line of `eaglegate plan --version 0.5.16 ARGS`, as a shell runs it."""
+    proc = subprocess.run([sys.executable, "-m", "eaglegate", "plan", "--version", "0.5.16", *args],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+LAUNCH_ONLY = {"batch": [8], "depth": [["launch"], [0]]}
+
+
+@pytest.mark.parametrize(("table", "why"), [
+    ({"batch": [4], "depth": [[0], [0]]}, "every cell is 0"),
+    (LAUNCH_ONLY, "the launch depth is not known here"),
+])
+def test_a_route_without_tiers_writes_no_other_routes_config(table, why, tmp_path):
+    # 0.5.16 has a native-adaptive alternative with a config of its own: not this route's.
+    config = tmp_path / "c.json"
+    assert _error_line(["--depth-table", json.dumps(table), "--config-out", str(config)]) == (
+        f"error: --config-out: the depth table's route on SGLang 0.5.16 has no adaptive config ({why}); "
+        "nothing was written")
+    assert not config.exists()
+
+
+def test_a_launch_table_without_the_steps_speculates_at_a_depth_plan_cannot_list():
+    plan = app.plan_of(analysis("0.5.16"), app.PlanRequest(
+        48, app.Launch("--speculative-algorithm EAGLE3"), depth_table=json.dumps(LAUNCH_ONLY)))
+    said = " ".join(plan.caveats)
+    assert "never speculates" not in said
+    assert ("the table names 'launch' and --speculative-num-steps is not given: SGLang 0.5.16 has no default "
+            "for it in its source") in said
+    assert plan.depth is not None and plan.depth["depths"] == [] and plan.adaptive_config is None
+
+
 def test_the_command_line_writes_the_tiers_config_and_prints_the_route_as_json(tmp_path):
     config = tmp_path / "adaptive_depth.json"
     result = CliRunner().invoke(cli_app, ["plan", "--version", "0.5.16", "--flags", FLAGS, "--json",
@@ -94,4 +146,4 @@ def test_the_command_line_writes_the_tiers_config_and_prints_the_route_as_json(t
     said = " ".join(text.stdout.split())  # as printed, whatever width the terminal wraps it at
     assert "depth gate: a 3x2 table, depths [1, 2, 3, 4], each in an adaptive tier of its own" in said
     # The inline table quoted as a shell reads it.
-    assert f"--speculative-depth-table '{json.dumps(TABLE)}'" in said
+    assert f"--speculative-depth-table '{DepthTable.parse(json.dumps(TABLE)).inline()}'" in said

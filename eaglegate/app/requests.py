@@ -69,19 +69,35 @@ def check_optional_threshold(threshold: object) -> int | None:
     return None if threshold is None else check_threshold(threshold)
 
 
+# The depth table's name in messages: one line from every door (the field's name), as for
+# every argument here.
+DEPTH_TABLE_NAME = "depth_table"
+
+
 def check_depth_table(table: object) -> str | None:
     """A depth table, inline JSON or the path of a JSON file, read by the gate's own parser
-    (what the server will read at start-up); a path comes back absolute, for the launch."""
+    (what the server will read at start-up); a path comes back absolute, the one that was
+    read. Given but blank is refused: planning without the table would not be what was asked."""
     from eaglegate.patches.gate_module import DepthTable
 
-    text = check_text("depth_table", table, MAX_FLAGS_TEXT)
+    text = check_given(DEPTH_TABLE_NAME, table, MAX_FLAGS_TEXT)
     if text is None:
         return None
+    if not text.startswith("{"):
+        text = str(Path(text).expanduser().resolve())
     try:
         DepthTable.parse(text)
     except ValueError as exc:
-        raise UsageError(f"depth_table is not a depth table: {exc}") from None
-    return text if text.startswith("{") else str(Path(text).expanduser().resolve())
+        raise UsageError(f"{DEPTH_TABLE_NAME} is not a depth table: {exc}") from None
+    return text
+
+
+def check_given(name: str, value: object, limit: int = MAX_TEXT) -> str | None:
+    """An optional free-text argument: None when absent, refused when given but blank."""
+    text = check_text(name, value, limit)
+    if value is not None and text is None:
+        raise UsageError(f"{name} is given but blank")
+    return text
 
 
 def check_text(name: str, value: object, limit: int = MAX_TEXT) -> str | None:
@@ -324,6 +340,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         set_checked(self, "threshold", check_optional_threshold(self.threshold))
+        set_checked(self, "config_out", check_given("--config-out", self.config_out))
         check_output(self.config_out)
         set_checked(self, "depth_table", check_depth_table(self.depth_table))
 

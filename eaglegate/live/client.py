@@ -198,12 +198,13 @@ class _Deadline:
     that sends a byte now and then would hold a request for ever: when the time is up, a
     timer shuts the request's socket down, which ends the read blocked on it."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, bound: str = "--timeout bounds each request") -> None:
         # What a timer and a socket can wait (infinity would overflow both).
         if not 0 < seconds <= threading.TIMEOUT_MAX:
             raise UsageError(f"--timeout must be a number of seconds above 0 and at most "
                              f"{threading.TIMEOUT_MAX:.0f}, not {seconds!r}")
         self.seconds = seconds
+        self.bound = bound  # what set `seconds`, for the message
         self.passed = False
         self._sock: socket.socket | None = None
         self._timer = threading.Timer(seconds, self._expire)
@@ -232,12 +233,14 @@ class _Deadline:
 
     def ended(self, exc: BaseException) -> bool:
         """Whether `exc` is the deadline's doing: the timer shut the socket down, or a read
-        waited the socket's own timeout, which is the whole request's (the two race)."""
-        return self.passed or isinstance(exc, TimeoutError)
+        waited the socket's own timeout, which is the whole request's (the two race). A
+        socket timeout has no errno; an OSError with ETIMEDOUT (a TimeoutError too) is the
+        network's, whatever time has passed."""
+        return self.passed or (isinstance(exc, TimeoutError) and exc.errno is None)
 
     def error(self, endpoint: Endpoint) -> LiveRequestError:
         return LiveRequestError(
-            f"{endpoint.url} did not answer within {self.seconds:g} s (--timeout bounds each request)"
+            f"{endpoint.url} did not answer within {self.seconds:g} s ({self.bound})"
         )
 
     def __enter__(self) -> _Deadline:
@@ -272,7 +275,8 @@ def first_model(endpoint: Endpoint, timeout: float = 10.0) -> str | None:
         if endpoint.native
         else endpoint.models_path
     )
-    with _Deadline(timeout) as deadline:
+    with _Deadline(timeout, f"the model list is asked within {timeout:g} s, whatever --timeout says; "
+                   "--model names the model without asking") as deadline:
         try:
             deadline.watch(conn)
             conn.request("GET", models_path, headers={"Accept": "application/json"})

@@ -443,6 +443,7 @@ def init_batch_gate(worker: Any) -> None:
     `init_overlap_batch_gate` builds its gate once this returns."""
     if _is_overlap_worker(worker):
         return
+    _no_depth_gate_here(worker)
     gate = gate_for(worker)
     if gate is None:
         return
@@ -455,6 +456,16 @@ def init_batch_gate(worker: Any) -> None:
     if getattr(getattr(worker, "server_args", None), "enable_metrics", False):
         gate.metrics = _GateMetrics.create(gate)
     logger.info("batch gate: on, %s", gate.describe())
+
+
+def _no_depth_gate_here(worker: Any) -> None:
+    """A launch that gives a depth table to the v1 worker is told, once, that it runs without
+    one: the depth gate lives in the overlap worker alone."""
+    server_arg = getattr(getattr(worker, "server_args", None), DEPTH_SERVER_ARG, None)
+    given = isinstance(server_arg, str) and server_arg.strip()
+    if given or os.environ.get(ENV_DEPTH_TABLE, "").strip():
+        logger.warning("depth gate: off, the depth table is ignored: this server runs the v1 EAGLEWorker, "
+                       "and the depth gate runs in the overlap worker (EAGLEWorkerV2) only")
 
 
 OVERLAP_WORKER = "EAGLEWorkerV2"  # the class `init_overlap_batch_gate` ends the init of
@@ -576,6 +587,7 @@ ENV_DEPTH_TABLE = "SGLANG_SPEC_DEPTH_TABLE"  # inline JSON, or the path of a JSO
 DEPTH_SERVER_ARG = "speculative_depth_table"  # the same, where a launch flag sets it
 LAUNCH_DEPTH = "launch"  # a cell's depth: the launch's own --speculative-num-steps
 MAX_DEPTH = 16  # a sanity bound on a cell; SGLang's tiers are a few steps deep
+MAX_TABLE_BYTES = 1 << 20  # a table is a few hundred bytes; a bigger file is not one
 
 
 class DepthTable:
@@ -609,15 +621,15 @@ class DepthTable:
 
         text = text.strip()
         if not text.startswith("{"):
-            try:
-                with open(text, encoding="utf-8") as handle:
-                    text = handle.read()
-            except OSError as exc:
-                raise ValueError(f"cannot read {text!r}: {exc.strerror}") from None
+            text = _table_file_text(text)
+        if len(text) > MAX_TABLE_BYTES:
+            raise ValueError(f"over {MAX_TABLE_BYTES} characters")
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        except RecursionError:
+            raise ValueError("nested too deep") from None
         if not isinstance(spec, dict):
             raise ValueError("not a JSON object")
         unknown = sorted(set(spec) - {"batch", "context", "depth", "margin"})
@@ -661,6 +673,43 @@ class DepthTable:
 
     def shape(self) -> str:
         return f"{len(self.batch_bounds) + 1}x{len(self.context_bounds) + 1}"
+
+    def inline(self) -> str:
+        """The table as one line of JSON, which `parse` reads back: what a launch passes, so
+        every rank of every node reads the same table (the margins, never used, left out)."""
+        import json
+
+        return json.dumps({"batch": self.batch_bounds, "context": self.context_bounds, "depth": self.depths},
+                          separators=(",", ":"))
+
+
+def _table_file_text(path: str) -> str:
+    """A table file's text: a regular file of at most MAX_TABLE_BYTES, else ValueError. Opened
+    without blocking and checked before it is read, so a FIFO or a device named by mistake
+    neither hangs nor fills the scheduler's memory at start-up."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path!r} is not a regular file")
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the handle closes it
+            data = handle.read(MAX_TABLE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > MAX_TABLE_BYTES:
+        raise ValueError(f"{path!r} is over {MAX_TABLE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} is not UTF-8 text") from None
 
 
 def _is_int(value: Any) -> bool:
@@ -1100,16 +1149,24 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("?_states", "?params")),
     ("sglang.srt.speculative.adaptive_runtime_state", "SpecRuntimeState",
      ("?speculative_num_steps",)),
+    # The members of that policy `_DepthPolicy` overrides: the per-batch choice and the
+    # acceptance feed from 0.5.13, the current steps and the acceptance update in 0.5.12.x.
+    ("sglang.srt.speculative.adaptive_spec_params", "AdaptiveSpeculativeParams",
+     ("?get_steps_for_batch", "?on_verify_complete", "?update", "?current_steps")),
 )
 # What the depth gate reads of the entries here and below, as (class, member), all optional
 # there (the batch gate runs without them): the step's context, without which no step is
 # placed in a context band; and the adaptive tiers it switches between, without which the
 # table collapses to {0, the launch depth}.
 DEPTH_READS: tuple[tuple[str, str], ...] = (("ScheduleBatch", "seq_lens_sum"),)
+# `a|b`: either member. The policy's step choice and acceptance feed are the members
+# `_DepthPolicy` overrides: a release that renames one would bypass the gate's choice.
 DEPTH_TIERS: tuple[tuple[str, str], ...] = (
     ("EAGLEWorkerV2", "adaptive_controller"), ("EAGLEWorkerV2", "apply_runtime_state"),
     ("AdaptiveController", "_states"), ("AdaptiveController", "params"),
     ("SpecRuntimeState", "speculative_num_steps"),
+    ("AdaptiveSpeculativeParams", "get_steps_for_batch|current_steps"),
+    ("AdaptiveSpeculativeParams", "on_verify_complete|update"),
 )
 # The objects the gate finds on the worker, by the class each is, for the same check.
 RELIES_ON_OBJECTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (

@@ -261,21 +261,24 @@ def _change(tree: SourceTree, rel: str, transform: Callable[[str, str], str]) ->
     return FileChange(path=path, before=before, after=after) if after != before else None
 
 
-def _server_args_edits(tree: SourceTree) -> list[tuple[str, Callable[[str, str], str]]]:
-    """The gate's server argument and the running-cap guard, where this release has them."""
+def _server_args_edits(tree: SourceTree, overlap_worker: bool = True) -> list[tuple[str, Callable[[str, str], str]]]:
+    """The gate's server arguments (`server_args.gate_arguments`: the depth table's where the
+    overlap worker is patched) and the running-cap guard, where this release has them."""
+    arguments = server_args.gate_arguments(overlap_worker)
+    fields = functools.partial(server_args.patch_annotated_field, arguments=arguments)
     hook = tree.root / SPECULATIVE_HOOK
     if not (hook.is_file() and f"def {speculative_hook.EAGLE_HOOK}(" in _text(tree, SPECULATIVE_HOOK)[0]):
-        return [(SERVER_ARGS, server_args.patch_server_args)]
+        return [(SERVER_ARGS, functools.partial(server_args.patch_server_args, arguments=arguments))]
     # 0.5.13 on: the EAGLE family's cap reset lives in a function of its own.
     guard = (SPECULATIVE_HOOK, speculative_hook.patch_speculative_hook)
     if not server_args.declares_annotated_anchor(_text(tree, SERVER_ARGS)[0]):
         found = _one_module(tree, "srt/arg_groups", "speculative_num_draft_tokens's declaration",
                             "speculative_num_draft_tokens: A[")
         if found is not None:  # 0.5.21 on: a namespace of its own declares the field
-            return [(found, server_args.patch_annotated_field), guard]
-        return [(SERVER_ARGS, lambda text, path: server_args.patch_server_args(text, path, cap_guard=False)),
+            return [(found, fields), guard]
+        return [(SERVER_ARGS, functools.partial(server_args.patch_server_args, cap_guard=False, arguments=arguments)),
                 guard]
-    return [(SERVER_ARGS, server_args.patch_annotated_field), guard]  # 0.5.14 on: fields declare flags
+    return [(SERVER_ARGS, fields), guard]  # 0.5.14 on: fields declare flags
 
 
 def gate_fields_module(tree: SourceTree) -> str:
@@ -343,7 +346,7 @@ def generate_patch(tree: SourceTree, worker: str, *, required: bool = False) -> 
         patched.append(name)
     if not patched:
         raise refusals[0]
-    edits = _server_args_edits(tree)
+    edits = _server_args_edits(tree, FAMILY_V2 in patched)
     results = result_module(tree)
     if results is not None:
         # Gated steps leave the speculative metrics (and the adaptive controller's feed); the

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from eaglegate.analyzer import files
@@ -322,11 +324,49 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
 DEPTH_CONFIG_FILE = "adaptive_depth.json"
 
 
+@dataclass(frozen=True)
+class DepthTiers:
+    """How this release builds adaptive tiers for a depth table's depths: its own config
+    check (`load(path, initial_steps)` raises on a config it refuses), where that check is,
+    and the config's shape (0.5.12.x reads one flat list of candidate steps; from 0.5.13 the
+    list sits in a batch-size slot)."""
+
+    load: Callable[[str, int], Any]
+    where: str
+    flat: bool
+
+    def config(self, depths: list[int]) -> dict[str, Any]:
+        return {"candidate_steps": depths} if self.flat else {"1": {"candidate_steps": depths}}
+
+
+def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
+    """Whether a depth table's depths run in adaptive tiers of their own in this release:
+    its tier config and "" where they do, else None and why not (the one answer `plan` and
+    `verify` give). Tiers need `--speculative-adaptive`, every member the depth gate switches
+    them with (`gate_module.DEPTH_TIERS`), and a config loader eaglegate can write for."""
+    from eaglegate.patches import gate_contract
+    from eaglegate.patches.gate_module import DEPTH_TIERS
+
+    if not analysis.settings.declares(ADAPTIVE_FLAGS[0]):
+        return None, f"no {ADAPTIVE_FLAGS[0]}"
+    missing = gate_contract.undeclared(analysis.tree.root, DEPTH_TIERS)
+    if missing:
+        return None, f"{', '.join(missing)} not declared"
+    loader = adaptive_loader(analysis)
+    if loader is not None:
+        return DepthTiers(lambda path, _initial: loader[0](path), loader[1], flat=False), ""
+    flat = _flat_loader(analysis)
+    if flat is not None:
+        return flat, ""
+    return None, f"its {ADAPTIVE_FLAGS[0]} config loader was not found"
+
+
 def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, resolved: Resolved) -> None:
-    """The depth gate's launch: the table's flag, and where the release builds adaptive tiers
-    (it declares `--speculative-adaptive` and this version's config loader is found), an
-    adaptive config whose candidate steps are exactly the table's depths above 0, checked
-    with that loader; elsewhere the table collapses to {0, the launch depth}, as the gate does."""
+    """The depth gate's launch: the table's flag, inline (every rank of every node reads the
+    same table), and where the release builds adaptive tiers (`depth_tiers`), an adaptive
+    config whose candidate steps are exactly the table's depths above 0, checked with the
+    release's own loader; elsewhere the table collapses to {0, the launch depth}, as the gate
+    does."""
     from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
     from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
 
@@ -336,38 +376,44 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
     cells = {cell for row in table.depths for cell in row}
     depths = sorted({d for d in (launch_depth if c == LAUNCH_DEPTH else c for c in cells)
                      if isinstance(d, int) and d > 0})
-    plan.launch_flags += [DEPTH_TABLE.flag, depth_table]
+    plan.launch_flags += [DEPTH_TABLE.flag, table.inline()]
     route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
     plan.depth = route
     plan.caveats.append(f"with the table the gate ignores the threshold: the table decides every step; "
                         f"{THRESHOLD.flag} stays in the launch because the patch skips speculation's "
                         "reset of the running-request cap while it is set")
-    if LAUNCH_DEPTH in cells and launch_depth is None:
-        plan.caveats.append(f"the table names {LAUNCH_DEPTH!r} and --speculative-num-steps is not given: "
-                            "that depth is whatever the server resolves, and is not among the listed depths")
-    if not depths:
+    if all(cell == 0 for cell in cells):
+        route["collapsed"] = "every cell is 0"
         plan.caveats.append("the depth table never speculates (every cell is 0): the server decodes plainly")
         return
-    loader = adaptive_loader(analysis) if analysis.settings.declares(ADAPTIVE_FLAGS[0]) else None
-    if loader is None:
+    if LAUNCH_DEPTH in cells and launch_depth is None:
+        route["collapsed"] = "the launch depth is not known here"
+        # 0.5.x chooses it from the draft model's architecture at start-up: no source default.
         plan.caveats.append(
-            f"SGLang {plan.version} builds no adaptive tiers eaglegate can configure ("
-            + (f"its {ADAPTIVE_FLAGS[0]} config loader was not found" if analysis.settings.declares(ADAPTIVE_FLAGS[0])
-               else f"no {ADAPTIVE_FLAGS[0]}")
-            + "): the depth table collapses to {0, the launch depth}; depths "
-            f"{', '.join(map(str, depths))} other than the launch's run at the launch's --speculative-num-steps")
+            f"the table names {LAUNCH_DEPTH!r} and --speculative-num-steps is not given: SGLang "
+            f"{plan.version} has no default for it in its source (it chooses the steps at start-up), so "
+            "that depth cannot be listed and no tiers are planned for the table; give --speculative-num-steps")
         return
-    config = {"1": {"candidate_steps": depths}}
-    refused = _refusal(loader, config)
+    tiers, why_not = depth_tiers(analysis)
+    if tiers is None:
+        route["collapsed"] = why_not
+        plan.caveats.append(
+            f"SGLang {plan.version} builds no adaptive tiers eaglegate can configure ({why_not}): the depth "
+            f"table collapses to {{0, the launch depth}}; depths {', '.join(map(str, depths))} other than "
+            "the launch's run at the launch's --speculative-num-steps")
+        return
+    config = tiers.config(depths)
+    refused = _refusal(lambda path: tiers.load(path, launch_depth or depths[0]), config)
     if refused is not None:
-        plan.caveats.append(f"this version's adaptive config loader ({loader[1]}) refuses the tiers "
+        route["collapsed"] = f"the release's loader refuses the tiers: {refused}"
+        plan.caveats.append(f"this version's adaptive config loader ({tiers.where}) refuses the tiers "
                             f"{depths}: {refused}; the depth table collapses to {{0, the launch depth}}")
         return
     route["tiers"] = True
     plan.adaptive_config = config
     plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], DEPTH_CONFIG_FILE]
     plan.caveats.append(f"the adaptive config builds one tier per depth {depths}, checked with this version's "
-                        f"own loader ({loader[1]}); --config-out writes it, for {ADAPTIVE_FLAGS[1]} "
+                        f"own loader ({tiers.where}); --config-out writes it, for {ADAPTIVE_FLAGS[1]} "
                         f"(here {DEPTH_CONFIG_FILE})")
 
 
@@ -400,10 +446,10 @@ def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) 
 def _gate_config_accepted(analysis: Analysis) -> bool:
     """Whether this version's own loader accepts single-value slots with a `[0]` slot."""
     loader = adaptive_loader(analysis)
-    return loader is not None and _refusal(loader, {"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}}) is None
+    return loader is not None and _refusal(loader[0], {"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}}) is None
 
 
-def _refusal(loader: tuple[Any, str], config: dict[str, Any]) -> str | None:
+def _refusal(load: Callable[[str], Any], config: dict[str, Any]) -> str | None:
     """Why this version's own loader refuses the config (read from a file, as the server
     reads it), or None when it accepts it."""
     import tempfile
@@ -412,7 +458,7 @@ def _refusal(loader: tuple[Any, str], config: dict[str, Any]) -> str | None:
         json.dump(config, handle)
         handle.flush()
         try:
-            loader[0](handle.name)
+            load(handle.name)
         except (ValueError, AssertionError, KeyError, TypeError) as exc:
             return str(exc)
     return None
@@ -431,6 +477,35 @@ def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
         exec(files.definition_code(source, wanted[0], module.path), namespace)  # noqa: S102
         return namespace["_load_adaptive_config"], f"{module.path}:{wanted[0].lineno}"
     return None
+
+
+def _flat_loader(analysis: Analysis) -> DepthTiers | None:
+    """0.5.12.x's adaptive config check, compiled from its source: its `load_adaptive_config`
+    and the policy that config builds (`AdaptiveSpeculativeParams`, which refuses fewer than
+    two distinct steps with the launch's own)."""
+    import logging
+
+    for qn in analysis.codebase.find("load_adaptive_config"):
+        module = analysis.codebase.scope_module[qn]
+        source = files.text(analysis.tree.root / module.path)
+        body = files.parsed(source).body
+        wanted = {n.name: n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                  and n.name in ("load_adaptive_config", "AdaptiveSpeculativeParams")}
+        if len(wanted) < 2:
+            continue
+        # What the two definitions read of their module: json, its logger and a rank-0 log call.
+        namespace: dict[str, Any] = {"json": json, "logger": logging.getLogger(__name__),
+                                     "log_info_on_rank0": lambda *_args, **_kwargs: None}
+        for node in wanted.values():
+            exec(files.definition_code(source, node, module.path), namespace)  # noqa: S102
+        load, params = namespace["load_adaptive_config"], namespace["AdaptiveSpeculativeParams"]
+        return DepthTiers(partial(_flat_check, load, params),
+                          f"{module.path}:{wanted['AdaptiveSpeculativeParams'].lineno}", flat=True)
+    return None
+
+
+def _flat_check(load: Callable[[str], Any], params: Any, path: str, initial: int) -> None:
+    params(initial_steps=initial, config=load(path))
 
 
 def _plan_blocked(analysis: Analysis, plan: GatePlan, worker: WorkerMap, settings: Settings,

@@ -112,7 +112,7 @@ def verify_tree(tree: SourceTree, threshold: int = 4) -> VerifyReport:
     if "v2" in families:
         report.checks.append(_overlap_wiring(tree))
         report.checks.append(_gate_contract(tree))
-        depth = _depth_gate(tree)
+        depth = _depth_gate(tree, analysis)
         if depth is not None:
             report.checks.append(depth)
 
@@ -157,10 +157,15 @@ def _gate_contract(tree: SourceTree) -> VerifyCheck:
 DEPTH_CHECK = "depth gate: what it reads is declared, and the route its table takes"
 
 
-def _depth_gate(tree: SourceTree) -> VerifyCheck | None:
+def _depth_gate(tree: SourceTree, analysis: Any) -> VerifyCheck | None:
     """Where the patch declares the depth table's server argument: the step's context the
     depth gate reads is declared in this release, and whether the table's depths run in
-    adaptive tiers or collapse to {0, the launch depth}. None for a patch without it."""
+    adaptive tiers or collapse to {0, the launch depth} (`plan.depth_tiers`, which `plan`
+    asks too). None for a patch without it. A launch without a table never runs the depth
+    gate, so what it alone reads is a warning here, never a failed check: verify does not
+    know the launch."""
+    from eaglegate.patches.plan import depth_tiers
+
     try:
         rel = generate.gate_fields_module(tree)
         declares = f"{DEPTH_TABLE.field}:" in files.text(tree.root / rel)
@@ -169,15 +174,14 @@ def _depth_gate(tree: SourceTree) -> VerifyCheck | None:
     if not declares:
         return None
     missing = gate_contract.undeclared(tree.root, gate_module.DEPTH_READS)
-    no_tiers = gate_contract.undeclared(tree.root, gate_module.DEPTH_TIERS)
+    tiers, why_not = depth_tiers(analysis)
     route = ("route: adaptive tiers, each depth of the table in a tier of its own when the server "
              "is launched with --speculative-adaptive (`eaglegate plan --depth-table` gives the flags)"
-             if not no_tiers else
-             f"route: no adaptive tiers ({', '.join(no_tiers)} not declared): the table collapses to "
-             "{0, the launch depth}")
-    lacks = (f"{', '.join(missing)} not declared: the depth gate cannot place a step in a context band; "
-             if missing else "")
-    return VerifyCheck(DEPTH_CHECK, not missing, lacks + route)
+             if tiers is not None else
+             f"route: no adaptive tiers ({why_not}): the table collapses to {{0, the launch depth}}")
+    lacks = (f"warning: {', '.join(missing)} not declared: with a depth table the depth gate cannot place "
+             "a step in a context band; " if missing else "")
+    return VerifyCheck(DEPTH_CHECK, True, lacks + route)
 
 
 def _first_statements_of_branches(module: cst.Module) -> set[str]:

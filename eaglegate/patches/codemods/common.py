@@ -131,6 +131,12 @@ def _imports_gate(module: cst.Module) -> bool:
     )
 
 
+# How a half-patched file is put right, in the words `apply` uses for another eaglegate's
+# patch (the usual cause: a tree an older eaglegate patched); a hand edit is restored by hand.
+REVERT_FIRST = ("patched by another eaglegate's gate patch, or edited by hand: `eaglegate revert`, then "
+                "`eaglegate apply`, installs this one's (a file eaglegate did not patch: restore it first)")
+
+
 def already_wired(module: cst.Module, wired: bool, qual: str, file: str) -> bool:
     """True when the file is patched (its edit calls the gate and it imports the gate
     module); raises on a file patched by half."""
@@ -140,8 +146,7 @@ def already_wired(module: cst.Module, wired: bool, qual: str, file: str) -> bool
     if wired != imported:
         raise UserError(
             f"{file} is partially patched ({qual} {'calls' if wired else 'lacks'} the gate, "
-            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}); "
-            "restore the original file first"
+            f"the import of {GATE_MODULE} is {'missing' if wired else 'there'}): {REVERT_FIRST}"
         )
     return False
 

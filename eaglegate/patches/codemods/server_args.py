@@ -20,13 +20,22 @@ import ast
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import libcst as cst
 import libcst.matchers as m
 
 from eaglegate.errors import UserError
 from eaglegate.patches import gate_module
-from eaglegate.patches.codemods.common import Anchor, attribute, code, find_class, methods, parse
+from eaglegate.patches.codemods.common import (
+    REVERT_FIRST,
+    Anchor,
+    attribute,
+    code,
+    find_class,
+    methods,
+    parse,
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,13 @@ DEPTH_TABLE = GateArgument(
 )
 # In the order they are declared, after speculative_num_draft_tokens.
 GATE_ARGUMENTS = (THRESHOLD, DEPTH_TABLE)
+
+
+def gate_arguments(overlap_worker: bool) -> tuple[GateArgument, ...]:
+    """The arguments a patch declares: the depth table only where the overlap worker is
+    patched, the one worker whose gate reads it (a v1-only server given the flag would run
+    without a depth gate and not know it)."""
+    return GATE_ARGUMENTS if overlap_worker else (THRESHOLD,)
 # The threshold's names, which the cap guard and the launch flags read.
 FIELD = THRESHOLD.field
 FLAG = THRESHOLD.flag
@@ -111,7 +127,7 @@ class _AfterArgument(cst.CSTTransformer):
         return updated_node.with_changes(body=body)
 
 
-def _gate_arguments(anchor: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+def _gate_arguments(arguments: tuple[GateArgument, ...], anchor: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
     """`parser.add_argument("<flag>", ...)` of each gate argument, laid out like the anchor
     argument they follow (same receiver, same line breaks and indentation)."""
     expr = anchor.body[0]
@@ -119,7 +135,7 @@ def _gate_arguments(anchor: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
     call = expr.value
     keywords = [a.keyword.value if a.keyword else None for a in call.args]
     statements: list[cst.BaseStatement] = []
-    for argument in GATE_ARGUMENTS:
+    for argument in arguments:
         values: dict[str | None, cst.BaseExpression] = {
             None: cst.SimpleString(f'"{argument.flag}"'),
             "type": cst.Name(argument.kind),
@@ -229,10 +245,11 @@ class GateKeepsRunningCap(cst.CSTTransformer):
         return updated_node
 
 
-def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_guard: bool = True) -> str:
-    """Add the gate's dataclass field and CLI argument and, with `cap_guard`, the guard on
-    speculation's running-cap reset (releases whose EAGLE handling lives in this class);
-    unchanged if already there."""
+def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_guard: bool = True,
+                      arguments: tuple[GateArgument, ...] = GATE_ARGUMENTS) -> str:
+    """Add the gate's dataclass fields and CLI arguments (`arguments`) and, with `cap_guard`,
+    the guard on speculation's running-cap reset (releases whose EAGLE handling lives in this
+    class); unchanged if already there."""
     module = parse(source, file)
     cls = find_class(module, "ServerArgs", file)
 
@@ -245,17 +262,17 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
             ))
         ]
 
-    fields = [len(field_at(argument.field)) == 1 for argument in GATE_ARGUMENTS]
+    fields = [len(field_at(argument.field)) == 1 for argument in arguments]
     # Text tests: a matcher over this long module would double the transform's time.
-    flags = [f'"{argument.flag}"' in source for argument in GATE_ARGUMENTS]
+    flags = [f'"{argument.flag}"' in source for argument in arguments]
     has_guard = f"not self.{FIELD}" in source or not cap_guard
     if all(fields) and all(flags) and has_guard:
         return source
     if any(fields) or any(flags) or (has_guard and cap_guard):
         raise UserError(
             f"{file} is partially patched (the ServerArgs fields "
-            f"{', '.join(a.field for a in GATE_ARGUMENTS)}, their flags and the cap guard must "
-            "come together); restore the original file first"
+            f"{', '.join(a.field for a in arguments)}, their flags and the cap guard must "
+            f"come together): {REVERT_FIRST}"
         )
 
     anchor_at = field_at("speculative_num_draft_tokens")
@@ -271,8 +288,8 @@ def patch_server_args(source: str, file: str = "sglang/srt/server_args.py", cap_
     # each argument's type.
     new_fields = [cst.parse_statement(
         f"{a.field}: {_annotation_of(anchor_field.annotation.annotation, a)} = None  # eaglegate: off when None\n"
-    ) for a in GATE_ARGUMENTS]
-    inserter = _AfterArgument("--speculative-num-draft-tokens", _gate_arguments)
+    ) for a in arguments]
+    inserter = _AfterArgument("--speculative-num-draft-tokens", partial(_gate_arguments, arguments))
     new_cli = cli[0].visit(inserter)
     Anchor(
         file,
@@ -318,7 +335,7 @@ def declares_annotated_anchor(source: str) -> bool:
     return "speculative_num_draft_tokens: A[" in source
 
 
-def patch_annotated_field(source: str, file: str) -> str:
+def patch_annotated_field(source: str, file: str, arguments: tuple[GateArgument, ...] = GATE_ARGUMENTS) -> str:
     """Add each gate argument's `<field>: A[<the anchor's type, of the argument's type>,
     "<help>"] = None` after the class field `speculative_num_draft_tokens: A[...]` (0.5.14
     on); unchanged if there, refused if only some are."""
@@ -327,13 +344,13 @@ def patch_annotated_field(source: str, file: str) -> str:
     Anchor(file, "speculative_num_draft_tokens", "class declaring the field").check(len(classes))
     cls = classes[0]
     qual = f"{cls.name.value}.speculative_num_draft_tokens"
-    present = [bool(_field_named(cls, a.field)) for a in GATE_ARGUMENTS]
+    present = [bool(_field_named(cls, a.field)) for a in arguments]
     if all(present):
         return source
     if any(present):
         raise UserError(
             f"{file} is partially patched ({qual.split('.')[0]} must declare all of "
-            f"{', '.join(a.field for a in GATE_ARGUMENTS)}); restore the original file first"
+            f"{', '.join(a.field for a in arguments)}): {REVERT_FIRST}"
         )
     anchor = _field_named(cls, "speculative_num_draft_tokens")[0]
     field = anchor.body[0]
@@ -345,7 +362,7 @@ def patch_annotated_field(source: str, file: str) -> str:
     assert isinstance(kind, cst.Index)
     new = [cst.parse_statement(
         f"{a.field}: A[{_annotation_of(kind.value, a)}, {json.dumps(a.help)}] = None  # eaglegate: off when None\n"
-    ) for a in GATE_ARGUMENTS]
+    ) for a in arguments]
     body = [s for stmt in cls.body.body for s in ((stmt, *new) if stmt is anchor else (stmt,))]
     new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
     return module.with_changes(body=[new_cls if s is cls else s for s in module.body]).code

@@ -26,6 +26,7 @@ import libcst as cst
 
 from eaglegate.errors import UserError
 from eaglegate.patches.codemods.common import (
+    REVERT_FIRST,
     already_wired,
     insert_gate_import,
     mentions,
@@ -83,8 +84,7 @@ def relay_where_present(source: str, file: str = "sglang/srt/managers/overlap_ut
     if wired[0] != wired[1]:
         raise UserError(
             f"{file} is partially patched ({CLASS}.{RESOLVE if wired[0] else STASH} hands a gated "
-            f"step to the gate, {CLASS}.{STASH if wired[0] else RESOLVE} does not); restore the "
-            "original file first"
+            f"step to the gate, {CLASS}.{STASH if wired[0] else RESOLVE} does not): {REVERT_FIRST}"
         )
     if already_wired(module, wired[0], CLASS, file):
         return source
