@@ -249,6 +249,7 @@ def test_a_sweep_without_prompt_lengths_beside_ones_with_them_is_refused(tmp_pat
 @pytest.mark.parametrize("args, message", [
     (["--depth", "1=a.jsonl", "--depth", "1=b.jsonl"], "--depth 1 is given twice"),
     (["--depth", "0=a.jsonl"], "--depth must be DEPTH=FILE with DEPTH from 1 to 16, not '0=a.jsonl'"),
+    (["--depth", "1=a.jsonl", "--table-out", " "], "--table-out is given but blank"),
 ])
 def test_a_depth_given_twice_or_out_of_range_is_a_usage_error(tmp_path, args, message):
     assert _refusal(str(_banded(tmp_path)[0]), *args, code=2) == f"error: {message}"

@@ -13,6 +13,7 @@ from eaglegate.app.requests import (
     check_depth_sweeps,
     check_figure,
     check_fraction,
+    check_given,
     check_output,
     check_png,
     check_positive,
@@ -171,7 +172,7 @@ class CalibrateRequest:
         set_checked(self, "margin", check_fraction("--margin", self.margin))
         set_checked(self, "png", check_png(self.png))
         set_checked(self, "depths", check_depth_sweeps(self.depths))
-        set_checked(self, "table_out", check_text("--table-out", self.table_out))
+        set_checked(self, "table_out", check_given("--table-out", self.table_out))
         check_output(self.table_out)
         if self.depths or self.table_out:
             if self.estimate is not None or self.spec or self.png:
