@@ -305,9 +305,9 @@ def render_plan(plan) -> Group:
         lines.append(Text.from_markup(f"  cap: {cap['flag']} {cap['value']}  [dim]{cap['reason']}[/dim]"))
     if getattr(plan, "depth", None):
         depth = plan.depth
-        lines.append(Text(f"  depth gate: a {depth['shape']} table, depths {depth['depths'] or 'none above 0'}, "
+        lines.append(Text(f"  depth gate: a {depth['shape']} table, depths {depth['depths'] or 'none listed'}, "
                           + ("each in an adaptive tier of its own" if depth["tiers"]
-                             else "collapsed to {0, the launch depth} (no tiers)")))
+                             else f"collapsed to {{0, the launch depth}} ({depth.get('collapsed', 'no tiers')})")))
     if plan.launch_flags:
         import shlex
 
