@@ -90,21 +90,16 @@ class Algorithm:
 _algorithms: weakref.WeakKeyDictionary[Codebase, Algorithm | None] = weakref.WeakKeyDictionary()
 
 
-def find_algorithm(codebase: Codebase, spec_map: SpecMap | None = None) -> Algorithm | None:
+def find_algorithm(codebase: Codebase, spec_map: SpecMap) -> Algorithm | None:
     """The class whose `from_string(server_args.<setting>)` the workers are chosen by. Of the
     server's classes built that way, the one whose one-line methods answer the most calls the
     workers' selection conditions make (`is_eagle()`): from 0.5.14 to 0.5.18
     `ContextParallelStrategyKind.from_string(server_args.cp_strategy)` is built the same way
     and answers none. On a tie, the first by qualified name.
 
-    Found once per codebase with its map (it scans every scope); every launch decision passes
-    the map (`selection_atoms`). A call without it gets the class found with it, and before
-    that the first class by qualified name, which is not kept: it could be the wrong one."""
-    if codebase in _algorithms:
-        return _algorithms[codebase]
-    if spec_map is None:
-        return _find_algorithm(codebase, set())
-    _algorithms[codebase] = _find_algorithm(codebase, _condition_atoms(spec_map, codebase))
+    Found once per codebase (it scans every scope)."""
+    if codebase not in _algorithms:
+        _algorithms[codebase] = _find_algorithm(codebase, _condition_atoms(spec_map, codebase))
     return _algorithms[codebase]
 
 
