@@ -105,7 +105,8 @@ def test_ngram_on_the_command_line_exits_1_with_one_line():
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_the_algorithms_predicates_come_from_its_class(version):
-    algorithm = find_algorithm(analysis(version).codebase)
+    a = analysis(version)
+    algorithm = find_algorithm(a.codebase, a.spec_map)
     assert algorithm is not None and algorithm.setting == "speculative_algorithm"
     assert {"EAGLE", "EAGLE3", "NGRAM"} <= set(algorithm.members)
     known = _launch(version, "--speculative-algorithm NGRAM")

@@ -38,17 +38,21 @@ DEFAULT_ALGORITHM = "EAGLE3"
 def selection_atoms(spec_map: SpecMap, codebase: Codebase) -> set[str]:
     """The settings the workers' selection conditions read (the algorithm's setting too:
     its `is_*()` atoms are read from it)."""
-    algorithm = find_algorithm(codebase)
+    algorithm = find_algorithm(codebase, spec_map)
+    return _condition_atoms(spec_map, codebase) | ({algorithm.setting} if algorithm else set())
+
+
+def _condition_atoms(spec_map: SpecMap, codebase: Codebase) -> set[str]:
     return {atom for w in spec_map.workers if w.present
             for _, formulas in selection_formulas(codebase, w) for f in formulas
-            for atom in atoms_of(f)} | ({algorithm.setting} if algorithm else set())
+            for atom in atoms_of(f)}
 
 
 def selected_workers(spec_map: SpecMap, codebase: Codebase, resolved: Resolved) -> tuple[list[WorkerMap], list[str]]:
     """Workers whose selection conditions can all hold under the resolved settings, and a
     line for each present worker they rule out."""
     known = {atom: bool(value) for atom, value in resolved.values.items() if value is not UNKNOWN}
-    known.update(algorithm_predicates(codebase, resolved))
+    known.update(algorithm_predicates(codebase, spec_map, resolved))
     chosen, excluded = [], []
     for worker in spec_map.workers:
         if not worker.present:
@@ -57,7 +61,7 @@ def selected_workers(spec_map: SpecMap, codebase: Codebase, resolved: Resolved) 
             if worker.note:
                 excluded.append(f"{worker.name} ({worker.label}): {worker.note}")
             continue
-        refused = _not_registered_for(codebase, worker, resolved)
+        refused = _not_registered_for(codebase, spec_map, worker, resolved)
         if refused:
             excluded.append(refused)
             continue
@@ -86,35 +90,51 @@ class Algorithm:
 _algorithms: weakref.WeakKeyDictionary[Codebase, Algorithm | None] = weakref.WeakKeyDictionary()
 
 
-def find_algorithm(codebase: Codebase) -> Algorithm | None:
-    """The class whose `from_string(server_args.<setting>)` the scheduler builds the algorithm
-    with (found once per codebase: it scans every scope)."""
+def find_algorithm(codebase: Codebase, spec_map: SpecMap) -> Algorithm | None:
+    """The class whose `from_string(server_args.<setting>)` the workers are chosen by. Of the
+    server's classes built that way, the one whose one-line methods answer the most calls the
+    workers' selection conditions make (`is_eagle()`): from 0.5.14 to 0.5.18
+    `ContextParallelStrategyKind.from_string(server_args.cp_strategy)` is built the same way
+    and answers none. On a tie, the first by qualified name.
+
+    Found once per codebase (it scans every scope)."""
     if codebase not in _algorithms:
-        _algorithms[codebase] = _find_algorithm(codebase)
+        _algorithms[codebase] = _find_algorithm(codebase, _condition_atoms(spec_map, codebase))
     return _algorithms[codebase]
 
 
-def _find_algorithm(codebase: Codebase) -> Algorithm | None:
+def _find_algorithm(codebase: Codebase, read_by_selection: set[str]) -> Algorithm | None:
+    candidates = []
     for qn in codebase.find("from_string"):
         if not in_server(codebase, codebase.scope_module[qn].name):
             continue
         cls_qn = qn.rsplit(".", 1)[0]
-        cls_name = cls_qn.rsplit(".", 1)[-1]
-        setting = _from_string_setting(codebase, cls_name)
-        module = codebase.scope_module.get(cls_qn)
-        tree = files.tree(Path(codebase.root) / module.path) if module is not None else None
-        node = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name), None) \
-            if tree is not None else None
-        if setting is None or node is None:
+        node = _class_node(codebase, cls_qn)
+        if node is None:
             continue
-        members = [t.id for stmt in node.body if isinstance(stmt, ast.Assign)
-                   for t in stmt.targets if isinstance(t, ast.Name) and t.id.isupper()]
         predicates = {stmt.name: stmt.body[-1].value for stmt in node.body
                       if isinstance(stmt, ast.FunctionDef) and [a.arg for a in stmt.args.args] == ["self"]
                       and isinstance(stmt.body[-1], ast.Return) and stmt.body[-1].value is not None
                       and all(isinstance(s, (ast.Return, ast.Expr)) for s in stmt.body)}
+        answered = len(read_by_selection & {f"{name}()" for name in predicates})
+        candidates.append((answered, cls_qn, node, predicates))
+    # Stable: among classes answering as many calls, the first by qualified name stays first.
+    for _, cls_qn, node, predicates in sorted(candidates, key=lambda c: -c[0]):
+        setting = _from_string_setting(codebase, node.name)
+        if setting is None:
+            continue
+        members = [t.id for stmt in node.body if isinstance(stmt, ast.Assign)
+                   for t in stmt.targets if isinstance(t, ast.Name) and t.id.isupper()]
         return Algorithm(cls_qn, setting, members, predicates)
     return None
+
+
+def _class_node(codebase: Codebase, cls_qn: str) -> ast.ClassDef | None:
+    module = codebase.scope_module.get(cls_qn)
+    tree = files.tree(Path(codebase.root) / module.path) if module is not None else None
+    cls_name = cls_qn.rsplit(".", 1)[-1]
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name), None) \
+        if tree is not None else None
 
 
 def _from_string_setting(codebase: Codebase, cls_name: str) -> str | None:
@@ -140,10 +160,10 @@ def algorithm_member(algorithm: Algorithm, value: Any) -> str | None:
     return name if name in algorithm.members else None
 
 
-def algorithm_predicates(codebase: Codebase, resolved: Resolved) -> dict[str, bool]:
+def algorithm_predicates(codebase: Codebase, spec_map: SpecMap, resolved: Resolved) -> dict[str, bool]:
     """`is_eagle()`, `is_ngram()`… (as the selection conditions' atoms name them) for the
     algorithm the launch builds, evaluated from the class's own method bodies."""
-    algorithm = find_algorithm(codebase)
+    algorithm = find_algorithm(codebase, spec_map)
     if algorithm is None or algorithm.setting in resolved.uncertain:
         return {}
     member = algorithm_member(algorithm, resolved.values.get(algorithm.setting))
@@ -182,11 +202,11 @@ class _AsMember(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _not_registered_for(codebase: Codebase, worker: WorkerMap, resolved: Resolved) -> str:
+def _not_registered_for(codebase: Codebase, spec_map: SpecMap, worker: WorkerMap, resolved: Resolved) -> str:
     """Where the worker's factory is registered by algorithm name (0.5.6's
     `register_speculative_algorithm("EAGLE", aliases=("NEXTN",), worker_cls=_create_eagle_worker)`),
     a launch whose algorithm is not one of those names does not build it: a line saying so."""
-    algorithm = find_algorithm(codebase)
+    algorithm = find_algorithm(codebase, spec_map)
     value = resolved.values.get(algorithm.setting) if algorithm else None
     if not isinstance(value, str) or algorithm is None or algorithm.setting in resolved.uncertain:
         return ""

@@ -156,7 +156,7 @@ def _build_plan(analysis: Analysis, threshold: int | None, flags: str,
     plan.why = _decisions(settings, resolved, user_flags, user_env, atoms)
     plan.caveats += assumed
     if not chosen:
-        algorithm = find_algorithm(analysis.codebase)
+        algorithm = find_algorithm(analysis.codebase, analysis.spec_map)
         named = resolved.values.get(algorithm.setting) if algorithm else None
         plan.caveats.append("no EAGLE worker is selected under these flags"
                             + (f" (--{algorithm.setting.replace('_', '-')} {named} after this version's "
