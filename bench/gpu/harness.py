@@ -11,6 +11,7 @@ import os
 import re
 import time
 
+import loadgen
 import machine
 import servers
 from phases import profile, throughput
@@ -142,8 +143,8 @@ def parser():
     ap.add_argument("--rows-from", default=[], type=rows_arg, dest="earlier_rows",
                     help="an earlier call's rows_<tag>.json, read by calibrate as measured before this "
                          "call's servers (side by side, the only rows that are)")
-    ap.add_argument("--prompt-len", type=positive_int_arg, default=256, help="prompt tokens per request")
-    ap.add_argument("--output-len", type=positive_int_arg, default=128, help="output tokens per request")
+    ap.add_argument("--prompt-len", type=positive_int_arg, default=loadgen.PROMPT_LEN, help="prompt tokens per request")
+    ap.add_argument("--output-len", type=positive_int_arg, default=loadgen.OUTPUT_LEN, help="output tokens per request")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", default=LEVELS, type=levels_arg)
     ap.add_argument("--min-requests", type=int, default=0,
@@ -257,8 +258,7 @@ class Run:
     def earlier_rows_refusal(self):
         """Why --rows-from's rows cannot stand beside this call's, or None: calibrate would
         pool medians of other prompt or output lengths."""
-        # rows from before --prompt-len and --output-len ran at 256 and 128
-        other = {(r.get("prompt_len", 256), r.get("output_len", 128)) for r in self.earlier_rows}
+        other = {loadgen.row_lengths(r) for r in self.earlier_rows}
         other -= {(self.prompt_len, self.output_len)}
         if other:
             prompt, output = sorted(other)[0]

@@ -59,7 +59,17 @@ def warm(url, c=128, max_new=32, temperature=0.0):
     return round(asyncio.run(_many(url, prompts(c, 256, 5), c, max_new, temperature=temperature))[1], 2)
 
 
-def bench(url, c, plen=256, max_new=128, seed=1000, temperature=0.0, waves=3, min_requests=0):
+# Prompt and output tokens per request unless a call says otherwise; rows from before the
+# call could say (--prompt-len, --output-len) record none and ran these.
+PROMPT_LEN, OUTPUT_LEN = 256, 128
+
+
+def row_lengths(row):
+    """(prompt, output) tokens per request of a row."""
+    return row.get("prompt_len", PROMPT_LEN), row.get("output_len", OUTPUT_LEN)
+
+
+def bench(url, c, plen=PROMPT_LEN, max_new=OUTPUT_LEN, seed=1000, temperature=0.0, waves=3, min_requests=0):
     # Three waves per level: with two (runs up to G3) one slow step moved a repeat by 10 %.
     n = max(min_requests, 8 if c == 1 else max(16, waves * c))
     res, wall = asyncio.run(_many(url, prompts(n, plen, seed), c, max_new, temperature=temperature))

@@ -239,14 +239,13 @@ def side_by_side(run, rows, outputs):
 def sweep_file(rows, server, pair, path):
     """The medians per level and prompt length in bench_serving's JSONL form, which `eaglegate
     calibrate` reads: every level the run measured (--levels), so a finer grid reaches
-    calibrate, with the token counts from which calibrate places a line in its context band
-    (rows of runs before --prompt-len: 256 and 128)."""
+    calibrate, with the token counts from which calibrate places a line in its context band."""
     with open(path, "w") as f:
-        for plen, c in sorted({(r.get("prompt_len", 256), r["C"]) for r in rows}):
+        for plen, c in sorted({(loadgen.row_lengths(r)[0], r["C"]) for r in rows}):
             level = [r for r in rows if r["server"] == server and r["pair"] == pair and r["C"] == c
-                     and r.get("prompt_len", 256) == plen and not r["errors"]]
+                     and loadgen.row_lengths(r)[0] == plen and not r["errors"]]
             if level:
-                n, olen = level[0]["n"], level[0].get("output_len", 128)
+                n, olen = level[0]["n"], loadgen.row_lengths(level[0])[1]
                 f.write(json.dumps({"max_concurrency": c, "output_throughput": statistics.median(r["tok_s"] for r in level),
                                     "completed": n, "total_input_tokens": plen * n,
                                     "total_output_tokens": olen * n}) + "\n")
