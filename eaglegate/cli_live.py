@@ -266,7 +266,9 @@ def _depth_grid(result: cal.DepthBands) -> Table:
     grid = Table(title="depth per band, its lead over the next best, and the repeats that agreed")
     grid.add_column("batch", justify="right")
     for j, column in enumerate(result.columns):
-        measured = f" (measured {column.context})" if column.context is not None else ""
+        # The band and where it was measured on lines of their own: a narrow terminal wraps
+        # a header inside its cell, and a band split over two lines reads wrongly.
+        measured = f"\nmeasured {column.context}" if column.context is not None else ""
         grid.add_column(_band(result.context, j, "context") + measured, justify="right")
     for i, depths in enumerate(result.depths):
         cells = []
