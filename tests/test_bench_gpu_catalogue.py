@@ -202,3 +202,35 @@ def test_a_catalogue_that_disagrees_stops_collect_in_one_line_and_writes_nothing
     assert {p: p.read_bytes() for p in written} == written
     assert not done.stdout
 
+
+
+def test_a_depth_probe_reaches_results_json_with_its_ratios(copy):
+    # bench/gpu/depth.sh's two calls: the static depths, then the depth-gated server whose
+    # table was calibrated on the first call's rows.
+    static = ["plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2"]
+    gated = ["plain-default", "gated-depth", "eagle-v2", "adaptive"]
+    levels = [16, 32, 64, 128]
+    rows_a, rows_b = throughput_rows("0.5.16", levels, static, 1), throughput_rows("0.5.16", levels, gated, 1)
+    table = {"batch": [32], "context": [], "depth": [[3], [0]]}
+    entry = {"date": "2026-12-05", "machine": "5e7c0a1b2d3f", "release": "0.5.16", "pair": "accept",
+             "section": "depth", "purpose": "throughput"}
+    plant(copy, {"id": "P1-a", **entry, "servers": static}, run_data("0.5.16", static, rows_a, None))
+    plant(copy, {"id": "P1-b", **entry, "servers": gated, "calibrated_on": "P1-a"},
+          run_data("0.5.16", gated, rows_b, None, prompt_len=256, output_len=128, depth_tables={"accept": table}))
+
+    done = run_collect(copy)
+    assert done.returncode == 0, done.stderr
+
+    depth = json.loads((copy / "bench" / "gpu" / "results.json").read_text())["depth"]
+    assert list(depth) == ["P1-a", "P1-b"] and depth["P1-b"]["calibrated_on"] == "P1-a"
+    assert depth["P1-b"]["depth_tables"] == {"accept": table}
+    assert depth["P1-a"]["medians"]["eagle-v2-d2"] == [medians(rows_a, "eagle-v2-d2", c) for c in levels]
+    this_call = table_line(done.stdout, "| gated-depth / max(plain-default, eagle-v2, adaptive), this call |")
+    static_call = table_line(done.stdout, "| gated-depth / max(the static servers of P1-a, another start) |")
+    for i, c in enumerate(levels):
+        mine = medians(rows_b, "gated-depth", c)
+        assert this_call[1 + i] == f"{mine / max(medians(rows_b, s, c) for s in gated if s != 'gated-depth'):.1%}"
+        assert static_call[1 + i] == f"{mine / max(medians(rows_a, s, c) for s in static):.1%}"
+    # a probe is no live check of the gate
+    assert (copy / "eaglegate" / "patches" / "live_runs.json").read_bytes() == \
+        (REPO / "eaglegate" / "patches" / "live_runs.json").read_bytes()

@@ -32,7 +32,8 @@ LEVELS = [1, 8, 32, 64, 128, 256]
 # The servers each section's tables compare, in their rows' order.
 OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
-SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live")
+DEPTH_SERVERS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2", "adaptive", "gated-depth")
+SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live", "depth")
 PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile")
 REQUIRED = ("id", "date", "release", "servers", "pair", "section", "purpose")
 # live_runs.json's own description of itself (the product reads the file, see live_runs.py).
@@ -70,10 +71,10 @@ class Catalogue:
         if twice:
             raise SystemExit(f"runs.toml: run {', '.join(twice)} listed twice")
         self.by_id = {entry["id"]: entry for entry in self.runs}
-        unknown = sorted(entry["superseded_by"] for entry in self.runs
-                         if entry.get("superseded_by") and entry["superseded_by"] not in self.by_id)
-        if unknown:
-            raise SystemExit(f"runs.toml: superseded_by names no run: {', '.join(unknown)}")
+        for key in ("superseded_by", "calibrated_on"):
+            unknown = sorted(entry[key] for entry in self.runs if entry.get(key) and entry[key] not in self.by_id)
+            if unknown:
+                raise SystemExit(f"runs.toml: {key} names no run: {', '.join(unknown)}")
 
     @classmethod
     def read(cls, path: Path = CATALOGUE) -> "Catalogue":
@@ -538,6 +539,52 @@ def catchup_table(section: dict) -> str:
     return "\n".join(lines)
 
 
+# The depth gate's runs (bench/gpu/depth.sh): each call's servers side by side, and the
+# depth-gated server against the best of the others in its own call (R(C) where those are
+# plain-default, eagle-v2 and the adaptive route) and against the best static depth of the
+# call its table was calibrated on (E(C), another start of those servers: the spread between
+# starts of one server is 11-20 %, so that ratio is read with it).
+def depth_section(catalogue: Catalogue) -> dict:
+    out = {}
+    for entry in catalogue.entries("depth", "throughput"):
+        run, data = entry["id"], rows_of(entry["id"])
+        rows = [{**row, "run": run} for row in data["rows"]]
+        levels = sorted({row["C"] for row in rows})
+        present = [s for s in DEPTH_SERVERS if any(row["server"] == s for row in rows)]
+        out[run] = {"sglang": data["sglang"], "note": entry.get("note"), "calibrated_on": entry.get("calibrated_on"),
+                    "prompt_len": data.get("prompt_len"), "output_len": data.get("output_len"),
+                    "pairs": sorted({row["pair"] for row in rows}), "levels": levels,
+                    "medians": {s: [median(rows, s, c, run) for c in levels] for s in present},
+                    "repeats": max(Counter((r["server"], r["C"]) for r in rows).values(), default=0),
+                    "depth_tables": data.get("depth_tables"), "depth_calibrate": data.get("depth_calibrate")}
+    return out
+
+
+def depth_table(section: dict) -> str:
+    lines = []
+    for run, rec in section.items():
+        levels, medians = rec["levels"], rec["medians"]
+        lines += [""] if lines else []
+        lines += [f"| {run}: output tok/s, SGLang {rec['sglang']}, {', '.join(rec['pairs'])} pair, "
+                  f"{rec['prompt_len']}-token prompts, {rec['output_len']}-token outputs, median of "
+                  f"{rec['repeats']} | " + " | ".join(f"C={c}" for c in levels) + " |", "|---" * (len(levels) + 1) + "|"]
+        lines += [f"| {server} | " + " | ".join(f"{v:.0f}" if v else "-" for v in values) + " |"
+                  for server, values in medians.items()]
+        if "gated-depth" not in medians:
+            continue
+        others = [s for s in medians if s != "gated-depth"]
+        lines.append(ratio_line(f"gated-depth / max({', '.join(others)}), this call", medians["gated-depth"],
+                                best_of(medians[s] for s in others)))
+        base = section.get(rec["calibrated_on"] or "")
+        if base:
+            static = [base["medians"][s] if base["levels"] == levels else
+                      [base["medians"][s][base["levels"].index(c)] if c in base["levels"] else None for c in levels]
+                      for s in base["medians"]]
+            lines.append(ratio_line(f"gated-depth / max(the static servers of {rec['calibrated_on']}, "
+                                    "another start)", medians["gated-depth"], best_of(static)))
+    return "\n".join(lines)
+
+
 def gather(catalogue: Catalogue) -> dict:
     """results.json: every section the catalogue fills, read from the raw rows."""
     result = collect(catalogue)
@@ -557,6 +604,7 @@ def gather(catalogue: Catalogue) -> dict:
     newest["pooled_side_by_side"] = {pair: pooled_side_by_side(newest, pair, NEWEST_SERVERS)
                                      for pair in ("accept", "real")}
     result["catchup"] = catchup_section(catalogue)
+    result["depth"] = depth_section(catalogue)
     return result
 
 
@@ -574,6 +622,8 @@ def tables(result: dict) -> str:
     for pair, pooled in newest["pooled_side_by_side"].items():
         out += [pooled_table(pooled, pair, newest["sglang"]), ""]
     out += [steady_table(newest["steady_decode"]), "", catchup_table(result["catchup"])]
+    if result["depth"]:
+        out += ["", depth_table(result["depth"])]
     return "\n".join(out)
 
 
