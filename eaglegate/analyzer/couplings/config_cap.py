@@ -71,7 +71,10 @@ class ConfigCapDetector:
 
     def _add(self, ctx: Context, findings: list[Finding], facts: FunctionFacts, setting: str, value: str,
              line: int, cond: tuple, text: str) -> None:
-        guard = frames_chain(cond)
+        # `if self.x is None: self.x = 8` fills in a default: its test is the setting's own,
+        # not speculation's (however a later write made `x` speculative).
+        guard = frames_chain(tuple(frame for frame in cond if not any(
+            isinstance(n, ast.Attribute) and n.attr == setting for n in ast.walk(frame.node))))
         chain: Chain | None
         if guard is not None:
             frame, chain = guard

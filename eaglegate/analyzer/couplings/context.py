@@ -190,7 +190,8 @@ def build_context(spec_map: SpecMap) -> Context:
     # whether or not a width reaches them.
     steps |= ctx.near(loops, 1)
     ctx.flow = SpecFlow(cb, candidates, also_record={qn for qn in steps if qn in cb.scopes},
-                        reached=reached | steps)
+                        reached=reached | steps,
+                        settings={member for cls in settings for member in placeholder.family(cls)})
     ctx.flow.seed()
     ctx.flow.run()
     return ctx
