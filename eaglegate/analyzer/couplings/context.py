@@ -4,6 +4,7 @@ imports the detectors, without a cycle."""
 
 from __future__ import annotations
 
+import ast
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -193,8 +194,45 @@ def build_context(spec_map: SpecMap) -> Context:
                         reached=reached | steps,
                         settings={member for cls in settings for member in placeholder.family(cls)})
     ctx.flow.seed()
+    for (callee, param), chain in sorted(worker_flags(ctx).items()):
+        ctx.flow.taint_param(callee, param, chain)
     ctx.flow.run()
     return ctx
+
+
+def worker_flags(ctx: Context) -> dict[tuple[str, str], tuple]:
+    """(function, parameter) of a flag a speculative worker passes as a literal `True` to a
+    method outside its own class (`target_worker.forward_batch_generation(…, is_verify=True)`):
+    only speculation sets it, so a branch on it is a speculative branch. Constructors are the
+    hand-off rules' (`is_draft_worker=True` builds the draft's runner)."""
+    from eaglegate.analyzer.couplings.model import Step
+    from eaglegate.analyzer.step_calls import function_node
+    from eaglegate.analyzer.summary import expr_ir
+
+    cb = ctx.codebase
+    flags: dict[tuple[str, str], tuple] = {}
+    for worker in ctx.workers:
+        family = set(cb.mro(worker.cls or "")) | cb.subclasses(worker.cls or "")
+        for qn in ctx.class_methods(worker.cls or ""):
+            node = function_node(cb, qn)
+            if node is None:
+                continue
+            path = cb.scope_module[qn].path
+            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+                keywords = [kw.arg for kw in call.keywords
+                            if kw.arg and isinstance(kw.value, ast.Constant) and kw.value.value is True]
+                ir = expr_ir(call.func) if keywords else None
+                for value in sorted(cb.values(ir, qn)) if ir is not None else ():
+                    callee = value[1]
+                    owner = cb.owner_class(callee) if value[0] == "func" else None
+                    if owner is None or owner in family or cb.constructor(owner) == callee:
+                        continue
+                    for name in keywords:
+                        if cb.parameter_for(callee, name, bound=True) == name:
+                            flags.setdefault((callee, name), (Step(
+                                f"{worker.name} calls {callee.rsplit('.', 2)[-2]}.{callee.rsplit('.', 1)[-1]} "
+                                f"with {name}=True", path, call.lineno),))
+    return flags
 
 
 def _runner_family(cb: Codebase, cg: CallGraph, runners: set[str]) -> set[str]:
