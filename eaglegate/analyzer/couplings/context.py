@@ -202,18 +202,24 @@ def build_context(spec_map: SpecMap) -> Context:
 
 def worker_flags(ctx: Context) -> dict[tuple[str, str], tuple]:
     """(function, parameter) of a flag a speculative worker passes as a literal `True` to a
-    method outside its own class (`target_worker.forward_batch_generation(…, is_verify=True)`):
-    only speculation sets it, so a branch on it is a speculative branch. Constructors are the
-    hand-off rules' (`is_draft_worker=True` builds the draft's runner)."""
+    method the plain path runs too (`target_worker.forward_batch_generation(…, is_verify=True)`,
+    which the scheduler calls itself without speculation): only speculation sets it, so a branch
+    on it is a speculative branch. Constructors are the hand-off rules' (`is_draft_worker=True`
+    builds the draft's runner)."""
     from eaglegate.analyzer.couplings.model import Step
     from eaglegate.analyzer.step_calls import function_node
     from eaglegate.analyzer.summary import expr_ir
 
     cb = ctx.codebase
     flags: dict[tuple[str, str], tuple] = {}
+    # What the event loops reach without entering the workers' package (the speculative
+    # workers, present or not, and their draft workers) is the plain path.
+    packages = tuple({worker.cls.rsplit(".", 2)[0] + "." for worker in ctx.workers if worker.cls})
+    speculative = {qn for qn in cb.scopes if qn.startswith(packages)} if packages else set()
+    plain = ctx.callgraph.reach([e.function for e in ctx.spec_map.event_loops], avoid=speculative)
     for worker in ctx.workers:
-        family = set(cb.mro(worker.cls or "")) | cb.subclasses(worker.cls or "")
-        for qn in ctx.class_methods(worker.cls or ""):
+        # Its own methods, not those inherited from a plain base (v1's TpModelWorker).
+        for qn in [m for m in ctx.class_methods(worker.cls or "") if cb.owner_class(m) == worker.cls]:
             node = function_node(cb, qn)
             if node is None:
                 continue
@@ -225,7 +231,7 @@ def worker_flags(ctx: Context) -> dict[tuple[str, str], tuple]:
                 for value in sorted(cb.values(ir, qn)) if ir is not None else ():
                     callee = value[1]
                     owner = cb.owner_class(callee) if value[0] == "func" else None
-                    if owner is None or owner in family or cb.constructor(owner) == callee:
+                    if owner is None or cb.constructor(owner) == callee or callee not in plain:
                         continue
                     for name in keywords:
                         if cb.parameter_for(callee, name, bound=True) == name:

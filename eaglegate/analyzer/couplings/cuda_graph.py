@@ -283,10 +283,11 @@ class CudaGraphDetector:
         for (cls, attr), chain in sorted(flow.attr_taint.items()):
             if cls not in collaborators or (cls, attr) in seen:
                 continue
-            # Its own set-up's width, not a class attribute another class assigns
+            # Its own width, not a class attribute another class assigns
             # (`EagleDraftInput.ALLOC_LEN_PER_DECODE = …` in a worker's `__init__`).
             family = set(flow.family(cls))
-            if not any(cb.owner_class(qn) in family for _, _, qn in flow.attr_writes.get((cls, attr), ())):
+            writers = flow.class_attr_writers.get((cls, attr), set())
+            if writers and not any(cb.owner_class(qn) in family for qn in writers):
                 continue
             last = chain[-1]
             seen.add((cls, attr))

@@ -229,6 +229,8 @@ class SpecFlow:
         self.param_taint: dict[str, dict[str, Chain]] = defaultdict(dict)
         self.ret_taint: dict[str, Chain] = {}
         self.attr_writes: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
+        # (class, attribute) → functions that assign it on the class object (`Cls.attr = …`).
+        self.class_attr_writers: dict[tuple[str, str], set[str]] = defaultdict(set)
         # attribute → {function: classes it reads the attribute on}: who re-runs on a taint.
         self._readers: dict[str, dict[str, frozenset]] = defaultdict(dict)
         self._callers: dict[str, set[str]] = defaultdict(set)
@@ -686,7 +688,10 @@ class _Walker:
         elif isinstance(target, ast.Attribute):
             self.expr(target.value)
             # `Cls.attr = …` sets a class attribute that every instance reads as `self.attr`.
-            classes = self.classes_of(target.value) | self.class_objects(target.value)
+            class_objects = self.class_objects(target.value)
+            classes = self.classes_of(target.value) | class_objects
+            for cls in class_objects:
+                self.flow.class_attr_writers[(cls, target.attr)].add(self.qn)
             if self.record:
                 self.facts.assigns.append(AssignFact(target, target.attr, classes, value, chain, line,
                                                      tuple(self.cond)))

@@ -57,15 +57,16 @@ class DraftStateDetector:
                         if chain is None:
                             continue
                         by_step = {s[2]: s for s in reversed(sites) if s[2] in steps}
-                        for site in [by_step[w] for w in sorted(by_step)] or sites[:1]:
-                            self._add(findings, worker.label, facts, read, member, chain, site, sites)
-                        break
+                        added = [self._add(findings, worker.label, facts, read, member, chain, site, sites)
+                                 for site in [by_step[w] for w in sorted(by_step)] or sites[:1]]
+                        if any(added):
+                            break
         return list(findings.values())
 
     def _add(self, findings: dict[tuple, Finding], label: str, facts, read, member: str, chain: Chain,
-             site: tuple[str, int, str], sites: list) -> None:
+             site: tuple[str, int, str], sites: list) -> bool:
         """One finding per field and place written; workers refreshing it at the same place
-        share it, each other worker's cites its own writer."""
+        share it, each other worker's cites its own writer. Whether the finding is new."""
         path, line, writer = site
         key = (member, read.attr, site)
         found = findings.get(key)
@@ -75,7 +76,7 @@ class DraftStateDetector:
             if label not in found.detail["workers"]:
                 found.detail["workers"].append(label)
                 found.worker_path = "both"
-            return
+            return False
         findings[key] = Finding(
             self.CATEGORY, "draft_input_field", f"{member}.{read.attr}", path, line,
             (*chain, Step(f"{read.attr} written by {writer.rsplit('.', 2)[-2]}."
@@ -90,6 +91,7 @@ class DraftStateDetector:
              # Every function of the draft step that reads it: the field matters to a
              # launch that runs any of them.
              "readers": [facts.qn]})
+        return True
 
     def _chain(self, ctx: Context, cls: str, attr: str, sites: list) -> Chain | None:
         """The field's own taint, or the taint of a value written to it."""
