@@ -115,6 +115,11 @@ class CudaGraphDetector:
                         returned = flow.ret_taint.get(callee)
                         if returned is None or flow.returns_self(callee):
                             continue
+                        # A result tainted through a parameter another caller filled says
+                        # nothing of this call, which passes nothing speculative.
+                        bindings = {chain[-1] for chain in flow.param_taint.get(callee, {}).values()}
+                        if bindings & set(returned):
+                            continue
                         findings.append(Finding(
                             self.CATEGORY, "capture_setup", callee, facts.path, call.line,
                             (*returned, Step(text_of(call.node), facts.path, call.line)),
