@@ -40,9 +40,8 @@ def _is_mode(chain: Chain) -> bool:
 
 def _reads_algorithm(branch: BranchFact) -> bool:
     """The test reads the algorithm setting in its own line (`if not server_args.speculative_algorithm`)."""
-    first = branch.chain[0] if branch.chain else None
-    return first is not None and len(branch.chain) == 1 and first.line == branch.line \
-        and first.text.endswith("speculative_algorithm")
+    chain = branch.chain or ()
+    return len(chain) == 1 and chain[0].line == branch.line and chain[0].text.endswith("speculative_algorithm")
 
 
 def _zero_test(node: ast.expr) -> bool:
