@@ -123,9 +123,9 @@ class ConfigCapDetector:
 
 def _choices(cond: tuple, setting: str | None) -> tuple:
     """The enclosing conditions that can be speculation's choice. Not a test of whether a
-    (non-speculative) setting was given (`if self.x is None: self.x = 8` fills in a default), nor one of the
-    setting being written: such a test reads a setting a later write made speculative,
-    but speculation decides nothing there."""
+    (non-speculative) setting was given (`if self.x is None: self.x = 8` fills in a default),
+    nor one of the setting being written: such a test reads a setting a later write made
+    speculative, but speculation decides nothing there."""
     def given_or_own(node: ast.expr) -> bool:
         if any(isinstance(sub, ast.Attribute) and is_source_attr(sub.attr) for sub in ast.walk(node)):
             return False  # it tests speculation itself (`spec is None or x is not None`)

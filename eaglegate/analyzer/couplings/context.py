@@ -14,10 +14,11 @@ import networkx as nx
 
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.couplings.dataflow import SpecFlow
-from eaglegate.analyzer.couplings.model import Finding
+from eaglegate.analyzer.couplings.model import Chain, Finding, Step
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap
-from eaglegate.analyzer.step_calls import capturing_functions
+from eaglegate.analyzer.step_calls import capturing_functions, function_node
+from eaglegate.analyzer.summary import expr_ir
 
 # Names from the user's question (like spec_map.Question): the settings object.
 SETTINGS_CLASS = "ServerArgs"
@@ -200,18 +201,14 @@ def build_context(spec_map: SpecMap) -> Context:
     return ctx
 
 
-def worker_flags(ctx: Context) -> dict[tuple[str, str], tuple]:
+def worker_flags(ctx: Context) -> dict[tuple[str, str], Chain]:
     """(function, parameter) of a flag a speculative worker passes as a literal `True` to a
     method the plain path runs too (`target_worker.forward_batch_generation(…, is_verify=True)`,
     which the scheduler calls itself without speculation): only speculation sets it, so a branch
     on it is a speculative branch. Constructors are the hand-off rules' (`is_draft_worker=True`
     builds the draft's runner)."""
-    from eaglegate.analyzer.couplings.model import Step
-    from eaglegate.analyzer.step_calls import function_node
-    from eaglegate.analyzer.summary import expr_ir
-
     cb = ctx.codebase
-    flags: dict[tuple[str, str], tuple] = {}
+    flags: dict[tuple[str, str], Chain] = {}
     # What the event loops reach without entering the workers' package (the speculative
     # workers, present or not, and their draft workers) is the plain path.
     packages = tuple({worker.cls.rsplit(".", 2)[0] + "." for worker in ctx.workers if worker.cls})

@@ -8,7 +8,10 @@ insensitively within a function and on demand across functions:
 - locals (`x = …`, `x += …`, tuple unpacking, `for x in …`, `with … as x`);
 - attributes: `self.x = <tainted>` taints `(Class, "x")`; any later read `obj.x` where
   the Codebase resolves `obj` to an instance of that class (or of a base, subclass or
-  mixin partner) is tainted, whichever class it happens in;
+  mixin partner) is tainted, whichever class it happens in; `Class.x = <tainted>` (a
+  class attribute a worker sets) taints it the same way;
+- choices: in the settings' own methods, a local that every arm of a speculative
+  `if`/`else` assigns (the statement form of `a if spec else b`);
 - calls: a tainted argument taints the callee's parameter (constructors and dataclass
   fields included); a callee that returns taint taints its call; a call the index
   cannot resolve (torch, builtins) is tainted when an argument or its receiver is.

@@ -7,7 +7,9 @@ extend) or its batch entry, and the field itself, or the value written to it, ca
 speculative value, which gives the evidence chain its start. (A field whose sibling alone
 is speculative, as every field of the batch object is, is not: that read changes nothing.) After a
 plain decode step those fields describe an older token: drafting from them still
-verifies correctly but is accepted less, unless a draft extend refreshes them.
+verifies correctly but is accepted less, unless a draft extend refreshes them. Each step
+that writes the field itself (v2's draft extends after prefill and after decode) gets a
+finding of its own, so a worker's evidence names its own writer.
 """
 
 from __future__ import annotations
