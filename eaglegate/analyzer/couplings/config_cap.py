@@ -71,7 +71,7 @@ class ConfigCapDetector:
 
     def _add(self, ctx: Context, findings: list[Finding], facts: FunctionFacts, setting: str, value: str,
              line: int, cond: tuple, text: str) -> None:
-        guard = frames_chain(cond)
+        guard = frames_chain(_choices(cond, setting))
         chain: Chain | None
         if guard is not None:
             frame, chain = guard
@@ -103,7 +103,7 @@ class ConfigCapDetector:
             ctx.scratch["callers"] = index = built
         callers = index.get(facts.qn, [])
         if callers:
-            guards = [frames_chain(call.cond) for _, call in callers]
+            guards = [frames_chain(_choices(call.cond, None)) for _, call in callers]
             if all(g is not None for g in guards):
                 frame, chain = guards[0]  # type: ignore[misc]
                 caller, call = callers[0]
@@ -119,3 +119,23 @@ class ConfigCapDetector:
                 if isinstance(sub, ast.Attribute) and is_source_attr(sub.attr):
                     return (Step(text_of(sub), facts.path, sub.lineno),)
         return None
+
+
+def _choices(cond: tuple, setting: str | None) -> tuple:
+    """The enclosing conditions that can be speculation's choice. Not a test of whether a
+    (non-speculative) setting was given (`if self.x is None: self.x = 8` fills in a default),
+    nor one of the setting being written: such a test reads a setting a later write made
+    speculative, but speculation decides nothing there."""
+    def given_or_own(node: ast.expr) -> bool:
+        if any(isinstance(sub, ast.Attribute) and is_source_attr(sub.attr) for sub in ast.walk(node)):
+            return False  # it tests speculation itself (`spec is None or x is not None`)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and sub.attr == setting:
+                return True
+            if isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], (ast.Is, ast.IsNot)) \
+                    and isinstance(sub.left, ast.Attribute) and not is_source_attr(sub.left.attr) \
+                    and isinstance(sub.comparators[0], ast.Constant) and sub.comparators[0].value is None:
+                return True
+        return False
+
+    return tuple(frame for frame in cond if not given_or_own(frame.node))

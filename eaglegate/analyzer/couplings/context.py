@@ -4,6 +4,7 @@ imports the detectors, without a cycle."""
 
 from __future__ import annotations
 
+import ast
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -13,10 +14,11 @@ import networkx as nx
 
 from eaglegate.analyzer.callgraph import CallGraph
 from eaglegate.analyzer.couplings.dataflow import SpecFlow
-from eaglegate.analyzer.couplings.model import Finding
+from eaglegate.analyzer.couplings.model import Chain, Finding, Step
 from eaglegate.analyzer.index import Codebase
 from eaglegate.analyzer.spec_map import SpecMap, WorkerMap
-from eaglegate.analyzer.step_calls import capturing_functions
+from eaglegate.analyzer.step_calls import capturing_functions, function_node
+from eaglegate.analyzer.summary import expr_ir
 
 # Names from the user's question (like spec_map.Question): the settings object.
 SETTINGS_CLASS = "ServerArgs"
@@ -190,10 +192,50 @@ def build_context(spec_map: SpecMap) -> Context:
     # whether or not a width reaches them.
     steps |= ctx.near(loops, 1)
     ctx.flow = SpecFlow(cb, candidates, also_record={qn for qn in steps if qn in cb.scopes},
-                        reached=reached | steps)
+                        reached=reached | steps,
+                        settings={member for cls in settings for member in placeholder.family(cls)})
     ctx.flow.seed()
+    for (callee, param), chain in sorted(worker_flags(ctx).items()):
+        ctx.flow.taint_param(callee, param, chain)
     ctx.flow.run()
     return ctx
+
+
+def worker_flags(ctx: Context) -> dict[tuple[str, str], Chain]:
+    """(function, parameter) of a flag a speculative worker passes as a literal `True` to a
+    method the plain path runs too (`target_worker.forward_batch_generation(…, is_verify=True)`,
+    which the scheduler calls itself without speculation): only speculation sets it, so a branch
+    on it is a speculative branch. Constructors are the hand-off rules' (`is_draft_worker=True`
+    builds the draft's runner)."""
+    cb = ctx.codebase
+    flags: dict[tuple[str, str], Chain] = {}
+    # What the event loops reach without entering the workers' package (the speculative
+    # workers, present or not, and their draft workers) is the plain path.
+    packages = tuple({worker.cls.rsplit(".", 2)[0] + "." for worker in ctx.workers if worker.cls})
+    speculative = {qn for qn in cb.scopes if qn.startswith(packages)} if packages else set()
+    plain = ctx.callgraph.reach([e.function for e in ctx.spec_map.event_loops], avoid=speculative)
+    for worker in ctx.workers:
+        # Its own methods, not those inherited from a plain base (v1's TpModelWorker).
+        for qn in [m for m in ctx.class_methods(worker.cls or "") if cb.owner_class(m) == worker.cls]:
+            node = function_node(cb, qn)
+            if node is None:
+                continue
+            path = cb.scope_module[qn].path
+            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+                keywords = [kw.arg for kw in call.keywords
+                            if kw.arg and isinstance(kw.value, ast.Constant) and kw.value.value is True]
+                ir = expr_ir(call.func) if keywords else None
+                for value in sorted(cb.values(ir, qn)) if ir is not None else ():
+                    callee = value[1]
+                    owner = cb.owner_class(callee) if value[0] == "func" else None
+                    if owner is None or cb.constructor(owner) == callee or callee not in plain:
+                        continue
+                    for name in keywords:
+                        if cb.parameter_for(callee, name, bound=True) == name:
+                            flags.setdefault((callee, name), (Step(
+                                f"{worker.name} calls {callee.rsplit('.', 2)[-2]}.{callee.rsplit('.', 1)[-1]} "
+                                f"with {name}=True", path, call.lineno),))
+    return flags
 
 
 def _runner_family(cb: Codebase, cg: CallGraph, runners: set[str]) -> set[str]:

@@ -9,7 +9,8 @@ and what it calls on `self`) this detector reports:
 - `capture_width`: an attribute set from a speculative value (tokens per request,
   capture batch sizes, the draft runners' fixed widths);
 - `capture_setup`: a call that hands spec-derived sizes to a collaborator
-  (`attn_backend.init_cuda_graph_state(max_bs, max_num_token)`);
+  (`attn_backend.init_cuda_graph_state(max_bs, max_num_token)`), or takes them from one
+  that computes them from a speculative setting itself;
 - `backend_width`: a class the runner calls into (an attention backend) that keeps a
   speculative width from its own set-up;
 - `graph_mode` (a site of the runner's `capture_mode` mechanism): a predicate of the mode
@@ -93,18 +94,38 @@ class CudaGraphDetector:
                     internal = [v[1] for v in sorted(call.callees) if v[0] == "func"
                                 and (cb.owner_class(v[1]) or "") not in family]
                     tainted = call.tainted_args()
-                    if not internal or not tainted:
+                    if not internal:
                         continue
-                    key, chain, node = tainted[0]
-                    # One finding per function the call may reach (`self.backend.init_…()` on
-                    # whichever backend was built): a launch keeps the ones whose code it runs.
+                    if tainted:
+                        chain = tainted[0][1]
+                        # One finding per function the call may reach (`self.backend.init_…()`
+                        # on whichever backend was built): a launch keeps the ones it runs.
+                        for callee in internal:
+                            findings.append(Finding(
+                                self.CATEGORY, "capture_setup", callee, facts.path, call.line,
+                                (*chain, Step(text_of(call.node), facts.path, call.line)),
+                                f"graph runner {runner.rsplit('.', 1)[-1]} sizes {callee.rsplit('.', 1)[-1]} "
+                                "from a speculative value while capturing",
+                                where, "blocks-runtime-switch", {"runner": runner}))
+                        continue
+                    # No speculative argument, a speculative result: the callee computes the
+                    # runner's sizes from a setting itself (capture sizes that speculation
+                    # chose), part of the runner's capture width.
                     for callee in internal:
+                        returned = flow.ret_taint.get(callee)
+                        if returned is None or flow.returns_self(callee):
+                            continue
+                        # A result tainted through a parameter another caller filled says
+                        # nothing of this call, which passes nothing speculative.
+                        bindings = {chain[-1] for chain in flow.param_taint.get(callee, {}).values()}
+                        if bindings & set(returned):
+                            continue
                         findings.append(Finding(
                             self.CATEGORY, "capture_setup", callee, facts.path, call.line,
-                            (*chain, Step(text_of(call.node), facts.path, call.line)),
-                            f"graph runner {runner.rsplit('.', 1)[-1]} sizes {callee.rsplit('.', 1)[-1]} "
-                            "from a speculative value while capturing",
-                            where, "blocks-runtime-switch", {"runner": runner}))
+                            (*returned, Step(text_of(call.node), facts.path, call.line)),
+                            f"graph runner {runner.rsplit('.', 1)[-1]} takes its sizes from "
+                            f"{callee.rsplit('.', 1)[-1]}, which computes them from a speculative setting",
+                            where, "blocks-runtime-switch", {"runner": runner, "part_of": "capture_width"}))
             if found_mode:
                 runners[runner] = "target"
         findings += self._backends(ctx, runners)
@@ -266,6 +287,12 @@ class CudaGraphDetector:
         seen: set[tuple[str, str]] = set()
         for (cls, attr), chain in sorted(flow.attr_taint.items()):
             if cls not in collaborators or (cls, attr) in seen:
+                continue
+            # Its own width, not a class attribute another class assigns
+            # (`EagleDraftInput.ALLOC_LEN_PER_DECODE = …` in a worker's `__init__`).
+            family = set(flow.family(cls))
+            writers = flow.class_attr_writers.get((cls, attr), set())
+            if writers and not any(cb.owner_class(qn) in family for qn in writers):
                 continue
             last = chain[-1]
             seen.add((cls, attr))

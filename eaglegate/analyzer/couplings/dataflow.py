@@ -8,7 +8,10 @@ insensitively within a function and on demand across functions:
 - locals (`x = …`, `x += …`, tuple unpacking, `for x in …`, `with … as x`);
 - attributes: `self.x = <tainted>` taints `(Class, "x")`; any later read `obj.x` where
   the Codebase resolves `obj` to an instance of that class (or of a base, subclass or
-  mixin partner) is tainted, whichever class it happens in;
+  mixin partner) is tainted, whichever class it happens in; `Class.x = <tainted>` (a
+  class attribute a worker sets) taints it the same way;
+- choices: in the settings' own methods, a local that every arm of a speculative
+  `if`/`else` assigns (the statement form of `a if spec else b`);
 - calls: a tainted argument taints the callee's parameter (constructors and dataclass
   fields included); a callee that returns taint taints its call; a call the index
   cannot resolve (torch, builtins) is tainted when an argument or its receiver is.
@@ -215,8 +218,10 @@ class SpecFlow:
     """The taint state of one tree, computed over the modules the spec path reaches."""
 
     def __init__(self, codebase: Codebase, candidates: set[str], also_record: set[str] | None = None,
-                 reached: set[str] | None = None):
+                 reached: set[str] | None = None, settings: set[str] | None = None):
         self.cb = codebase
+        # The settings classes: in their methods a value a speculative test picks is taint.
+        self.settings = settings or set()
         self.root = Path(codebase.root)
         self.candidates = candidates  # module names the analysis may read
         self.also_record = also_record or set()  # functions whose facts detectors need anyway
@@ -227,6 +232,8 @@ class SpecFlow:
         self.param_taint: dict[str, dict[str, Chain]] = defaultdict(dict)
         self.ret_taint: dict[str, Chain] = {}
         self.attr_writes: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
+        # (class, attribute) → functions that assign it on the class object (`Cls.attr = …`).
+        self.class_attr_writers: dict[tuple[str, str], set[str]] = defaultdict(set)
         # attribute → {function: classes it reads the attribute on}: who re-runs on a taint.
         self._readers: dict[str, dict[str, frozenset]] = defaultdict(dict)
         self._callers: dict[str, set[str]] = defaultdict(set)
@@ -647,6 +654,15 @@ class _Walker:
             self.cond.append(Frame(node.test, chain, node.lineno, negated=True))
             self.block(node.orelse)
             self.cond.pop()
+        if chain is not None and isinstance(node, ast.If) and self.facts.owner in self.flow.settings:
+            # In the settings' post-processing, `if spec: x = a` / `else: x = b` is the
+            # statement form of `x = a if spec else b`: the setting speculation picks (the
+            # capture sizes) shapes every reader. Elsewhere such a branch picks a code path,
+            # and tainting what both arms assign would taint the runtime's every size.
+            step = self.step(f"if {self.flow.text(node.test)}: … else: …", node)
+            for name in sorted(_chosen(node.body) & _chosen(node.orelse)):
+                if name not in self.facts.locals:
+                    self.facts.locals[name] = (*chain, step)[-_MAX_CHAIN:]
 
     def bind(self, target: ast.expr, chain: Chain | None, value: ast.expr | None, stmt: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -674,7 +690,11 @@ class _Walker:
                                                      tuple(self.cond)))
         elif isinstance(target, ast.Attribute):
             self.expr(target.value)
-            classes = self.classes_of(target.value)
+            # `Cls.attr = …` sets a class attribute that every instance reads as `self.attr`.
+            class_objects = self.class_objects(target.value)
+            classes = self.classes_of(target.value) | class_objects
+            for cls in class_objects:
+                self.flow.class_attr_writers[(cls, target.attr)].add(self.qn)
             if self.record:
                 self.facts.assigns.append(AssignFact(target, target.attr, classes, value, chain, line,
                                                      tuple(self.cond)))
@@ -700,6 +720,13 @@ class _Walker:
         if ir is None:
             return frozenset()
         return self.flow.instances(ir, self.qn)
+
+    def class_objects(self, node: ast.expr) -> frozenset:
+        """The classes `node` names as classes (`EagleDraftInput`), not instances of them."""
+        ir = expr_ir(node)
+        if ir is None:
+            return frozenset()
+        return frozenset(v[1] for v in self.cb.values(ir, self.qn) if v[0] == "class")
 
     def expr(self, node: ast.expr | None) -> Chain | None:
         """The taint of an expression (None if untainted); binds parameters of the calls in it."""
@@ -931,6 +958,21 @@ def _grown(body: list[ast.stmt]) -> tuple[set[str], set[str]]:
             every |= found
             some |= found
     return every, some
+
+
+def _chosen(body: list[ast.stmt]) -> set[str]:
+    """Locals assigned on every path through `body` that falls through (an arm that returns
+    or raises chooses nothing)."""
+    chosen: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            chosen |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(stmt, ast.If):
+            chosen |= _chosen(stmt.body) & _chosen(stmt.orelse) if stmt.orelse else set()
+        elif isinstance(stmt, (ast.Return, ast.Raise)):
+            return set()
+    return chosen
 
 
 def _mutated(body: list[ast.stmt]) -> set[str]:

@@ -7,7 +7,9 @@ extend) or its batch entry, and the field itself, or the value written to it, ca
 speculative value, which gives the evidence chain its start. (A field whose sibling alone
 is speculative, as every field of the batch object is, is not: that read changes nothing.) After a
 plain decode step those fields describe an older token: drafting from them still
-verifies correctly but is accepted less, unless a draft extend refreshes them.
+verifies correctly but is accepted less, unless a draft extend refreshes them. Each step
+that writes the field itself (v2's draft extends after prefill and after decode) gets a
+finding of its own, so a worker's evidence names its own writer.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ class DraftStateDetector:
 
     def find(self, ctx: Context) -> list[Finding]:
         flow = ctx.flow
-        findings: dict[tuple[str, str], Finding] = {}
+        findings: dict[tuple, Finding] = {}
         for worker in ctx.workers:
             workers = {c for c in ctx.codebase.mro(worker.cls or "")}
             readers = ctx.step_functions(worker, ("draft",), depth=1)
             writers = ctx.step_functions(worker, ("verify", "draft_extend"), depth=2)
             if worker.entry:
                 writers.add(worker.entry)
+            # Each of the steps that writes a field itself (the draft extends after prefill and
+            # after decode) is a place that keeps it fresh; else the first write they reach.
+            steps = {s.function for s in worker.steps if s.kind in ("verify", "draft_extend")}
             for qn in sorted(readers):
                 facts = flow.functions.get(qn)
                 if facts is None or not facts.analysed:
@@ -53,32 +58,42 @@ class DraftStateDetector:
                         chain = self._chain(ctx, member, read.attr, sites)
                         if chain is None:
                             continue
-                        path, line, writer = sites[0]
-                        key = (member, read.attr)
-                        if key in findings:
-                            readers_of = findings[key].detail["readers"]
-                            if qn not in readers_of:
-                                readers_of.append(qn)
-                            if worker.label not in findings[key].detail["workers"]:
-                                findings[key].detail["workers"].append(worker.label)
-                                findings[key].worker_path = "both"
-                            continue
-                        findings[key] = Finding(
-                            self.CATEGORY, "draft_input_field", f"{member}.{read.attr}", path, line,
-                            (*chain, Step(f"{read.attr} written by {writer.rsplit('.', 2)[-2]}."
-                                          f"{writer.rsplit('.', 1)[-1]}", path, line),
-                             Step(f"read by the draft step: {read.text}", facts.path, read.line)),
-                            f"the draft step reads `{read.attr}` of {member.rsplit('.', 1)[-1]}, which only "
-                            "speculative steps write; a plain decode leaves it stale unless a draft "
-                            "extend refreshes it",
-                            worker.label, "degrades-acceptance",
-                            {"class": member, "field": read.attr, "workers": [worker.label],
-                             "writes": [f"{p}:{n}" for p, n, _ in sites[:5]],
-                             # Every function of the draft step that reads it: the field
-                             # matters to a launch that runs any of them.
-                             "readers": [qn]})
-                        break
+                        by_step = {s[2]: s for s in reversed(sites) if s[2] in steps}
+                        added = [self._add(findings, worker.label, facts, read, member, chain, site, sites)
+                                 for site in [by_step[w] for w in sorted(by_step)] or sites[:1]]
+                        if any(added):
+                            break
         return list(findings.values())
+
+    def _add(self, findings: dict[tuple, Finding], label: str, facts, read, member: str, chain: Chain,
+             site: tuple[str, int, str], sites: list) -> bool:
+        """One finding per field and place written; workers refreshing it at the same place
+        share it, each other worker's cites its own writer. Whether the finding is new."""
+        path, line, writer = site
+        key = (member, read.attr, site)
+        found = findings.get(key)
+        if found is not None:
+            if facts.qn not in found.detail["readers"]:
+                found.detail["readers"].append(facts.qn)
+            if label not in found.detail["workers"]:
+                found.detail["workers"].append(label)
+                found.worker_path = "both"
+            return False
+        findings[key] = Finding(
+            self.CATEGORY, "draft_input_field", f"{member}.{read.attr}", path, line,
+            (*chain, Step(f"{read.attr} written by {writer.rsplit('.', 2)[-2]}."
+                          f"{writer.rsplit('.', 1)[-1]}", path, line),
+             Step(f"read by the draft step: {read.text}", facts.path, read.line)),
+            f"the draft step reads `{read.attr}` of {member.rsplit('.', 1)[-1]}, which only "
+            "speculative steps write; a plain decode leaves it stale unless a draft "
+            "extend refreshes it",
+            label, "degrades-acceptance",
+            {"class": member, "field": read.attr, "workers": [label],
+             "writes": [f"{p}:{n}" for p, n, _ in sites[:5]],
+             # Every function of the draft step that reads it: the field matters to a
+             # launch that runs any of them.
+             "readers": [facts.qn]})
+        return True
 
     def _chain(self, ctx: Context, cls: str, attr: str, sites: list) -> Chain | None:
         """The field's own taint, or the taint of a value written to it."""

@@ -12,7 +12,9 @@ value (the algorithm, a step count):
 - `verify_appends`: a worker's verify step growing one of those containers itself (the
   v1 verify appending output tokens);
 - `mode_branch`: in the scheduler's own step functions (what its event loops call), a
-  branch on the algorithm that routes the batch (how `run_batch` calls the worker);
+  branch on the algorithm that routes the batch (how `run_batch` calls the worker); deeper
+  on its paths, outside the workers, a test of the algorithm setting itself (the order in
+  which a retraction takes requests);
 - `zero_steps`: a worker branch testing a speculative count against 0: the worker has
   a native path with no drafting (adaptive speculation at steps=0).
 """
@@ -34,6 +36,12 @@ def _is_mode(chain: Chain) -> bool:
     """A test on the mode: the algorithm itself, or a setting read within a couple of copies.
     (A count that went through sizes and tensors first tests a size, not the mode.)"""
     return "speculative_algorithm" in chain[0].text or len(chain) <= 3
+
+
+def _reads_algorithm(branch: BranchFact) -> bool:
+    """The test reads the algorithm setting in its own line (`if not server_args.speculative_algorithm`)."""
+    chain = branch.chain or ()
+    return len(chain) == 1 and chain[0].line == branch.line and chain[0].text.endswith("speculative_algorithm")
 
 
 def _zero_test(node: ast.expr) -> bool:
@@ -59,6 +67,7 @@ class ModeCheckDetector:
             worker_steps[worker.label] = steps
             scope |= steps
         worker_classes = {c for w in ctx.workers for c in ctx.codebase.mro(w.cls or "")}
+        worker_steps_all = set().union(*worker_steps.values())
         # The scheduler's own step functions, which its event loops call directly.
         scheduler_steps = ctx.near(loops, 1)
         findings: list[Finding] = []
@@ -97,6 +106,16 @@ class ModeCheckDetector:
                         self.CATEGORY, "mode_branch", qn, facts.path, branch.line, (*branch.chain, test_step),
                         f"{qn.rsplit('.', 1)[-1]} routes the batch by whether speculation is on, not by the "
                         "step: a step gated inside the worker keeps this route",
+                        where, "compatible", {"test": branch.test}))
+                elif not branch.early_exit and not partial and qn not in worker_steps_all \
+                        and (facts.owner or "") not in worker_classes and _reads_algorithm(branch):
+                    # Deeper on the scheduler's paths, a test of the launch's algorithm setting
+                    # itself (not of a value derived from it) decides what the batch code does
+                    # (which requests a retraction takes first) for the launch, not the step.
+                    findings.append(Finding(
+                        self.CATEGORY, "mode_branch", qn, facts.path, branch.line, (*branch.chain, test_step),
+                        f"{qn.rsplit('.', 1)[-1]} treats the batch differently when the launch speculates; "
+                        "a step gated to plain decode keeps the speculative treatment",
                         where, "compatible", {"test": branch.test}))
                 if _zero_test(branch.node.test) and (facts.owner or "") in worker_classes:
                     findings.append(Finding(
