@@ -34,7 +34,7 @@ OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 DEPTH_SERVERS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2", "adaptive", "gated-depth")
 SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live", "depth")
-PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile")
+PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile", "partial")
 REQUIRED = ("id", "date", "release", "servers", "pair", "section", "purpose")
 # live_runs.json's own description of itself (the product reads the file, see live_runs.py).
 LIVE_RUNS_ABOUT = (
