@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from eaglegate import app
 from eaglegate.cli import app as cli_app
 from eaglegate.errors import UserError
 from eaglegate.live import calibrate as cal
-from eaglegate.live.sweep import read_results
+from eaglegate.live.sweep import points_of, read_rows
 from eaglegate.patches.gate_module import DepthTable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def _sweeps(tmp_path: Path) -> dict[int, Path]:
 
 
 def _curves(paths: dict[int, Path]) -> tuple[cal.Curve, dict[int, cal.Curve]]:
-    curves = {d: cal.Curve.of(str(p), [(x.concurrency, x.output_throughput) for x in read_results(p)])
+    curves = {d: cal.Curve.of(str(p), [(x.concurrency, x.output_throughput) for x in points_of(read_rows(p))])
               for d, p in paths.items()}
     return curves.pop(0), curves
 
@@ -117,6 +118,44 @@ def test_bench_serving_writes_the_names_a_context_is_read_from(release_tree, ver
     source = (release_tree(version).root / path).read_text()
     for name in BENCH_NAMES:
         assert f'"{name}": ' in source, (version, name)
+
+
+# bench_serving --output-details adds each request's lengths under these names.
+DETAIL_NAMES = ("input_lens", "output_lens")
+
+
+@pytest.mark.parametrize("version, path", [("0.5.9", "bench_serving.py"), ("0.5.23", "benchmark/serving.py")])
+def test_bench_serving_writes_each_requests_lengths_with_its_details(release_tree, version, path):
+    source = (release_tree(version).root / path).read_text()
+    for name in DETAIL_NAMES:
+        assert f'"{name}": ' in source, (version, name)
+
+
+def test_a_context_of_mixed_output_lengths_weighs_each_request_by_its_decode_steps(tmp_path):
+    # Two requests of 256-token prompts: one generates 10 tokens, one 500. The gate sees the
+    # long one in 500 of the 510 steps, its KV near 256 + 250; from totals alone the context
+    # would be 256 + 255/2.
+    line = {"max_concurrency": 2, "completed": 2, "total_input_tokens": 512, "total_output_tokens": 510,
+            "output_throughput": 100.0, "input_lens": [256, 256], "output_lens": [10, 500]}
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps({**line, "output_lens": [255, 255]}) + "\n")
+    mixed, same = (row.context for row in read_rows(path))
+    assert mixed == pytest.approx((10 * (256 + 5) + 500 * (256 + 250)) / 510)
+    assert same == pytest.approx(256 + 255 / 2) == (512 + 510 / 2) / 2  # one length: the totals' answer
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"output_lens": [10]}, "input_lens has 2 requests and output_lens 1"),
+    ({"output_lens": [0, 0]}, "output_lens are all 0: no request generated a token, so no decode step"),
+    ({"input_lens": [256, "x"]}, "input_lens is [256, 'x'], not a list of token counts"),
+])
+def test_bad_request_lengths_are_named_by_their_line(tmp_path, change, message):
+    line = {"max_concurrency": 2, "completed": 2, "total_input_tokens": 512, "total_output_tokens": 510,
+            "output_throughput": 100.0, "input_lens": [256, 256], "output_lens": [10, 500], **change}
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: {message}")):
+        read_rows(path)
 
 
 def _bench_line(level: int, throughput: float, prompt: int) -> str:
@@ -258,6 +297,25 @@ def test_a_depth_given_twice_or_out_of_range_is_a_usage_error(tmp_path, args, me
     assert _refusal(str(_banded(tmp_path)[0]), *args, code=2) == f"error: {message}"
 
 
+def test_one_sweep_file_for_two_roles_is_refused_and_nothing_is_written(tmp_path):
+    paths = _banded(tmp_path)
+    before = {p: p.read_bytes() for p in paths.values()}
+    base, d1, d3 = (str(paths[d]) for d in (0, 1, 3))
+    link = tmp_path / "same-as-depth-1.jsonl"
+    link.symlink_to(paths[1])
+    # the same file for two depths, through another name too
+    assert _refusal(base, "--depth", f"1={d1}", "--depth", f"3={link}", code=2) == (
+        "error: --depth 1 and --depth 3 name one sweep file: each depth is a sweep of its own")
+    # the baseline given as a depth
+    assert _refusal(base, "--depth", f"1={base}", code=2) == (
+        "error: the baseline sweep is also the sweep of depth 1: the baseline is plain decoding's own sweep")
+    # the table written over an input
+    for target, name in ((base, "the baseline sweep"), (d3, "the sweep of depth 3")):
+        assert _refusal(base, "--depth", f"1={d1}", "--depth", f"3={d3}", "--table-out", target, code=2) == (
+            f"error: {target} is {name}: write the output to another file")
+    assert {p: p.read_bytes() for p in paths.values()} == before
+
+
 def test_a_bad_count_of_prompt_tokens_is_named_by_its_line(tmp_path):
     paths = _banded(tmp_path)
     lines = paths[1].read_text().splitlines(keepends=True)
@@ -334,6 +392,8 @@ def test_contexts_within_a_quarter_of_each_other_are_one_length_and_the_bounds_r
     measured = [500.0, 512.0, 530.0, 4352.0, 4300.0, 4410.0]
     assert cal.context_lengths(measured) == {500.0: 512, 512.0: 512, 530.0: 512,
                                              4300.0: 4352, 4352.0: 4352, 4410.0: 4352}
+    # A quarter above the group's smallest is still the group; a token more is a new length.
+    assert cal.context_lengths([400.0, 500.0, 501.0]) == {400.0: 450, 500.0: 450, 501.0: 501}
     # Near zero the ratio says nothing: what rounds to one length is one, and the bounds the
     # gate's parser takes are positive and strictly increasing.
     tiny = sorted(set(cal.context_lengths([0.0, 0.4, 0.9, 2.0, 3.0]).values()))

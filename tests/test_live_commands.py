@@ -16,7 +16,7 @@ from eaglegate.cli import app
 from eaglegate.errors import UserError
 from eaglegate.live import calibrate as cal
 from eaglegate.live.client import Generation, resolve_endpoint
-from eaglegate.live.sweep import parse_levels, percentile, read_results, run_sweep
+from eaglegate.live.sweep import parse_levels, percentile, points_of, read_rows, run_sweep
 from eaglegate.live.verify_live import first_difference
 from eaglegate.reports import charts
 
@@ -228,17 +228,17 @@ def test_reads_bench_serving_result_files(tmp_path: Path, release_tree) -> None:
     lines = [dict(BENCH_LINE, max_concurrency=c, output_throughput=t)
              for c, t in ((16, 5000.0), (1, 400.0), (16, 6000.0))]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    points = read_results(path)
+    points = points_of(read_rows(path))
     assert [(p.concurrency, p.output_throughput, p.source) for p in points] == [
         (1, 400.0, "bench_serving"), (16, 5500.0, "bench_serving")]
     assert points[0].mean_itl_ms == 2.9
     as_list = tmp_path / "bench.json"
     as_list.write_text(json.dumps(lines))
-    assert [p.concurrency for p in read_results(as_list)] == [1, 16]
+    assert [p.concurrency for p in points_of(read_rows(as_list))] == [1, 16]
     bad = tmp_path / "rate.jsonl"
     bad.write_text(json.dumps(dict(BENCH_LINE, max_concurrency=None)) + "\n")
     with pytest.raises(UserError, match="rate.jsonl:1: no max_concurrency"):
-        read_results(bad)
+        points_of(read_rows(bad))
 
 
 def test_calibrate_rule_on_exact_curves() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglegate.app.requests import (
@@ -18,6 +19,7 @@ from eaglegate.app.requests import (
     check_png,
     check_positive,
     check_text,
+    same_file,
     set_checked,
 )
 from eaglegate.errors import UsageError, UserError
@@ -171,9 +173,15 @@ class CalibrateRequest:
         set_checked(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
         set_checked(self, "margin", check_fraction("--margin", self.margin))
         set_checked(self, "png", check_png(self.png))
-        set_checked(self, "depths", check_depth_sweeps(self.depths))
+        depths = check_depth_sweeps(self.depths)
+        set_checked(self, "depths", depths)
         set_checked(self, "table_out", check_given("--table-out", self.table_out))
-        check_output(self.table_out)
+        depth_sweeps = {f"sweep of depth {d}": path for d, path in depths.items()}
+        check_output(self.table_out, {"baseline sweep": self.baseline, **depth_sweeps})
+        baseline_twin = next((name for name, path in depth_sweeps.items()
+                              if self.baseline and same_file(Path(str(self.baseline)), Path(path))), None)
+        if baseline_twin:
+            raise UsageError(f"the baseline sweep is also the {baseline_twin}: the baseline is plain decoding's own sweep")
         if self.depths or self.table_out:
             if self.estimate is not None or self.spec or self.png:
                 raise UsageError("--depth takes the baseline sweep and one sweep per depth: no spec sweep, "

@@ -11,6 +11,7 @@ a request. The command line reads numbers as text (`cli_value`), so `--threshold
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,11 +183,26 @@ def check_switch(name: str, value: object) -> bool:
     return value
 
 
-def check_output(path: object) -> None:
+def check_output(path: object, inputs: dict[str, object] | None = None) -> None:
     """An output file's folder must exist: a typo should not create a tree of folders, nor
-    fail only after minutes of work."""
-    if path is not None and not Path(str(path)).parent.is_dir():
-        raise UsageError(f"no such folder: {Path(str(path)).parent} (create it first)")
+    fail only after minutes of work. Nor may it be one of the command's own inputs (`inputs`:
+    what each is called -> its path): the write would replace what the answer was made from."""
+    if path is None:
+        return
+    out = Path(str(path))
+    if not out.parent.is_dir():
+        raise UsageError(f"no such folder: {out.parent} (create it first)")
+    for name, given in (inputs or {}).items():
+        if given is not None and same_file(out, Path(str(given))):
+            raise UsageError(f"{out} is the {name}: write the output to another file")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (links included) or, where either is missing, one path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def check_png(path: object) -> str | None:
@@ -362,5 +378,8 @@ def check_depth_sweeps(entries: object) -> dict[int, str]:
             raise UsageError(f"--depth must be DEPTH=FILE with DEPTH from 1 to {MAX_DEPTH}, not {text!r}")
         if int(depth) in sweeps:
             raise UsageError(f"--depth {int(depth)} is given twice")
+        twin = next((d for d, other in sweeps.items() if same_file(Path(path.strip()), Path(other))), None)
+        if twin is not None:
+            raise UsageError(f"--depth {twin} and --depth {int(depth)} name one sweep file: each depth is a sweep of its own")
         sweeps[int(depth)] = path.strip()
     return sweeps

@@ -369,12 +369,20 @@ def read_rows(path: str | Path) -> list[Row]:
 
 
 def _context(obj: dict[str, Any], where: str) -> float | None:
-    """Mean prompt + half the mean output, in tokens; None when the line has no prompt count.
-    With every request generating its output, a running request is on average halfway
-    through it, so its KV holds the prompt and half the output."""
+    """The KV length the gate reads per decode step, averaged over the sweep's steps, in
+    tokens; None when the line has no prompt count. The gate reads the running requests' mean
+    KV length each step, and a request of prompt P and output O runs O steps whose KV holds
+    P + O/2 on average: per request lengths (bench_serving --output-details: input_lens,
+    output_lens) weigh each by its O; from totals alone every request is taken to generate the
+    mean output, which is exact where outputs have one length (--random-range-ratio 1, or
+    `eaglegate sweep` without EOS)."""
     prompt = obj.get("total_input_tokens")
     if prompt is None:
         return None
+    per_request = _request_lengths(obj, where)
+    if per_request is not None:
+        inputs, outputs = per_request
+        return sum(o * (p + o / 2) for p, o in zip(inputs, outputs, strict=True)) / sum(outputs)
     values: dict[str, float] = {}
     for key in ("total_input_tokens", "total_output_tokens", "completed"):
         value = obj.get(key)
@@ -386,9 +394,23 @@ def _context(obj: dict[str, Any], where: str) -> float | None:
     return (values["total_input_tokens"] + values["total_output_tokens"] / 2) / values["completed"]
 
 
-def read_results(path: str | Path) -> list[Point]:
-    """Read a sweep file (`read_rows`), one point per level (`points_of`)."""
-    return points_of(read_rows(path))
+def _request_lengths(obj: dict[str, Any], where: str) -> tuple[list[float], list[float]] | None:
+    """bench_serving's per-request prompt and output lengths where the line has both, else None."""
+    if "input_lens" not in obj or "output_lens" not in obj:
+        return None
+    lists = []
+    for key in ("input_lens", "output_lens"):
+        value = obj[key]
+        if not isinstance(value, list) or not all(
+                not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in value):
+            raise UserError(f"{where}: {key} is {reprlib.repr(value)}, not a list of token counts")
+        lists.append([float(v) for v in value])
+    inputs, outputs = lists
+    if len(inputs) != len(outputs):
+        raise UserError(f"{where}: input_lens has {len(inputs)} requests and output_lens {len(outputs)}")
+    if not sum(outputs):
+        raise UserError(f"{where}: output_lens are all 0: no request generated a token, so no decode step")
+    return inputs, outputs
 
 
 def points_of(rows: Sequence[Row]) -> list[Point]:
