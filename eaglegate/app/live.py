@@ -173,6 +173,7 @@ class CalibrateRequest:
         set_checked(self, "spec", check_text("spec", self.spec, TEXT_LIMITS["spec"]))
         set_checked(self, "margin", check_fraction("--margin", self.margin))
         set_checked(self, "png", check_png(self.png))
+        check_output(self.png, {"baseline sweep": self.baseline, "spec sweep": self.spec})
         depths = check_depth_sweeps(self.depths)
         set_checked(self, "depths", depths)
         set_checked(self, "table_out", check_given("--table-out", self.table_out))

@@ -71,7 +71,7 @@ class DiffRequest:
 
     def __post_init__(self) -> None:
         set_checked(self, "fmt", check_choice("--format", self.fmt, DIFF_FORMATS))
-        check_output(self.output)
+        check_output(self.output, {"saved report A": self.a.arg, "saved report B": self.b.arg})
         for name, side in (("A", self.a), ("B", self.b)):
             if not side.arg and not side.path:
                 raise UsageError(f"give {name} as a version, a directory, a report .json or --path-{name.lower()}")

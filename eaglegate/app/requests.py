@@ -357,8 +357,8 @@ class PlanRequest:
     def __post_init__(self) -> None:
         set_checked(self, "threshold", check_optional_threshold(self.threshold))
         set_checked(self, "config_out", check_given("--config-out", self.config_out))
-        check_output(self.config_out)
         set_checked(self, "depth_table", check_depth_table(self.depth_table))
+        check_output(self.config_out, {"depth table": self.depth_table})
 
 
 def check_depth_sweeps(entries: object) -> dict[int, str]:
