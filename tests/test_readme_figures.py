@@ -230,3 +230,16 @@ def test_the_readmes_live_column_is_live_runs_json():
                 earlier |= named
     assert current == set(live["releases"]), (current, live["releases"])
     assert earlier == set(live["earlier_revisions"]), (earlier, live["earlier_revisions"])
+
+
+def test_the_readmes_couplings_recall_is_the_scores():
+    """The README's recall against our own reading is bench/couplings_reading/score.md's table."""
+    score = (REPO / "bench" / "couplings_reading" / "score.md").read_text(encoding="utf-8")
+    rows = {cells[0]: cells for line in score.splitlines() if line.startswith("| 0.")
+            for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]}
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    (s9, all9, triton9, pct9, blocking9), (s4, all4, triton4, pct4) = (
+        (rows["0.5.9"][i] for i in (1, 2, 4, 5, 6)), (rows["0.5.4"][i] for i in (1, 2, 4, 5)))
+    assert f"`--all` finds {all9} of {s9} and {all4} of {s4} sites" in readme
+    assert f"list {triton9} of {s9} ({pct9.replace('%', ' %')}) and {triton4} of {s4} ({pct4.replace('%', ' %')})" in readme
+    assert f"It lists {blocking9} blocking mechanisms on 0.5.9" in readme
