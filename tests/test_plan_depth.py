@@ -17,7 +17,7 @@ from eaglegate.cli import app as cli_app
 from eaglegate.errors import UsageError
 from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
 from eaglegate.patches.gate_module import DepthTable
-from eaglegate.patches.plan import ADAPTIVE_FLAGS, adaptive_loader
+from eaglegate.patches.plan import ADAPTIVE_FLAGS, adaptive_loader, depth_tiers
 
 from conftest import analysis
 
@@ -51,6 +51,33 @@ def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(versio
     assert loader is not None
     _, slots = loader[0](str(written))  # the release's own check
     assert sorted({s for slot in slots.values() for s in slot["candidate_steps"]}) == plan.depth["depths"]
+
+
+# Depths 2 and 1 of a launch of 3 steps: the table never names the launch's own depth.
+WITHOUT_LAUNCH_DEPTH = {"batch": [4, 16], "depth": [[2], [1], [0]]}
+THREE_STEPS = "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1"
+
+
+@pytest.mark.parametrize(("version", "check"), [
+    ("0.5.13", "srt/speculative/adaptive_spec_params.py"),  # a validator beside the loader
+    ("0.5.16", "srt/arg_groups/speculative_hook.py"),  # the arguments' hook from 0.5.14
+    ("0.5.23", "srt/arg_groups/speculative_hook.py"),  # the hook that declares what it resolves
+])
+def test_the_planned_config_passes_the_releases_own_start_up_check_for_the_launchs_steps(version, check, tmp_path):
+    plan = app.plan_of(analysis(version), app.PlanRequest(
+        48, app.Launch(THREE_STEPS, ["SGLANG_ENABLE_SPEC_V2=1"]), depth_table=json.dumps(WITHOUT_LAUNCH_DEPTH)))
+    assert plan.depth is not None and plan.depth["depths"] == [1, 2] and plan.depth["tiers"] is True
+    assert plan.adaptive_config == {"1": {"candidate_steps": [1, 2, 3]}}
+    tiers, _ = depth_tiers(analysis(version))
+    assert tiers is not None and tiers.where.startswith(check + ":")
+    written = tmp_path / "adaptive.json"
+    written.write_text(json.dumps(plan.adaptive_config))
+    tiers.load(str(written), 3)  # the release's own start-up check, for --speculative-num-steps 3
+    # The table's depths alone: the release refuses to start, in its own words.
+    written.write_text(json.dumps({"1": {"candidate_steps": [1, 2]}}))
+    with pytest.raises(ValueError, match=r"^--speculative-num-steps=3 is not in the adaptive config "
+                                         r"candidate_steps \[1, 2\]"):
+        tiers.load(str(written), 3)
 
 
 @pytest.mark.parametrize(("version", "env", "table", "why"), [
