@@ -174,3 +174,20 @@ def test_the_command_line_writes_the_tiers_config_and_prints_the_route_as_json(t
     assert "depth gate: a 3x2 table, depths [1, 2, 3, 4], each in an adaptive tier of its own" in said
     # The inline table quoted as a shell reads it.
     assert f"--speculative-depth-table '{DepthTable.parse(json.dumps(TABLE)).inline()}'" in said
+
+
+def test_the_config_is_never_written_over_the_table_it_was_planned_from(tmp_path):
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps(TABLE))
+    (tmp_path / "link.json").symlink_to(table)
+    for out in (str(table), f"{tmp_path}/./t.json", str(tmp_path / "link.json")):
+        assert _error_line(["--flags", FLAGS, "--depth-table", str(table), "--config-out", out], 2) == (
+            f"error: --config-out {out} is the --depth-table this command reads: give another file, "
+            "the input is left as it is")
+        assert json.loads(table.read_text()) == TABLE
+    # Any input the command reads: the interpreter whose SGLang it reads, too.
+    from eaglegate.cli_plan import refuse_an_input_as_output
+
+    with pytest.raises(UsageError, match=r"is the --python this command reads"):
+        refuse_an_input_as_output(sys.executable, {"--depth-table": None, "--python": sys.executable})
+    refuse_an_input_as_output(str(tmp_path / "c.json"), {"--depth-table": str(table), "--path": str(tmp_path)})
