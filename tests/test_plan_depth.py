@@ -191,3 +191,17 @@ def test_the_config_is_never_written_over_the_table_it_was_planned_from(tmp_path
     with pytest.raises(UsageError, match=r"is the --python this command reads"):
         refuse_an_input_as_output(sys.executable, {"--depth-table": None, "--python": sys.executable})
     refuse_an_input_as_output(str(tmp_path / "c.json"), {"--depth-table": str(table), "--path": str(tmp_path)})
+
+
+def test_a_table_too_long_for_a_launch_argument_is_refused_in_one_line(tmp_path):
+    from eaglegate.patches.plan import MAX_INLINE_TABLE
+
+    bands = 4000  # a file well under the parser's 1 MiB, inline over the launch's bound
+    table = {"batch": list(range(1, bands)), "depth": [[1]] * bands}
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(table))
+    inline = DepthTable.parse(str(path)).inline()
+    assert MAX_INLINE_TABLE < len(inline) < 128 * 1024 and path.stat().st_size < 1 << 20
+    assert _error_line(["--flags", FLAGS, "--depth-table", str(path)], 2) == (
+        f"error: depth_table: a 4000x1 table is {len(inline)} characters inline, over the {MAX_INLINE_TABLE} "
+        "a launch argument may take here (Linux refuses one over 128 KiB); use fewer bands")

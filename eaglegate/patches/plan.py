@@ -322,6 +322,11 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
 
 
 DEPTH_CONFIG_FILE = "adaptive_depth.json"
+# The most characters of a table the launch carries inline. Linux refuses one argument over
+# 128 KiB (MAX_ARG_STRLEN) and the server would not even start; launchers, shells and process
+# listings fare worse with long lines still. A calibrated table is a few hundred characters:
+# an eighth of the OS's limit leaves any real table room and the launch line runnable.
+MAX_INLINE_TABLE = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -376,12 +381,17 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
     from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
 
     table = DepthTable.parse(depth_table)
+    inline = table.inline()
+    if len(inline) > MAX_INLINE_TABLE:
+        raise UsageError(f"depth_table: a {table.shape()} table is {len(inline)} characters inline, over the "
+                         f"{MAX_INLINE_TABLE} a launch argument may take here (Linux refuses one over 128 KiB); "
+                         "use fewer bands")
     launch = resolved.values.get("speculative_num_steps")
     launch_depth = launch if isinstance(launch, int) and launch > 0 else None
     cells = {cell for row in table.depths for cell in row}
     depths = sorted({d for d in (launch_depth if c == LAUNCH_DEPTH else c for c in cells)
                      if isinstance(d, int) and d > 0})
-    plan.launch_flags += [DEPTH_TABLE.flag, table.inline()]
+    plan.launch_flags += [DEPTH_TABLE.flag, inline]
     route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
     plan.depth = route
     plan.caveats.append(f"with the table the gate ignores the threshold: the table decides every step; "
