@@ -374,9 +374,10 @@ def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
 def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, resolved: Resolved) -> None:
     """The depth gate's launch: the table's flag, inline (every rank of every node reads the
     same table), and where the release builds adaptive tiers (`depth_tiers`), an adaptive
-    config whose candidate steps are exactly the table's depths above 0, checked with the
-    release's own loader; elsewhere the table collapses to {0, the launch depth}, as the gate
-    does."""
+    config whose candidate steps are the table's depths above 0 (with the launch's own steps
+    from 0.5.13: `DepthTiers.steps`), checked with the release's own start-up check; elsewhere
+    the table collapses to {0, the launch depth}, as the gate does. A table too long to pass
+    inline is refused (UsageError)."""
     from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
     from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
 
