@@ -205,3 +205,18 @@ def test_a_table_too_long_for_a_launch_argument_is_refused_in_one_line(tmp_path)
     assert _error_line(["--flags", FLAGS, "--depth-table", str(path)], 2) == (
         f"error: depth_table: a 4000x1 table is {len(inline)} characters inline, over the {MAX_INLINE_TABLE} "
         "a launch argument may take here (Linux refuses one over 128 KiB); use fewer bands")
+
+
+def test_a_start_up_check_that_reads_more_than_plan_gives_it_stops_the_plan_in_one_line():
+    from eaglegate.errors import UserError
+    from eaglegate.patches.plan import _run_startup_hook
+
+    def hook(server_args):  # a later release's hook, reading a setting plan does not give
+        return server_args.speculative_algorithm
+
+    with pytest.raises(UserError) as stopped:
+        _run_startup_hook(hook, "adaptive.json", 3)
+    assert str(stopped.value) == (
+        "this version's start-up check of the adaptive config reads what plan does not give it "
+        "(AttributeError: 'types.SimpleNamespace' object has no attribute 'speculative_algorithm'); "
+        "no config was planned")

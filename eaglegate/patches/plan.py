@@ -562,8 +562,14 @@ def _declare_resolution(args: Any, _where: str, **values: Any) -> None:
 def _run_startup_hook(hook: Callable[[Any], None], path: str, initial: int) -> None:
     from types import SimpleNamespace
 
-    hook(SimpleNamespace(speculative_adaptive_config=path, speculative_num_steps=initial,
-                         speculative_eagle_topk=None))
+    try:
+        hook(SimpleNamespace(speculative_adaptive_config=path, speculative_num_steps=initial,
+                             speculative_eagle_topk=None))
+    except (AttributeError, NameError, ImportError) as exc:
+        # A release whose hook reads more than these settings: its verdict is unknown, and a
+        # config planned without it could stop the server at start-up.
+        raise UserError(f"this version's start-up check of the adaptive config reads what plan does not "
+                        f"give it ({type(exc).__name__}: {exc}); no config was planned") from None
 
 
 def _run_startup_validator(validator: Callable[[int, str], None], path: str, initial: int) -> None:
