@@ -130,7 +130,8 @@ def register(root: typer.Typer) -> None:
             print_json(report.to_json())
         else:
             for check in report.checks:
-                mark = "[green]ok[/green]  " if check.passed else "[red]FAIL[/red]"
+                mark = ("[red]FAIL[/red]" if not check.passed else "[yellow]warn[/yellow]" if check.warning
+                        else "[green]ok[/green]  ")
                 out.print(f"{mark} {check.name}" + (f"  [dim]{check.detail}[/dim]" if check.detail else ""),
                           soft_wrap=True)
             out.print(f"[dim]{report.live}[/dim]", soft_wrap=True, highlight=False)

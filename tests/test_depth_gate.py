@@ -313,6 +313,54 @@ def test_a_gated_step_sizes_the_joining_prefill_by_the_table(version, monkeypatc
     assert server.gate.is_gated_prefill(prefill)  # 17 of short context: depth 0
 
 
+# ---- the step's context where the scheduler leaves its sum unset ---------------------------
+#
+# From 0.5.13 the scheduler's batch routinely holds `seq_lens_sum = None` at the decision (its
+# filter and merge reset it, the FutureMap leaves it None for a backend that needs no CPU
+# lengths): the context is then its requests' own lengths.
+
+
+def requests(server, size: int, prompt: int, generated: int = 1) -> list:
+    """`size` of the release's own requests, each `prompt` tokens in and `generated` out."""
+    Req = server.defs.cls("sglang.srt.managers.schedule_batch", "Req")
+    return [server.defs.instance(Req, origin_input_ids=[7] * prompt, output_ids=[9] * generated)
+            for _ in range(size)]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12.post1", "0.5.13", "0.5.16", "0.5.23"])
+def test_without_the_schedulers_sum_each_step_is_placed_by_its_requests_lengths(version, monkeypatch, tmp_path):
+    tiers = version != "0.5.9"
+    server = start(version, monkeypatch, tmp_path, tiers=tiers)
+    state, depth_gate = server.state, server.state.depth_gate
+    # (batch, prompt, generated) -> the table's depth; without tiers 1 and 2 run at the launch's 3.
+    for size, prompt, generated, depth in ((8, 90, 10, 1), (8, 4990, 10, 2), (40, 4000, 1000, 2),
+                                           (40, 500, 24, 0)):
+        batch = server.defs.instance(server.ScheduleBatch, reqs=requests(server, size, prompt, generated),
+                                     seq_lens_sum=None)
+        spec = server.draft_input(size)
+        assert server.gate.decode_alloc_len(spec, batch, 8) == 8
+        assert depth_gate.last_context == prompt + generated
+        assert depth_gate.depth == (depth if tiers or depth == 0 else LAUNCH)
+        assert getattr(spec, server.gate.GATED_DECODE_ATTR) is (depth == 0)
+    assert server.gate._overlap_gate is state and state.failures == 0 and state.failure is None
+    if tiers:
+        assert server.worker.speculative_num_steps == 2  # the tier of the last speculative step
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.16", "0.5.23"])
+def test_a_gated_step_leaves_a_sum_the_scheduler_left_unset_for_the_forward_to_count(version, monkeypatch, tmp_path):
+    """The batch gate's own gated step, on a batch whose CPU lengths are there and whose sum the
+    release left None (its plain `prepare_for_decode` and `filter_batch` do)."""
+    server = start(version, monkeypatch, tmp_path, table=None, tiers=False, threshold=2)
+    spec = server.draft_input(3)
+    server.gate.decode_alloc_len(spec, server.schedule_batch(3), 4)
+    batch = server.worker_batch(spec, 3, seq_lens_sum=None)
+    result = server.gate.run_gated_decode(server.worker, batch, **server.passed())
+    assert result.eaglegate_gated_step is True and result.next_token_ids.tolist() == [111, 112, 113]
+    assert server.gate._overlap_gate is server.state and server.state.failures == 0
+    assert batch.seq_lens_cpu.tolist() == [11, 12, 13] and batch.seq_lens_sum is None
+
+
 # ---- counters -----------------------------------------------------------------------------
 
 
@@ -396,3 +444,25 @@ def test_a_table_given_to_the_v1_worker_is_said_to_be_ignored_in_one_line(versio
         "depth gate: off, the depth table is ignored: this server runs the v1 EAGLEWorker, and the depth gate "
         "runs in the overlap worker (EAGLEWorkerV2) only"]
     assert gate_module.gate_for(worker) is None
+
+
+@pytest.mark.parametrize(("server_arg", "env"), [
+    ("table", None), (None, "table"), ("  ", "table"), ("table", "  "), ("", None), ("  ", "  "), (None, None)])
+def test_the_v1_worker_hears_of_a_table_exactly_where_the_overlap_worker_would_read_one(
+        server_arg, env, monkeypatch, caplog):
+    from eaglegate.patches import gate_module
+
+    defs = Release(release("0.5.9").root)
+    text = {"table": json.dumps(TABLE)}
+    args = types.SimpleNamespace(speculative_batch_gate_threshold=None,
+                                 speculative_depth_table=text.get(server_arg, server_arg))
+    worker = defs.instance(defs.cls("sglang.srt.speculative.eagle_worker", "EAGLEWorker"), server_args=args)
+    if env is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, text.get(env, env))
+    with caplog.at_level(logging.WARNING):
+        gate_module.init_batch_gate(worker)
+    told = any("the depth table is ignored" in r.getMessage() for r in caplog.records)
+    assert told is (gate_module.DepthTable.from_settings(args.speculative_depth_table) is not None)
+    assert told is ("table" in (server_arg, env))

@@ -17,7 +17,7 @@ from eaglegate.cli import app as cli_app
 from eaglegate.errors import UsageError
 from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
 from eaglegate.patches.gate_module import DepthTable
-from eaglegate.patches.plan import ADAPTIVE_FLAGS, adaptive_loader
+from eaglegate.patches.plan import ADAPTIVE_FLAGS, adaptive_loader, depth_tiers
 
 from conftest import analysis
 
@@ -51,6 +51,33 @@ def test_with_tiers_the_plan_lists_one_tier_per_depth_the_release_accepts(versio
     assert loader is not None
     _, slots = loader[0](str(written))  # the release's own check
     assert sorted({s for slot in slots.values() for s in slot["candidate_steps"]}) == plan.depth["depths"]
+
+
+# Depths 2 and 1 of a launch of 3 steps: the table never names the launch's own depth.
+WITHOUT_LAUNCH_DEPTH = {"batch": [4, 16], "depth": [[2], [1], [0]]}
+THREE_STEPS = "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1"
+
+
+@pytest.mark.parametrize(("version", "check"), [
+    ("0.5.13", "srt/speculative/adaptive_spec_params.py"),  # a validator beside the loader
+    ("0.5.16", "srt/arg_groups/speculative_hook.py"),  # the arguments' hook from 0.5.14
+    ("0.5.23", "srt/arg_groups/speculative_hook.py"),  # the hook that declares what it resolves
+])
+def test_the_planned_config_passes_the_releases_own_start_up_check_for_the_launchs_steps(version, check, tmp_path):
+    plan = app.plan_of(analysis(version), app.PlanRequest(
+        48, app.Launch(THREE_STEPS, ["SGLANG_ENABLE_SPEC_V2=1"]), depth_table=json.dumps(WITHOUT_LAUNCH_DEPTH)))
+    assert plan.depth is not None and plan.depth["depths"] == [1, 2] and plan.depth["tiers"] is True
+    assert plan.adaptive_config == {"1": {"candidate_steps": [1, 2, 3]}}
+    tiers, _ = depth_tiers(analysis(version))
+    assert tiers is not None and tiers.where.startswith(check + ":")
+    written = tmp_path / "adaptive.json"
+    written.write_text(json.dumps(plan.adaptive_config))
+    tiers.load(str(written), 3)  # the release's own start-up check, for --speculative-num-steps 3
+    # The table's depths alone: the release refuses to start, in its own words.
+    written.write_text(json.dumps({"1": {"candidate_steps": [1, 2]}}))
+    with pytest.raises(ValueError, match=r"^--speculative-num-steps=3 is not in the adaptive config "
+                                         r"candidate_steps \[1, 2\]"):
+        tiers.load(str(written), 3)
 
 
 @pytest.mark.parametrize(("version", "env", "table", "why"), [
@@ -147,3 +174,49 @@ def test_the_command_line_writes_the_tiers_config_and_prints_the_route_as_json(t
     assert "depth gate: a 3x2 table, depths [1, 2, 3, 4], each in an adaptive tier of its own" in said
     # The inline table quoted as a shell reads it.
     assert f"--speculative-depth-table '{DepthTable.parse(json.dumps(TABLE)).inline()}'" in said
+
+
+def test_the_config_is_never_written_over_the_table_it_was_planned_from(tmp_path):
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps(TABLE))
+    (tmp_path / "link.json").symlink_to(table)
+    for out in (str(table), f"{tmp_path}/./t.json", str(tmp_path / "link.json")):
+        assert _error_line(["--flags", FLAGS, "--depth-table", str(table), "--config-out", out], 2) == (
+            f"error: --config-out {out} is the --depth-table this command reads: give another file, "
+            "the input is left as it is")
+        assert json.loads(table.read_text()) == TABLE
+    # Any input the command reads: the interpreter whose SGLang it reads, too.
+    from eaglegate.cli_plan import refuse_an_input_as_output
+
+    with pytest.raises(UsageError, match=r"is the --python this command reads"):
+        refuse_an_input_as_output(sys.executable, {"--depth-table": None, "--python": sys.executable})
+    refuse_an_input_as_output(str(tmp_path / "c.json"), {"--depth-table": str(table), "--path": str(tmp_path)})
+
+
+def test_a_table_too_long_for_a_launch_argument_is_refused_in_one_line(tmp_path):
+    from eaglegate.patches.plan import MAX_INLINE_TABLE
+
+    bands = 4000  # a file well under the parser's 1 MiB, inline over the launch's bound
+    table = {"batch": list(range(1, bands)), "depth": [[1]] * bands}
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(table))
+    inline = DepthTable.parse(str(path)).inline()
+    assert MAX_INLINE_TABLE < len(inline) < 128 * 1024 and path.stat().st_size < 1 << 20
+    assert _error_line(["--flags", FLAGS, "--depth-table", str(path)], 2) == (
+        f"error: depth_table: a 4000x1 table is {len(inline)} characters inline, over the {MAX_INLINE_TABLE} "
+        "a launch argument may take here (Linux refuses one over 128 KiB); use fewer bands")
+
+
+def test_a_start_up_check_that_reads_more_than_plan_gives_it_stops_the_plan_in_one_line():
+    from eaglegate.errors import UserError
+    from eaglegate.patches.plan import _run_startup_hook
+
+    def hook(server_args):  # a later release's hook, reading a setting plan does not give
+        return server_args.speculative_algorithm
+
+    with pytest.raises(UserError) as stopped:
+        _run_startup_hook(hook, "adaptive.json", 3)
+    assert str(stopped.value) == (
+        "this version's start-up check of the adaptive config reads what plan does not give it "
+        "(AttributeError: 'types.SimpleNamespace' object has no attribute 'speculative_algorithm'); "
+        "no config was planned")

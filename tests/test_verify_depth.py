@@ -10,10 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from eaglegate import app
 from eaglegate.analyzer.needed import analyze_checked
 from eaglegate.analyzer.source import from_path
+from eaglegate.cli import app as cli_app
 from eaglegate.patches import gate_module, verify
 from eaglegate.patches.generate import generate_patch
 from eaglegate.patches.transaction import apply
@@ -55,7 +57,7 @@ def test_a_release_with_tiers_passes_and_reports_the_tier_route(tmp_path):
     report = verify.verify_tree(_patched("0.5.16", tmp_path))
     assert report.ok, report.to_json()
     (depth,) = [c for c in report.checks if c.name == verify.DEPTH_CHECK]
-    assert depth.passed and depth.detail.startswith("route: adaptive tiers")
+    assert depth.passed and not depth.warning and depth.detail.startswith("route: adaptive tiers")
 
 
 def _depth_check(tree):
@@ -101,8 +103,20 @@ def test_a_release_without_the_steps_context_warns_without_failing_the_report(tm
         "seq_lens_sum", "seq_lens_total")
     check = _depth_check(tree)
     assert check is not None and check.passed  # a launch without a table never reads it
+    assert check.warning and verify.VerifyCheck(**vars(check)).warning  # in the JSON the report gives too
     assert check.detail.startswith("warning: ScheduleBatch.seq_lens_sum not declared: with a depth table the "
                                    "depth gate cannot place a step")
+
+
+def test_verify_prints_a_missing_depth_read_as_a_warning_and_passes(tmp_path):
+    # The requests' lengths, which the depth gate alone reads (where the batch holds no sum).
+    tree = _patched("0.5.16", tmp_path, ("srt/managers/schedule_batch.py",), "def seqlen(", "def seq_length(")
+    result = CliRunner().invoke(cli_app, ["verify", "--path", str(tree.root.parent)], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()
+    (row,) = [line for line in rows if verify.DEPTH_CHECK in line]
+    assert row.startswith(f"warn {verify.DEPTH_CHECK}  warning: Req.seqlen not declared")
+    assert all(line.startswith("ok ") for line in rows if " parses and compiles" in line)
 
 
 def test_a_patch_without_the_depth_flag_has_no_depth_check(tmp_path):

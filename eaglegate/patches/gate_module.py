@@ -461,9 +461,7 @@ def init_batch_gate(worker: Any) -> None:
 def _no_depth_gate_here(worker: Any) -> None:
     """A launch that gives a depth table to the v1 worker is told, once, that it runs without
     one: the depth gate lives in the overlap worker alone."""
-    server_arg = getattr(getattr(worker, "server_args", None), DEPTH_SERVER_ARG, None)
-    given = isinstance(server_arg, str) and server_arg.strip()
-    if given or os.environ.get(ENV_DEPTH_TABLE, "").strip():
+    if depth_table_setting(getattr(getattr(worker, "server_args", None), DEPTH_SERVER_ARG, None)) is not None:
         logger.warning("depth gate: off, the depth table is ignored: this server runs the v1 EAGLEWorker, "
                        "and the depth gate runs in the overlap worker (EAGLEWorkerV2) only")
 
@@ -565,8 +563,8 @@ class _GateMetrics:
 # Off unless the launch gives a depth table (`SGLANG_SPEC_DEPTH_TABLE`). The table maps a
 # batch band x a context band to a depth: 0 is the gate's plain decode, d > 0 speculation
 # with d draft steps (d + 1 tokens verified). The context of a step is the mean KV length
-# its requests read, `seq_lens_sum / batch size` from the scheduler's CPU copy (no device
-# sync): the step reads batch x mean tokens of KV, so a band of the mean with a band of the
+# its requests read, their KV tokens (`_kv_tokens`, on the CPU: no device sync) / the
+# batch size: the step reads batch x mean tokens of KV, so a band of the mean with a band of the
 # batch places the step by its KV read, and one long request does not move the whole batch
 # as the maximum would.
 #
@@ -654,12 +652,10 @@ class DepthTable:
         """The launch's table, or None: when unset (the depth gate is off, silently), or bad
         (off, said in one line). The server argument wins; the environment variable is used
         when it is unset."""
-        env = os.environ if environ is None else environ
-        name, text = DEPTH_SERVER_ARG, server_arg
-        if not isinstance(text, str) or not text.strip():
-            name, text = ENV_DEPTH_TABLE, env.get(ENV_DEPTH_TABLE, "")
-        if not text.strip():
+        given = depth_table_setting(server_arg, environ)
+        if given is None:
             return None
+        name, text = given
         try:
             return cls.parse(text)
         except ValueError as exc:
@@ -681,6 +677,15 @@ class DepthTable:
 
         return json.dumps({"batch": self.batch_bounds, "context": self.context_bounds, "depth": self.depths},
                           separators=(",", ":"))
+
+
+def depth_table_setting(server_arg: Any = None, environ: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """The launch's depth table setting as (the setting's name, its text), or None where it
+    gives none: the server argument wins; the environment variable is used when it is unset."""
+    if isinstance(server_arg, str) and server_arg.strip():
+        return DEPTH_SERVER_ARG, server_arg
+    text = (os.environ if environ is None else environ).get(ENV_DEPTH_TABLE, "")
+    return (ENV_DEPTH_TABLE, text) if text.strip() else None
 
 
 def _table_file_text(path: str) -> str:
@@ -819,7 +824,7 @@ class DepthGate:
         """Decide, switch and count one decode step of the scheduler's `batch`; True = gated.
         A step the gate may not gate (`_step_eligible`) speculates in the tier in place."""
         size = len(batch.reqs)
-        context = int(batch.seq_lens_sum) // size if size else 0
+        context = _kv_tokens(batch) // size if size else 0
         depth = self.decide(gate, size, context)
         if depth == 0 and not eligible:
             depth = self.in_place()
@@ -857,6 +862,17 @@ class DepthGate:
         counts = " ".join(f"{d}:{n}" for d, n in sorted(self.steps_by_depth.items()))
         return (f"depth gate({self.table.shape()}): {state}, depth {self.depth}, "
                 f"by depth {counts or '-'}, {self.depth_switches} depth switches")
+
+
+def _kv_tokens(batch: Any) -> int:
+    """The KV tokens a decode step's requests read: the scheduler's CPU sum where it holds one,
+    else (from 0.5.13 routinely: a filtered or merged batch, or a backend that needs no CPU
+    lengths, leaves the sum None for the forward to recompute) the requests' own lengths,
+    counted on the CPU with no device sync."""
+    total = batch.seq_lens_sum
+    if total is None:
+        return sum(req.seqlen for req in batch.reqs)
+    return int(total)
 
 
 class _DepthPolicy:
@@ -1129,10 +1145,11 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # The decision reads the scheduler's batch; the gated steps read and write the batch the
     # worker gets: a ModelWorkerBatch up to 0.5.12, the scheduler's own batch from 0.5.13.
     ("sglang.srt.managers.schedule_batch", "ScheduleBatch",
-     ("reqs", "return_logprob", "return_hidden_states", "?has_grammar", "?seq_lens_sum:int")),
+     ("reqs", "return_logprob", "return_hidden_states", "?has_grammar", "?seq_lens_sum:int|None")),
+    ("sglang.srt.managers.schedule_batch", "Req", ("?seqlen",)),
     ("sglang.srt.managers.schedule_batch", "ModelWorkerBatch|ScheduleBatch",
      ("forward_mode", "spec_info", "spec_algorithm", "seq_lens:Tensor",
-      "seq_lens_cpu:Tensor|None", "seq_lens_sum:int", "req_pool_indices:Tensor",
+      "seq_lens_cpu:Tensor|None", "seq_lens_sum:int|None", "req_pool_indices:Tensor",
       "out_cache_loc:Tensor", "input_ids:Tensor",
       "?capture_hidden_mode:CaptureHiddenMode|None")),
     ("sglang.srt.speculative.eagle_info", "EagleDraftInput",
@@ -1155,10 +1172,10 @@ RELIES_ON: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("?get_steps_for_batch", "?on_verify_complete", "?update", "?current_steps")),
 )
 # What the depth gate reads of the entries here and below, as (class, member), all optional
-# there (the batch gate runs without them): the step's context, without which no step is
-# placed in a context band; and the adaptive tiers it switches between, without which the
-# table collapses to {0, the launch depth}.
-DEPTH_READS: tuple[tuple[str, str], ...] = (("ScheduleBatch", "seq_lens_sum"),)
+# there (the batch gate runs without them): the step's context (`_kv_tokens`: the batch's sum,
+# else its requests' lengths), without which no step is placed in a context band; and the
+# adaptive tiers it switches between, without which the table collapses to {0, the launch depth}.
+DEPTH_READS: tuple[tuple[str, str], ...] = (("ScheduleBatch", "seq_lens_sum"), ("Req", "seqlen"))
 # `a|b`: either member. The policy's step choice and acceptance feed are the members
 # `_DepthPolicy` overrides: a release that renames one would bypass the gate's choice.
 DEPTH_TIERS: tuple[tuple[str, str], ...] = (
@@ -1660,6 +1677,7 @@ def _gated_decode(worker: Any, batch: Any, saved: _SavedBatch, on_publish: Any, 
     batch.seq_lens = new_seq_lens
     if batch.seq_lens_cpu is not None:  # None from 0.5.13 where the backend needs none
         batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+    if batch.seq_lens_sum is not None:  # None from 0.5.13 too: the forward recomputes it
         batch.seq_lens_sum = batch.seq_lens_sum + size
     result = _target_forward(worker, batch, saved)
     if grammar_barrier is not None and getattr(batch, "has_grammar", False):

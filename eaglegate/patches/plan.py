@@ -322,21 +322,31 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
 
 
 DEPTH_CONFIG_FILE = "adaptive_depth.json"
+# The most characters of a table the launch carries inline. Linux refuses one argument over
+# 128 KiB (MAX_ARG_STRLEN) and the server would not even start; launchers, shells and process
+# listings fare worse with long lines still. A calibrated table is a few hundred characters:
+# an eighth of the OS's limit leaves any real table room and the launch line runnable.
+MAX_INLINE_TABLE = 16 * 1024
 
 
 @dataclass(frozen=True)
 class DepthTiers:
-    """How this release builds adaptive tiers for a depth table's depths: its own config
-    check (`load(path, initial_steps)` raises on a config it refuses), where that check is,
-    and the config's shape (0.5.12.x reads one flat list of candidate steps; from 0.5.13 the
-    list sits in a batch-size slot)."""
+    """How this release builds adaptive tiers for a depth table's depths: its own start-up
+    check of the config (`load(path, initial_steps)` raises on a config it refuses for a
+    launch of those steps), where that check is, and the config's shape (0.5.12.x reads one
+    flat list of candidate steps; from 0.5.13 the list sits in a batch-size slot)."""
 
     load: Callable[[str, int], Any]
     where: str
     flat: bool
 
-    def config(self, depths: list[int]) -> dict[str, Any]:
-        return {"candidate_steps": depths} if self.flat else {"1": {"candidate_steps": depths}}
+    def steps(self, depths: list[int], launch_depth: int | None) -> list[int]:
+        """The config's candidate steps: the table's depths, and from 0.5.13 the launch's own
+        steps, without which SGLang refuses to start (0.5.12.x's policy adds them itself)."""
+        return depths if self.flat or launch_depth is None else sorted({*depths, launch_depth})
+
+    def config(self, steps: list[int]) -> dict[str, Any]:
+        return {"candidate_steps": steps} if self.flat else {"1": {"candidate_steps": steps}}
 
 
 def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
@@ -352,9 +362,9 @@ def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
     missing = gate_contract.undeclared(analysis.tree.root, DEPTH_TIERS)
     if missing:
         return None, f"{', '.join(missing)} not declared"
-    loader = adaptive_loader(analysis)
-    if loader is not None:
-        return DepthTiers(lambda path, _initial: loader[0](path), loader[1], flat=False), ""
+    startup = _startup_check(analysis)
+    if startup is not None:
+        return DepthTiers(*startup, flat=False), ""
     flat = _flat_loader(analysis)
     if flat is not None:
         return flat, ""
@@ -364,19 +374,25 @@ def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
 def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, resolved: Resolved) -> None:
     """The depth gate's launch: the table's flag, inline (every rank of every node reads the
     same table), and where the release builds adaptive tiers (`depth_tiers`), an adaptive
-    config whose candidate steps are exactly the table's depths above 0, checked with the
-    release's own loader; elsewhere the table collapses to {0, the launch depth}, as the gate
-    does."""
+    config whose candidate steps are the table's depths above 0 (with the launch's own steps
+    from 0.5.13: `DepthTiers.steps`), checked with the release's own start-up check; elsewhere
+    the table collapses to {0, the launch depth}, as the gate does. A table too long to pass
+    inline is refused (UsageError)."""
     from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
     from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
 
     table = DepthTable.parse(depth_table)
+    inline = table.inline()
+    if len(inline) > MAX_INLINE_TABLE:
+        raise UsageError(f"depth_table: a {table.shape()} table is {len(inline)} characters inline, over the "
+                         f"{MAX_INLINE_TABLE} a launch argument may take here (Linux refuses one over 128 KiB); "
+                         "use fewer bands")
     launch = resolved.values.get("speculative_num_steps")
     launch_depth = launch if isinstance(launch, int) and launch > 0 else None
     cells = {cell for row in table.depths for cell in row}
     depths = sorted({d for d in (launch_depth if c == LAUNCH_DEPTH else c for c in cells)
                      if isinstance(d, int) and d > 0})
-    plan.launch_flags += [DEPTH_TABLE.flag, table.inline()]
+    plan.launch_flags += [DEPTH_TABLE.flag, inline]
     route: dict[str, Any] = {"table": depth_table, "shape": table.shape(), "depths": depths, "tiers": False}
     plan.depth = route
     plan.caveats.append(f"with the table the gate ignores the threshold: the table decides every step; "
@@ -402,19 +418,25 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
             f"table collapses to {{0, the launch depth}}; depths {', '.join(map(str, depths))} other than "
             "the launch's run at the launch's --speculative-num-steps")
         return
-    config = tiers.config(depths)
+    steps = tiers.steps(depths, launch_depth)
+    config = tiers.config(steps)
     refused = _refusal(lambda path: tiers.load(path, launch_depth or depths[0]), config)
     if refused is not None:
         route["collapsed"] = f"the release's loader refuses the tiers: {refused}"
         plan.caveats.append(f"this version's adaptive config loader ({tiers.where}) refuses the tiers "
-                            f"{depths}: {refused}; the depth table collapses to {{0, the launch depth}}")
+                            f"{steps}: {refused}; the depth table collapses to {{0, the launch depth}}")
         return
     route["tiers"] = True
     plan.adaptive_config = config
     plan.launch_flags += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], DEPTH_CONFIG_FILE]
-    plan.caveats.append(f"the adaptive config builds one tier per depth {depths}, checked with this version's "
-                        f"own loader ({tiers.where}); --config-out writes it, for {ADAPTIVE_FLAGS[1]} "
-                        f"(here {DEPTH_CONFIG_FILE})")
+    launch_tier = (f", and one for the launch's {launch_depth} steps (SGLang {plan.version} starts only with "
+                   "--speculative-num-steps among the tiers)" if steps != depths else "")
+    plan.caveats.append(f"the adaptive config builds one tier per depth {depths}{launch_tier}, checked with "
+                        f"this version's own start-up check ({tiers.where}); --config-out writes it, for "
+                        f"{ADAPTIVE_FLAGS[1]} (here {DEPTH_CONFIG_FILE})")
+    if launch_depth is None and not tiers.flat:
+        plan.caveats.append(f"--speculative-num-steps is not given: SGLang {plan.version} refuses to start unless "
+                            f"the steps it chooses are among the config's {steps}; give one of them")
 
 
 def _native_caps(settings: Settings, resolved: Resolved, flags: dict[str, Any]) -> list[dict[str, Any]]:
@@ -466,17 +488,96 @@ def _refusal(load: Callable[[str], Any], config: dict[str, Any]) -> str | None:
 
 def adaptive_loader(analysis: Analysis) -> tuple[Any, str] | None:
     """This version's own adaptive-config validator, compiled from its source (no sglang import)."""
-    for qn in analysis.codebase.find("_load_adaptive_config"):
+    namespace = _config_namespace()
+    found = _compile_function(analysis, "_load_adaptive_config", namespace)
+    return None if found is None else (namespace["_load_adaptive_config"], found[1])
+
+
+def _config_namespace() -> dict[str, Any]:
+    # What the config module's functions read of it: json, and the default config (used only
+    # where no file is given, which never happens here).
+    return {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
+
+
+def _compile_function(analysis: Analysis, name: str, namespace: dict[str, Any]) -> tuple[str, str] | None:
+    """Compile the release's module-level function `name` into `namespace`; its module's
+    path and `path:line`, or None where the release defines none."""
+    for qn in analysis.codebase.find(name):
         module = analysis.codebase.scope_module[qn]
         source = files.text(analysis.tree.root / module.path)
-        wanted = [n for n in files.parsed(source).body
-                  if isinstance(n, ast.FunctionDef) and n.name == "_load_adaptive_config"]
-        if not wanted:
-            continue
-        namespace: dict[str, Any] = {"json": json, "DEFAULT_ADAPTIVE_CONFIG": {}}
-        exec(files.definition_code(source, wanted[0], module.path), namespace)  # noqa: S102
-        return namespace["_load_adaptive_config"], f"{module.path}:{wanted[0].lineno}"
+        wanted = [n for n in files.parsed(source).body if isinstance(n, ast.FunctionDef) and n.name == name]
+        if wanted:
+            exec(files.definition_code(source, wanted[0], module.path), namespace)  # noqa: S102
+            return module.path, f"{module.path}:{wanted[0].lineno}"
     return None
+
+
+# SGLang's start-up check that the launch's --speculative-num-steps is among the adaptive
+# config's candidate steps (from 0.5.13): the speculative arguments' hook from 0.5.14, which
+# imports the config module's functions where it runs; a validator beside the config loader
+# in 0.5.13.x.
+STARTUP_HOOK = "_init_adaptive_speculative_params"
+STARTUP_VALIDATOR = "validate_adaptive_initial_steps"
+
+
+def _startup_check(analysis: Analysis) -> tuple[Callable[[str, int], None], str] | None:
+    """The release's own check of an adaptive config at start-up, for a launch of
+    `initial_steps`, compiled from its source with the config module's functions it calls
+    (`check(path, initial_steps)` raises where the server would refuse to start); before
+    0.5.13 its config loader alone; None without a loader."""
+    import builtins
+    from types import ModuleType
+
+    config = _config_namespace()
+    loader = _compile_function(analysis, "_load_adaptive_config", config)
+    if loader is None:
+        return None
+    if _compile_function(analysis, "resolve_candidate_steps_from_config", config) is not None:
+        module = ModuleType(f"{analysis.tree.root.name}.{loader[0].removesuffix('.py').replace('/', '.')}")
+        vars(module).update(config)
+        hook: dict[str, Any] = {"__builtins__": {**vars(builtins), "__import__": partial(_release_import, module)},
+                                "resolving_view": lambda args: args, "declare_resolution": _declare_resolution}
+        where = _compile_function(analysis, STARTUP_HOOK, hook)
+        if where is not None:
+            return partial(_run_startup_hook, hook[STARTUP_HOOK]), where[1]
+        where = _compile_function(analysis, STARTUP_VALIDATOR, config)
+        if where is not None:
+            return partial(_run_startup_validator, config[STARTUP_VALIDATOR]), where[1]
+    return partial(_run_loader, config["_load_adaptive_config"]), loader[1]
+
+
+def _release_import(module: Any, name: str, *_args: Any, **_kwargs: Any) -> Any:
+    """The one import the start-up hook makes where it runs: the config module, compiled."""
+    if name == module.__name__:
+        return module
+    raise ImportError(f"{name} is not compiled here")
+
+
+def _declare_resolution(args: Any, _where: str, **values: Any) -> None:
+    # 0.5.19 on, the hook sets what it resolves through this: here on a plain namespace.
+    for key, value in values.items():
+        setattr(args, key, value)
+
+
+def _run_startup_hook(hook: Callable[[Any], None], path: str, initial: int) -> None:
+    from types import SimpleNamespace
+
+    try:
+        hook(SimpleNamespace(speculative_adaptive_config=path, speculative_num_steps=initial,
+                             speculative_eagle_topk=None))
+    except (AttributeError, NameError, ImportError) as exc:
+        # A release whose hook reads more than these settings: its verdict is unknown, and a
+        # config planned without it could stop the server at start-up.
+        raise UserError(f"this version's start-up check of the adaptive config reads what plan does not "
+                        f"give it ({type(exc).__name__}: {exc}); no config was planned") from None
+
+
+def _run_startup_validator(validator: Callable[[int, str], None], path: str, initial: int) -> None:
+    validator(initial, path)
+
+
+def _run_loader(loader: Callable[[str], Any], path: str, _initial: int) -> None:
+    loader(path)
 
 
 def _flat_loader(analysis: Analysis) -> DepthTiers | None:

@@ -37,6 +37,9 @@ class VerifyCheck:
     name: str
     passed: bool
     detail: str = ""
+    # Passed, but something the check looks for is missing where it may not matter (the
+    # detail says what): shown as a warning, never failing the report.
+    warning: bool = False
 
 
 @dataclass
@@ -154,7 +157,7 @@ def _gate_contract(tree: SourceTree) -> VerifyCheck:
                        "; ".join(map(str, problems)) or f"{len(gate_module.RELIES_ON) + len(gate_module.RELIES_ON_OBJECTS)} classes checked")
 
 
-DEPTH_CHECK = "depth gate: what it reads is declared, and the route its table takes"
+DEPTH_CHECK = "depth gate: whether what it reads is declared, and the route its table takes"
 
 
 def _depth_gate(tree: SourceTree, analysis: Any) -> VerifyCheck | None:
@@ -163,7 +166,7 @@ def _depth_gate(tree: SourceTree, analysis: Any) -> VerifyCheck | None:
     adaptive tiers or collapse to {0, the launch depth} (`plan.depth_tiers`, which `plan`
     asks too). None for a patch without it. A launch without a table never runs the depth
     gate, so what it alone reads is a warning here, never a failed check: verify does not
-    know the launch."""
+    know the launch: the check passes with its warning state set."""
     from eaglegate.patches.plan import depth_tiers
 
     try:
@@ -181,7 +184,7 @@ def _depth_gate(tree: SourceTree, analysis: Any) -> VerifyCheck | None:
              f"route: no adaptive tiers ({why_not}): the table collapses to {{0, the launch depth}}")
     lacks = (f"warning: {', '.join(missing)} not declared: with a depth table the depth gate cannot place "
              "a step in a context band; " if missing else "")
-    return VerifyCheck(DEPTH_CHECK, True, lacks + route)
+    return VerifyCheck(DEPTH_CHECK, True, lacks + route, warning=bool(missing))
 
 
 def _first_statements_of_branches(module: cst.Module) -> set[str]:
