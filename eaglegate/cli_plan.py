@@ -1,7 +1,6 @@
 """`eaglegate plan`: the gate plan for the located SGLang and the user's launch flags."""
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,19 +20,7 @@ from eaglegate.cli_common import (
     print_json,
     progress_bar,
 )
-from eaglegate.errors import UsageError, UserError
-
-
-def refuse_an_input_as_output(output: str | None, inputs: dict[str, str | None]) -> None:
-    """Refuse `--config-out` where it names a file or folder the command reads: the write,
-    atomic as it is, would replace the input (a table written over by its own config)."""
-    if output is None:
-        return
-    target = Path(output).expanduser().resolve()
-    for option, given in inputs.items():
-        if given is not None and Path(given).expanduser().resolve() == target:
-            raise UsageError(f"--config-out {output} is the {option} this command reads: "
-                             "give another file, the input is left as it is")
+from eaglegate.errors import UserError
 
 
 def register(root: typer.Typer) -> None:
@@ -67,11 +54,9 @@ def register(root: typer.Typer) -> None:
         from eaglegate.reports.terminal import render_plan
 
         request = app.PlanRequest(threshold, app.Launch(flags, env or []), config_out, depth_table)
-        config_out = request.config_out  # checked: None, or a path whose folder exists
-        table_file = request.depth_table if isinstance(request.depth_table, str) \
-            and not request.depth_table.startswith("{") else None
-        refuse_an_input_as_output(config_out, {"--depth-table": table_file, "--path": path,
-                                               "--python": python, "--git": git})
+        config_out = request.config_out  # checked: None, a path whose folder exists, not the table
+        app.check_output(config_out, {"tree given with --path": path, "interpreter given with --python": python,
+                                      "repository given with --git": git})
         tree = locate_tree(path, python, git, rev, version)
         with progress_bar("parsing", enabled=not as_json) as progress:
             analysis = app.analyse(tree, progress)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -182,15 +183,16 @@ def test_the_config_is_never_written_over_the_table_it_was_planned_from(tmp_path
     (tmp_path / "link.json").symlink_to(table)
     for out in (str(table), f"{tmp_path}/./t.json", str(tmp_path / "link.json")):
         assert _error_line(["--flags", FLAGS, "--depth-table", str(table), "--config-out", out], 2) == (
-            f"error: --config-out {out} is the --depth-table this command reads: give another file, "
-            "the input is left as it is")
+            f"error: {Path(out)} is the depth table: write the output to another file")
         assert json.loads(table.read_text()) == TABLE
     # Any input the command reads: the interpreter whose SGLang it reads, too.
-    from eaglegate.cli_plan import refuse_an_input_as_output
-
-    with pytest.raises(UsageError, match=r"is the --python this command reads"):
-        refuse_an_input_as_output(sys.executable, {"--depth-table": None, "--python": sys.executable})
-    refuse_an_input_as_output(str(tmp_path / "c.json"), {"--depth-table": str(table), "--path": str(tmp_path)})
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    proc = subprocess.run([sys.executable, "-m", "eaglegate", "plan", "--python", str(python), "--flags", FLAGS,
+                           "--config-out", str(python)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {python} is the interpreter given with --python: write the output to another file"), proc.stderr
+    assert python.read_text() == "#!/bin/sh\n"
 
 
 def test_a_table_too_long_for_a_launch_argument_is_refused_in_one_line(tmp_path):

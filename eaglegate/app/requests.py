@@ -80,6 +80,7 @@ def check_depth_table(table: object) -> str | None:
     (what the server will read at start-up); a path comes back absolute, the one that was
     read. Given but blank is refused: planning without the table would not be what was asked."""
     from eaglegate.patches.gate_module import DepthTable
+    from eaglegate.patches.plan import MAX_INLINE_TABLE
 
     text = check_given(DEPTH_TABLE_NAME, table, MAX_FLAGS_TEXT)
     if text is None:
@@ -87,9 +88,14 @@ def check_depth_table(table: object) -> str | None:
     if not text.startswith("{"):
         text = str(Path(text).expanduser().resolve())
     try:
-        DepthTable.parse(text)
+        parsed = DepthTable.parse(text)
     except ValueError as exc:
         raise UsageError(f"{DEPTH_TABLE_NAME} is not a depth table: {exc}") from None
+    inline = len(parsed.inline())  # the launch carries the table inline
+    if inline > MAX_INLINE_TABLE:
+        raise UsageError(f"{DEPTH_TABLE_NAME}: a {parsed.shape()} table is {inline} characters inline, over the "
+                         f"{MAX_INLINE_TABLE} a launch argument may take here (Linux refuses one over 128 KiB); "
+                         "use fewer bands")
     return text
 
 

@@ -381,12 +381,8 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
     from eaglegate.patches.codemods.server_args import DEPTH_TABLE, THRESHOLD
     from eaglegate.patches.gate_module import LAUNCH_DEPTH, DepthTable
 
-    table = DepthTable.parse(depth_table)
+    table = DepthTable.parse(depth_table)  # the request checked it, its inline length too
     inline = table.inline()
-    if len(inline) > MAX_INLINE_TABLE:
-        raise UsageError(f"depth_table: a {table.shape()} table is {len(inline)} characters inline, over the "
-                         f"{MAX_INLINE_TABLE} a launch argument may take here (Linux refuses one over 128 KiB); "
-                         "use fewer bands")
     launch = resolved.values.get("speculative_num_steps")
     launch_depth = launch if isinstance(launch, int) and launch > 0 else None
     cells = {cell for row in table.depths for cell in row}
