@@ -12,36 +12,24 @@ rule, the function of the release's own source that holds it and that source lin
 
 from __future__ import annotations
 
-import ast
-from functools import cache
+import sys
+from pathlib import Path
 
 import pytest
 from test_couplings_recall import report, source_line
 
 from conftest import release
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "couplings_reading"))
+import score  # noqa: E402  (bench/couplings_reading/score.py: how a finding is placed in a function)
+
 pytestmark = pytest.mark.slow
 
 
-@cache
-def _spans(version: str, path: str) -> list[tuple[int, int, str]]:
-    found: list[tuple[int, int, str]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.append((child.lineno, child.end_lineno or child.lineno, prefix + child.name))
-
-    visit(ast.parse((release(version).root / path).read_text(encoding="utf-8")), "")
-    return found
-
-
 def function_of(version: str, finding) -> str | None:
-    """The innermost function (`Class.method`) of the release's source holding the finding's line."""
-    spans = [s for s in _spans(version, finding.path) if s[0] <= finding.line <= s[1]]
-    return min(spans, key=lambda s: s[1] - s[0])[2] if spans else None
+    """The innermost function (`Class.method`) of the release's source holding the finding's
+    line, as the recall score places a finding."""
+    return score.enclosing(release(version).root, finding.path, finding.line)
 
 
 def found_in(version: str, kind: str, path: str, function: str) -> list:
