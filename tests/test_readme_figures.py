@@ -243,3 +243,9 @@ def test_the_readmes_couplings_recall_is_the_scores():
     assert f"`--all` finds {all9} of {s9} and {all4} of {s4} sites" in readme
     assert f"list {triton9} of {s9} ({pct9.replace('%', ' %')}) and {triton4} of {s4} ({pct4.replace('%', ' %')})" in readme
     assert f"It lists {blocking9} blocking mechanisms on 0.5.9" in readme
+    every9, scoped9 = rows["0.5.9"][7], rows["0.5.9"][8]
+    before = (REPO / "bench" / "couplings_reading" / "score-before.md").read_text(encoding="utf-8")
+    every_before = next(line for line in before.splitlines() if line.startswith("| 0.5.9 ")).strip("| ").split(" | ")[7]
+    assert (f"`--all` reports {every9} findings on 0.5.9 ({every_before} before the rules by mechanism, "
+            f"`score-before.md`) and the triton launch's list {scoped9}: the {int(every9) - int(scoped9)} it leaves out") in readme
+    assert f"{int(every9) - int(scoped9)} findings, by the file of their site" in score

@@ -7,7 +7,7 @@ couplings lies in that file and function: the function enclosing the finding's l
 release's own source (or, for a finding on a class or field, the function its symbol names).
 
 Reports, as markdown: recall per release (every finding, `--all`; and the default list of
-a triton EAGLE launch), the sites missed, and findings per rule (category/kind) on the
+a triton EAGLE launch), the sites missed, what `--all` adds to that list by file, and findings per rule (category/kind) on the
 precision releases with how many of them fall in a reading's function.
 
     python bench/couplings_reading/score.py [--recall 0.5.9 0.5.4] [--precision 0.5.9 0.5.23]
@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
              "lies in its file and function. `--all`: every finding; `triton`: the default list",
              f"for `{LAUNCH}` (a v1 launch: the reading's v2 sites are not on its path).", "",
              "| release | sites | found (--all) | recall (--all) | found (triton) | recall (triton) |"
-             " blocking mechanisms (triton) | findings (--all) |",
-             "|---|---|---|---|---|---|---|---|"]
+             " blocking mechanisms (triton) | findings (--all) | findings (triton) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     missed_lines: list[str] = []
     for version in args.recall:
         root, every, scoped = runs[version]
@@ -139,11 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         hit_scoped, missed_scoped = recall(root, sites, scoped["findings"])
         blocking = sum(1 for m in scoped["mechanisms"] if m["severity"] == "blocks-runtime-switch")
         lines.append(f"| {version} | {len(sites)} | {hit} | {hit / len(sites):.0%} | {hit_scoped} | "
-                     f"{hit_scoped / len(sites):.0%} | {blocking} | {len(every)} |")
+                     f"{hit_scoped / len(sites):.0%} | {blocking} | {len(every)} | {len(scoped['findings'])} |")
         missed_lines += [f"- {version} (--all): `{s['file']}` `{s['function']}`: {s['mechanism']}" for s in missed]
         missed_lines += [f"- {version} (triton only): `{s['file']}` `{s['function']}`: {s['mechanism']}"
                          for s in missed_scoped if s not in missed]
     lines += ["", "## Sites missed", "", *(missed_lines or ["none"]), ""]
+    # Why `--all` is larger than the launch's list: what it adds, by the file of the site.
+    for version in args.recall:
+        _, every, scoped = runs[version]
+        kept = {json.dumps(f, sort_keys=True) for f in scoped["findings"]}
+        added = Counter(f["site"].split(":")[0] for f in every if json.dumps(f, sort_keys=True) not in kept)
+        lines += [f"## What `--all` adds to the triton list on {version}", "",
+                  f"{sum(added.values())} findings, by the file of their site:", "",
+                  "| file | findings |", "|---|---|",
+                  *(f"| `{path}` | {n} |" for path, n in sorted(added.items(), key=lambda kv: (-kv[1], kv[0]))), ""]
     # Precision: findings per rule, and how many fall in a function of a reading (a rough
     # bound from below: the reading names ~55 functions, a rule may rightly find more).
     readings = {(s["file"], s["function"]) for v in args.recall for s in load_reading(v)}
