@@ -8,8 +8,9 @@
 # at most eight files. Then, here: one runs.toml entry per tag, raw/<tag>/, collect.py.
 # LIVE_BUDGET_S (default 600, a call's limit): the seconds this script may take; the throughput
 # half ends by 55 % of it and the equivalence half 30 s before its end (run.py's deadlines cut
-# the last repeats of a slow call rather than overrun the call). TAG_A "-" skips the throughput
-# half: the equivalence half alone, for a release whose throughput half already ran.
+# the last repeats of a slow call rather than overrun the call). A tag "-" skips its half, and
+# the other half then has the whole budget: on an H100 a release needs the two halves in two
+# calls (V12: 300 s for the throughput half, then 210 s before the context servers answer).
 # The equivalence half serves gated-v2 right after plain-default: on an H100 its servers take
 # 210 s to start, and a deadline then cuts eagle-v2's sets (context only), not the gate's.
 set -u
@@ -18,12 +19,17 @@ BUDGET=${LIVE_BUDGET_S:-600}
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
+[ "$A$B" = "--" ] && { echo "live.sh: both halves skipped" >&2; exit 2; }
 if [ "$A" != "-" ]; then
+  END=$([ "$B" = "-" ] && echo $((BUDGET - 30)) || echo $((BUDGET * 11 / 20)))
   python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2:accept,gated-v2:accept --side-by-side \
     --start-together --plain-caps 4096,256 --threshold 56 --levels 8,128 --repeats 5 \
-    --tag "$A" --out "$OUT" --deadline-s $((BUDGET * 11 / 20 - SECONDS)) > "$OUT/$A.out" 2>&1
+    --tag "$A" --out "$OUT" --deadline-s $((END - SECONDS)) > "$OUT/$A.out" 2>&1
 fi
-python3 bench/gpu/run.py --servers plain-default:context,gated-v2:context,eagle-v2:context --deterministic \
-  --side-by-side --start-together --plain-caps 4096,256 --tag "$B" --out "$OUT" --deadline-s $((BUDGET - 30 - SECONDS)) > "$OUT/$B.out" 2>&1
+if [ "$B" != "-" ]; then
+  python3 bench/gpu/run.py --servers plain-default:context,gated-v2:context,eagle-v2:context --deterministic \
+    --side-by-side --start-together --plain-caps 4096,256 --tag "$B" --out "$OUT" \
+    --deadline-s $((BUDGET - 30 - SECONDS)) > "$OUT/$B.out" 2>&1
+fi
 grep -h "tok/s\|healthy\|EQUIV\|refus\|Error" "$OUT"/*.out | tail -60
 cd "$OUT" && tar czf all.tgz -- * && find . -type f ! -name all.tgz -delete
