@@ -25,9 +25,10 @@ PyCG 0.0.8 (the last release; the project is archived) needs two things on Pytho
 wheel installs the package as `PyCG/` while its code imports `pycg` (a case-sensitive file
 system finds nothing), so it runs with a directory holding a `pycg` link to it on
 PYTHONPATH; and it imports `pkg_resources`, which setuptools 81 dropped (bench/requirements.txt
-pins setuptools below 81). On SGLang's `srt/` it stops with a RecursionError; the second
-attempt runs it in a thread with a 512 MiB stack and the recursion limit raised, under its
-own limit (`--pycg-deep-timeout`).
+pins setuptools below 81). Where it stops on a tree with a RecursionError, a second attempt
+runs it in a thread with a 512 MiB stack and the recursion limit raised, under its own limit
+(`--pycg-deep-timeout`). The peers read a copy of `srt/` without UTF-8 byte-order marks
+(`peers_copy`: PyCG fails on one, U+FEFF); eaglegate reads the release itself.
 
     python bench/peer_tables.py                # both parts; writes bench/peers.json and bench/PEERS.md
     python bench/peer_tables.py --tables-only  # seconds
@@ -41,8 +42,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import codecs
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -212,19 +215,36 @@ def eaglegate_tree_edges(srt: Path, output: Path) -> dict:
     return {"status": "ok", "wall_s": wall, "edges": {(e["caller"], e["callee"]) for e in data["edges"]}}
 
 
+def peers_copy(srt: Path, into: Path) -> tuple[list[str], int]:
+    """`srt/` as the peers read it: a copy under `into/sglang/srt` with each file's UTF-8
+    byte-order mark removed (PyCG reads a file as text and parses the mark as a character,
+    a SyntaxError on U+FEFF; Python's own parser skips it). Its files, and how many had one."""
+    shutil.rmtree(into, ignore_errors=True)
+    files, marked = [], 0
+    for source in sorted(p for p in srt.rglob("*.py") if "__pycache__" not in p.parts):
+        target = into / "sglang" / "srt" / source.relative_to(srt)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = source.read_bytes()
+        marked += data.startswith(codecs.BOM_UTF8)
+        target.write_bytes(data.removeprefix(codecs.BOM_UTF8))
+        files.append(str(target))
+    return files, marked
+
+
 def compare_tree(version: str, timeout: float, deep_timeout: float) -> dict:
     from eaglegate.analyzer.source import from_release  # noqa: PLC0415
 
     srt = Path(from_release(version).root) / "srt"
-    files = sorted(str(p) for p in srt.rglob("*.py") if "__pycache__" not in p.parts)
     WORK.mkdir(parents=True, exist_ok=True)
+    peer_root = WORK / "tree-peers"
+    files, marked = peers_copy(srt, peer_root)
     runs = {"eaglegate": eaglegate_tree_edges(srt, WORK / "tree-eaglegate.json")}
     print(f"eaglegate: {runs['eaglegate']['status']} {runs['eaglegate']['wall_s']} s", flush=True)
     for tool in TOOLS[1:]:
-        runs[tool] = run_peer(tool, files, srt.parent.parent, WORK / f"tree-{tool}.json", timeout)
+        runs[tool] = run_peer(tool, files, peer_root, WORK / f"tree-{tool}.json", timeout)
         print(f"{tool}: {runs[tool]['status']} {runs[tool]['wall_s']} s {runs[tool].get('error', '')}", flush=True)
         if tool == "pycg" and "RecursionError" in runs[tool].get("error", ""):
-            deep = run_peer("pycg-deep-stack", files, srt.parent.parent, WORK / "tree-pycg.json", deep_timeout)
+            deep = run_peer("pycg-deep-stack", files, peer_root, WORK / "tree-pycg.json", deep_timeout)
             print(f"pycg, deeper stack: {deep['status']} {deep['wall_s']} s", flush=True)
             runs[tool]["attempts"] = [{"attempt": "default", "status": runs[tool]["status"], "wall_s": runs[tool]["wall_s"],
                                        "error": runs[tool]["error"]},
@@ -232,7 +252,7 @@ def compare_tree(version: str, timeout: float, deep_timeout: float) -> dict:
                                        "wall_s": deep["wall_s"], "error": deep.get("error")}]
             if deep["status"] == "ok":
                 runs[tool].update(status="ok", edges=deep["edges"], wall_s=deep["wall_s"], error=None)
-    classes = class_names(files, srt.parent.parent)
+    classes = class_names(files, peer_root)
     inside = {tool: {(a, b) for a, b in comparable(run["edges"], classes)
                      if a.startswith(TREE_PREFIX) and b.startswith(TREE_PREFIX)}
               for tool, run in runs.items()}
@@ -243,7 +263,7 @@ def compare_tree(version: str, timeout: float, deep_timeout: float) -> dict:
         finders = tuple(t for t in ran if edge in inside[t])
         groups.setdefault(" + ".join(finders), set()).add(edge)
     return {
-        "version": version, "files": len(files), "tools_that_ran": ran,
+        "version": version, "files": len(files), "byte_order_marks_removed": marked, "tools_that_ran": ran,
         "runs": {t: {k: v for k, v in r.items() if k != "edges"} | {"edges_total": len(r["edges"]),
                                                                       "edges_inside": len(inside[t])}
                  for t, r in runs.items()},

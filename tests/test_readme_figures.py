@@ -249,3 +249,23 @@ def test_the_readmes_couplings_recall_is_the_scores():
     assert (f"`--all` reports {every9} findings on 0.5.9 ({every_before} before the rules by mechanism, "
             f"`score-before.md`) and the triton launch's list {scoped9}: the {int(every9) - int(scoped9)} it leaves out") in readme
     assert f"{int(every9) - int(scoped9)} findings, by the file of their site" in score
+
+
+def test_the_readmes_call_graph_figures_are_the_peer_runs():
+    """The README's call-graph comparison is bench/peers.json's: the tables' totals and the
+    srt/ tree's edges, times and each peer's outcome."""
+    peers = json.loads((REPO / "bench" / "peers.json").read_text(encoding="utf-8"))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    total = peers["tables"][-1]
+    assert total["table"] == "all"
+    pr = {tool: f"{total[tool]['precision']} / {total[tool]['recall']}" for tool in ("eaglegate", "pycg", "jarviscg")}
+    assert (f"On all {total['cases']} table programs (our own) eaglegate scores "
+            f"{total['eaglegate']['precision']} % precision / {total['eaglegate']['recall']} % recall, "
+            f"PyCG {pr['pycg']}, jarviscg {pr['jarviscg']};") in readme
+    tree, runs = peers["tree"], peers["tree"]["runs"]
+    assert runs["pycg"]["status"] == "timeout", "the README says PyCG does not finish: rewrite it for this outcome"
+    both = tree["found_by"]["eaglegate + jarviscg"]
+    assert (f"on {tree['version']}'s `srt/` PyCG does not finish in {round(runs['pycg']['wall_s']) // 100 * 100} s, "
+            f"eaglegate finds {runs['eaglegate']['edges_inside']:,} edges inside the tree in "
+            f"{round(runs['eaglegate']['wall_s'])} s, jarviscg {runs['jarviscg']['edges_inside']:,} in "
+            f"{round(runs['jarviscg']['wall_s'])} s, {both:,} of them common") in readme
