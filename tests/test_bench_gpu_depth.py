@@ -320,3 +320,17 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
     with tarfile.open(out / "all.tgz") as tar:
         assert {"rows_Z1-a.json", "rows_Z1-b.json", "Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
     assert [p.name for p in out.iterdir()] == ["all.tgz"]
+
+
+@pytest.mark.parametrize(("kv_tokens", "fits"), [(64000, True), (49151, False), (49152, True)])
+def test_side_by_side_fits_its_levels_in_the_kv_pool_it_is_given(tmp_path, kv_tokens, fits):
+    """depth.sh's four servers fit an 80 GB H100 only with smaller pools: --kv-tokens sets
+    them, and C=128 of 256-token prompts and 128-token outputs needs 49,152 tokens each."""
+    args = ["--side-by-side", "--threshold", "56", "--servers", "plain-default:accept,eagle-v2:accept",
+            "--prompt-len", "256", "--output-len", "128", "--levels", "16,128", "--kv-tokens", str(kv_tokens)]
+    if fits:
+        assert a_run(tmp_path, *args).kv_tokens == kv_tokens
+        return
+    said = refusal(tmp_path, *args)
+    assert "--side-by-side: C=128 needs 49,152 KV tokens a server" in said
+    assert f"more than the {kv_tokens:,} each holds beside the others: levels up to 127 fit" in said

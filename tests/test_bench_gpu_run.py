@@ -512,11 +512,13 @@ def stand_in_call(tmp_path, args, eg=None, patched_from=None):
 def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
     """The whole call, through the script, on stand-ins for SGLang. Side by side: both
     servers up before any load, one tree folder shared, ports of their own, the KV cap and idle sleep
-    passed, the rows interleaved and rotated. One after another: each server's rows in turn,
+    passed (--kv-tokens's where given), the rows interleaved and rotated. One after another: each server's rows in turn,
     no side-by-side flags. Both: eagle-v2 takes the running cap plain-default logged (started
     together: the one --plain-caps gives)."""
     side_by_side = mode != "one after another"
-    together = ["--start-together", "--plain-caps", "2048,256"] if mode == "together" else []
+    # started together, with smaller KV pools (--kv-tokens, as four servers need on an H100)
+    together = ["--start-together", "--plain-caps", "2048,256", "--kv-tokens", "64000"] if mode == "together" else []
+    kv_tokens = 64000 if mode == "together" else throughput.SIDE_BY_SIDE_TOKENS
     proc, out, record = stand_in_call(
         tmp_path,
         [
@@ -553,7 +555,7 @@ def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
         assert not any("--sleep-on-idle" in s["argv"] for s in started)
         return
     assert order == SIDE_BY_SIDE_ORDER
-    assert result["side_by_side"]["kv_tokens"] == throughput.SIDE_BY_SIDE_TOKENS
+    assert result["side_by_side"]["kv_tokens"] == kv_tokens
     assert result["side_by_side"]["started"] == ("together" if together else "one after another")
     if together:  # the stand-in logs a running cap of 4096, not --plain-caps's 2048
         assert result["servers"][0]["caps_not_plain_caps"]["max_running_requests"] == 4096
@@ -561,7 +563,7 @@ def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
     assert len(set(ports)) == 4  # each server's HTTP and rendezvous ports its own
     for s in started:
         assert "--sleep-on-idle" in s["argv"]
-        assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(throughput.SIDE_BY_SIDE_TOKENS)
+        assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(kv_tokens)
 
 
 def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end():

@@ -25,11 +25,15 @@ set -u
 TAG=${1:?usage: depth.sh TAG}
 A="${TAG}-a"; B="${TAG}-b"
 LEVELS=16,32,64,128
+# Four servers' KV pools of 64,000 tokens (C=128 x 384 needs 49,152): the accept pair's 16
+# layers of 8 x 128 KV dims hold 64 KiB a token, so about 4 GB a pool against 13 GB at the
+# harness's default, and four servers of about 14 GB fit an 80 GB H100 as well as an H200.
+KV=64000
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
 python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2-d1:accept,eagle-v2-d2:accept,eagle-v2:accept \
-  --side-by-side --start-together --plain-caps 4096,256 --levels "$LEVELS" --repeats 1 \
+  --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" --repeats 1 \
   --tag "$A" --out "$OUT" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 FOURTH=eagle-v2-d1
@@ -39,7 +43,7 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
   FOURTH=adaptive
 fi
 python3 bench/gpu/run.py --servers "plain-default:accept,gated-depth:accept,eagle-v2:accept,$FOURTH:accept" \
-  --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --levels "$LEVELS" \
+  --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   --repeats 1 --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
 grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
 cd "$OUT" && tar czf all.tgz -- * && find . -type f ! -name all.tgz -delete

@@ -172,11 +172,15 @@ def parser():
                          "of the server on the others (G9, G10: it did not narrow the spread between "
                          "starts, and slowed the speculative servers at C <= 8)")
     ap.add_argument("--side-by-side", action="store_true",
-                    help="every server up at once on the GPU (at most 4, KV pools capped at "
-                         f"{throughput.SIDE_BY_SIDE_TOKENS} tokens, idle ones asleep), their timed repeats "
+                    help="every server up at once on the GPU (at most 4, KV pools capped at --kv-tokens, "
+                         "idle ones asleep), their timed repeats "
                          "interleaved at each level: drift within the call falls on all alike. "
                          "Throughput pairs (a fixed --threshold) or the context pair (each server "
                          "runs the equivalence set in turn)")
+    ap.add_argument("--kv-tokens", type=positive_int_arg, default=throughput.SIDE_BY_SIDE_TOKENS,
+                    help="with --side-by-side: each server's KV pool (--max-total-tokens); four servers "
+                         "of the accept pair fit an 80 GB H100 at 64000 (about 14 GB each), not at the "
+                         "default (about 24 GB each)")
     ap.add_argument("--start-together", action="store_true",
                     help="with --side-by-side: launch every server at once, then wait for all "
                          "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "

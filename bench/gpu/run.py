@@ -111,7 +111,7 @@ def main(argv=None):
         out["catchup"] = {"runs": {}, "threshold": int(run.threshold), "workload": CATCHUP}
     rows, outputs = out["rows"], {}
     if run.side_by_side:
-        out["side_by_side"] = {"kv_tokens": throughput.SIDE_BY_SIDE_TOKENS, "order": "repeat r: servers rotated by r",
+        out["side_by_side"] = {"kv_tokens": run.kv_tokens, "order": "repeat r: servers rotated by r",
                                "started": "together" if run.start_together else "one after another"}
         out["servers"] = throughput.side_by_side(run, rows, outputs)
     else:

@@ -69,7 +69,7 @@ def throughput(run, rows):
 # tokens on plain-default in H9; with such a pool every server of H11 to H13 logged 0.5.16's
 # running cap of 4096 and max_total_num_tokens=200000), and an idle server sleeps
 # (--sleep-on-idle) rather than spin its scheduler on the cores the measured one uses.
-SIDE_BY_SIDE_TOKENS = 200_000
+SIDE_BY_SIDE_TOKENS = 200_000  # --kv-tokens's default
 SIDE_BY_SIDE_MAX = 4
 SIDE_BY_SIDE_PORT = 30100
 
@@ -122,10 +122,10 @@ def kv_refusal(run):
     server, or None: SGLang would queue what overflows its KV pool (or its running cap) and
     measure a smaller batch."""
     c, per_request = max(run.levels), run.prompt_len + run.output_len
-    if c * per_request > SIDE_BY_SIDE_TOKENS:
+    if c * per_request > run.kv_tokens:
         return (f"C={c} needs {c * per_request:,} KV tokens a server ({c} x ({run.prompt_len} + "
-                f"{run.output_len})), more than the {SIDE_BY_SIDE_TOKENS:,} each holds beside the others: "
-                f"levels up to {SIDE_BY_SIDE_TOKENS // per_request} fit")
+                f"{run.output_len})), more than the {run.kv_tokens:,} each holds beside the others: "
+                f"levels up to {run.kv_tokens // per_request} fit")
     if run.plain_caps and c > run.plain_caps[0]:
         return f"C={c} is above --plain-caps's running cap {run.plain_caps[0]}"
     return None
@@ -193,7 +193,7 @@ def side_by_side(run, rows, outputs):
     # started together, the launches follow one another at once.
     thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
                   for name, pair in run.servers]
-    extra = ["--max-total-tokens", str(SIDE_BY_SIDE_TOKENS), "--sleep-on-idle"]
+    extra = ["--max-total-tokens", str(run.kv_tokens), "--sleep-on-idle"]
     started, copied = [], set()
     dirs = side_by_side_dirs([n for n, _ in run.servers])
     try:
