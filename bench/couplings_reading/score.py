@@ -7,8 +7,9 @@ couplings lies in that file and function: the function enclosing the finding's l
 release's own source (or, for a finding on a class or field, the function its symbol names).
 
 Reports, as markdown: recall per release (every finding, `--all`; and the default list of
-a triton EAGLE launch), the sites missed, what `--all` adds to that list by file, and findings per rule (category/kind) on the
-precision releases with how many of them fall in a reading's function.
+a triton EAGLE launch), the sites missed, what `--all` adds to that list by file, and
+findings per rule (category/kind) on the precision releases with how many of them fall in a
+reading's function.
 
     python bench/couplings_reading/score.py [--recall 0.5.9 0.5.4] [--precision 0.5.9 0.5.23]
                                             [--out bench/couplings_reading/score.md]

@@ -178,9 +178,9 @@ def parser():
                          "Throughput pairs (a fixed --threshold) or the context pair (each server "
                          "runs the equivalence set in turn)")
     ap.add_argument("--kv-tokens", type=positive_int_arg, default=throughput.SIDE_BY_SIDE_TOKENS,
-                    help="with --side-by-side: each server's KV pool (--max-total-tokens); four servers "
-                         "of the accept pair fit an 80 GB H100 at 64000 (about 14 GB each), not at the "
-                         "default (about 24 GB each)")
+                    help="with --side-by-side: each server's KV pool (--max-total-tokens); by the accept "
+                         "pair's shapes about 14 GB a server at 64000 against 24 GB at the default, so "
+                         "four would fit an 80 GB H100 (an estimate: depth.sh's first H100 call tells)")
     ap.add_argument("--start-together", action="store_true",
                     help="with --side-by-side: launch every server at once, then wait for all "
                          "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "
