@@ -223,21 +223,26 @@ def test_earlier_rows_of_other_lengths_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("prompt", "output", "levels", "fits"),
-    [(4096, 512, "16,64", False), (4096, 512, "16,32", True), (256, 512, "128,256", True),
-     (256, 128, "256", True), (256, 1024, "256", False)],
+    ("prompt", "output", "levels", "kv_tokens", "fits"),
+    [(4096, 512, "16,64", None, False), (4096, 512, "16,32", None, True), (256, 512, "128,256", None, True),
+     (256, 128, "256", None, True), (256, 1024, "256", None, False),
+     # depth.sh's pools (--kv-tokens, so that four servers fit an H100): C=128 x 384 needs 49,152
+     (256, 128, "16,128", 64000, True), (256, 128, "16,128", 49152, True), (256, 128, "16,128", 49151, False)],
 )
-def test_side_by_side_refuses_levels_whose_kv_pools_cannot_fit(tmp_path, prompt, output, levels, fits):
+def test_side_by_side_refuses_levels_whose_kv_pools_cannot_fit(tmp_path, prompt, output, levels, kv_tokens, fits):
     args = ["--side-by-side", "--threshold", "56", "--servers", "plain-default:accept,eagle-v2:accept",
-            "--prompt-len", str(prompt), "--output-len", str(output), "--levels", levels]
+            "--prompt-len", str(prompt), "--output-len", str(output), "--levels", levels,
+            *(["--kv-tokens", str(kv_tokens)] if kv_tokens else [])]
+    pool = kv_tokens or throughput.SIDE_BY_SIDE_TOKENS
     top = max(map(int, levels.split(",")))
     if fits:
-        assert a_run(tmp_path, *args).prompt_len == prompt
+        run = a_run(tmp_path, *args)
+        assert (run.prompt_len, run.kv_tokens) == (prompt, pool)
         return
     said = refusal(tmp_path, *args)
     need = top * (prompt + output)
     assert f"--side-by-side: C={top} needs {need:,} KV tokens a server" in said
-    assert f"levels up to {throughput.SIDE_BY_SIDE_TOKENS // (prompt + output)} fit" in said
+    assert f"more than the {pool:,} each holds beside the others: levels up to {pool // (prompt + output)} fit" in said
 
 
 def test_a_prompt_and_output_longer_than_the_targets_context_extend_it(tmp_path):
@@ -321,16 +326,3 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
         assert {"rows_Z1-a.json", "rows_Z1-b.json", "Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
     assert [p.name for p in out.iterdir()] == ["all.tgz"]
 
-
-@pytest.mark.parametrize(("kv_tokens", "fits"), [(64000, True), (49151, False), (49152, True)])
-def test_side_by_side_fits_its_levels_in_the_kv_pool_it_is_given(tmp_path, kv_tokens, fits):
-    """depth.sh's four servers fit an 80 GB H100 only with smaller pools: --kv-tokens sets
-    them, and C=128 of 256-token prompts and 128-token outputs needs 49,152 tokens each."""
-    args = ["--side-by-side", "--threshold", "56", "--servers", "plain-default:accept,eagle-v2:accept",
-            "--prompt-len", "256", "--output-len", "128", "--levels", "16,128", "--kv-tokens", str(kv_tokens)]
-    if fits:
-        assert a_run(tmp_path, *args).kv_tokens == kv_tokens
-        return
-    said = refusal(tmp_path, *args)
-    assert "--side-by-side: C=128 needs 49,152 KV tokens a server" in said
-    assert f"more than the {kv_tokens:,} each holds beside the others: levels up to 127 fit" in said

@@ -27,7 +27,8 @@ A="${TAG}-a"; B="${TAG}-b"
 LEVELS=16,32,64,128
 # Four servers' KV pools of 64,000 tokens (C=128 x 384 needs 49,152): the accept pair's 16
 # layers of 8 x 128 KV dims hold 64 KiB a token, so about 4 GB a pool against 13 GB at the
-# harness's default, and four servers of about 14 GB fit an 80 GB H100 as well as an H200.
+# harness's default: four servers of about 14 GB should fit an 80 GB H100 as well as an H200
+# (an estimate from the shapes; the first H100 call of this script measures it).
 KV=64000
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
