@@ -286,6 +286,8 @@ with open(os.environ["FAKE_RECORD"], "a") as f:
 rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
           "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
 json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
+for s, p in args.servers:
+    open(os.path.join(args.out, f"log_{{s}}-{{p}}.txt"), "w").write(args.tag)
 '''
 
 
@@ -324,5 +326,10 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
     assert 0 < first["deadline_s"] <= 350 and 0 < second["deadline_s"] <= 550
     with tarfile.open(out / "all.tgz") as tar:
         assert {"rows_Z1-a.json", "rows_Z1-b.json", "Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
+        # plain-default and eagle-v2 serve in both halves: each half's logs come back apart
+        for name in ("plain-default", "eagle-v2"):
+            logs = {half: tar.extractfile(path).read().decode() for half, path in
+                    (("Z1-a", f"Z1-a/log_{name}-accept.txt"), ("Z1-b", f"log_{name}-accept.txt"))}
+            assert logs == {"Z1-a": "Z1-a", "Z1-b": "Z1-b"}, logs
     assert [p.name for p in out.iterdir()] == ["all.tgz"]
 

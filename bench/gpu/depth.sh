@@ -13,8 +13,8 @@
 #          eagle-v2-d1.
 # Everything comes back as one archive, $OUT/all.tgz (a call returns at most eight files).
 #
-# Time, from the raw side-by-side runs (rows: n x 128 tokens / tok_s per pass; H28, H30, H31
-# cold calls of 498-514 s): setup and the weights about 70 s cold (the call's length less its
+# Time: 485 s on a warm H100 for 0.5.16 (D16a). It was planned from the raw side-by-side runs
+# (rows: n x 128 tokens / tok_s per pass; H28, H30, H31 cold calls of 498-514 s): setup and the weights about 70 s cold (the call's length less its
 # start-ups and passes); four servers launched together healthy in 95-145 s cold (75-110 s
 # warm, V6: 68-77 s for three); one pass of one server at C = 16, 32, 64, 128 about 1.0, 1.3,
 # 2.6, 4.4 s, so an untimed and a timed pass of four servers at the four levels about 75 s;
@@ -27,8 +27,8 @@ A="${TAG}-a"; B="${TAG}-b"
 LEVELS=16,32,64,128
 # Four servers' KV pools of 64,000 tokens (C=128 x 384 needs 49,152): the accept pair's 16
 # layers of 8 x 128 KV dims hold 64 KiB a token, so about 4 GB a pool against 13 GB at the
-# harness's default: four servers of about 14 GB should fit an 80 GB H100 as well as an H200
-# (an estimate from the shapes; the first H100 call of this script measures it).
+# harness's default: four servers fit an 80 GB H100 (D16a: each pool 3.9 GB, and the last
+# server to start reported 12 GB free), as well as an H200.
 KV=64000
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
@@ -36,6 +36,9 @@ source .gpu/kit/setup.sh 56
 python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2-d1:accept,eagle-v2-d2:accept,eagle-v2:accept \
   --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" --repeats 1 \
   --tag "$A" --out "$OUT" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
+# Each server writes log_<server>-<pair>.txt, and plain-default and eagle-v2 run in both halves:
+# the first half's logs go into their own folder before the second overwrites them.
+mkdir -p "$OUT/$A" && mv "$OUT"/log_*.txt "$OUT/$A/" 2>/dev/null
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 FOURTH=eagle-v2-d1
 if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
@@ -47,4 +50,4 @@ python3 bench/gpu/run.py --servers "plain-default:accept,gated-depth:accept,eagl
   --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   --repeats 1 --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
 grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
-cd "$OUT" && tar czf all.tgz -- * && find . -type f ! -name all.tgz -delete
+cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 ! -name all.tgz -delete

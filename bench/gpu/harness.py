@@ -179,8 +179,8 @@ def parser():
                          "runs the equivalence set in turn)")
     ap.add_argument("--kv-tokens", type=positive_int_arg, default=throughput.SIDE_BY_SIDE_TOKENS,
                     help="with --side-by-side: each server's KV pool (--max-total-tokens); by the accept "
-                         "pair's shapes about 14 GB a server at 64000 against 24 GB at the default, so "
-                         "four would fit an 80 GB H100 (an estimate: depth.sh's first H100 call tells)")
+                         "pair's shapes a 3.9 GB pool at 64000 against about 13 GB at the default: four such "
+                         "servers fit an 80 GB H100 (depth.sh's D16a left 12 GB free)")
     ap.add_argument("--start-together", action="store_true",
                     help="with --side-by-side: launch every server at once, then wait for all "
                          "(the start-ups overlap; needs --plain-caps); the record keeps the GPU's "
