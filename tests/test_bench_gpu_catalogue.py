@@ -219,7 +219,9 @@ def test_a_depth_probe_reaches_results_json_with_its_ratios(copy):
              "section": "depth", "purpose": "throughput"}
     plant(copy, {"id": "P1-a", **entry, "servers": static}, run_data("0.5.16", static, rows_a, None))
     plant(copy, {"id": "P1-b", **entry, "servers": gated, "calibrated_on": "P1-a"},
-          run_data("0.5.16", gated, rows_b, None, prompt_len=256, output_len=128, depth_tables={"accept": table}))
+          run_data("0.5.16", gated, rows_b, None, prompt_len=256, output_len=128, depth_tables={"accept": table},
+                   # calibrate's answer names the file it wrote, under the device call's $OUT
+                   depth_calibrate={"accept": {"written": "/root/out/depth_table_accept.json"}}))
 
     done = run_collect(copy)
     assert done.returncode == 0, done.stderr
@@ -227,6 +229,7 @@ def test_a_depth_probe_reaches_results_json_with_its_ratios(copy):
     depth = json.loads((copy / "bench" / "gpu" / "results.json").read_text())["depth"]
     assert list(depth)[-2:] == ["P1-a", "P1-b"] and depth["P1-b"]["calibrated_on"] == "P1-a"
     assert depth["P1-b"]["depth_tables"] == {"accept": table}
+    assert depth["P1-b"]["depth_calibrate"] == {"accept": {"written": "$OUT/depth_table_accept.json"}}
     assert depth["P1-a"]["medians"]["eagle-v2-d2"] == [medians(rows_a, "eagle-v2-d2", c) for c in levels]
     this_call = table_line(done.stdout, "| gated-depth / max(plain-default, eagle-v2, adaptive), this call |")
     static_call = table_line(done.stdout, "| gated-depth / max(the static servers of P1-a, another start) |")

@@ -282,7 +282,8 @@ args = harness.parser().parse_args(argv)
 refusal = harness.Run(args, os.environ["FAKE_STAGE"], root=os.environ["FAKE_STAGE"]).refusal()
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({{"argv": argv, "tag": args.tag, "servers": args.servers, "deadline_s": args.deadline_s,
-                        "together": args.side_by_side and args.start_together, "refusal": refusal}}) + "\\n")
+                        "together": args.side_by_side and args.start_together, "refusal": refusal,
+                        "shape": [args.levels, args.prompt_len, args.output_len, args.repeats, args.kv_tokens]}}) + "\\n")
 rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
           "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
 json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
@@ -291,12 +292,21 @@ for s, p in args.servers:
 '''
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
+@pytest.mark.parametrize(
+    ("native", "env", "pair", "shape"),
+    [
+        (True, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
+        (False, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
+        # a call of the Done-when's sweep: another pair, long prompts, 512-token outputs, medians of 3
+        (True, {"DEPTH_PAIR": "real", "DEPTH_LEVELS": "1,4,8", "DEPTH_PROMPT": "4096", "DEPTH_OUTPUT": "512",
+                "DEPTH_REPEATS": "3", "DEPTH_KV": "40000"}, "real", [[1, 4, 8], 4096, 512, 3, 40000]),
+    ],
+)
+def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, env, pair, shape):
     """depth.sh on stand-ins for the kit, eaglegate and python3: both run.py commands parse
     with run.py's parser and pass its refusals, the second reads the first's rows, `adaptive` runs where plan gives
-    a native route (else eagle-v2-d1), the deadlines leave the call's limit, and everything
-    comes back in all.tgz."""
+    a native route (else eagle-v2-d1), the deadlines leave the call's limit, the environment's
+    shape reaches both halves, and everything comes back in all.tgz."""
     root, home, out, bin_ = (tmp_path / d for d in ("root", "home", "out", "bin"))
     for d in (root / "bench" / "gpu", root / ".gpu" / "kit", home, out, bin_):
         d.mkdir(parents=True)
@@ -311,7 +321,7 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
     record = tmp_path / "record.jsonl"
     proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HOME": str(home), "OUT": str(out), "FAKE_RECORD": str(record),
-                               "FAKE_STAGE": str(tmp_path),
+                               "FAKE_STAGE": str(tmp_path), **env,
                                "PATH": f"{bin_}:{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stderr
     first, second = [json.loads(line) for line in record.read_text().splitlines()]
@@ -321,6 +331,8 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
     assert [name for name, _ in second["servers"]] == [
         "plain-default", "gated-depth", "eagle-v2", "adaptive" if native else "eagle-v2-d1"]
     assert first["together"] and second["together"]
+    assert {p for _, p in first["servers"] + second["servers"]} == {pair}
+    assert first["shape"] == second["shape"] == shape
     # neither refused: the second's depth table (and adaptive's threshold) from the first's rows
     assert first["refusal"] is None and second["refusal"] is None
     assert 0 < first["deadline_s"] <= 350 and 0 < second["deadline_s"] <= 550
@@ -329,7 +341,7 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native):
         # plain-default and eagle-v2 serve in both halves: each half's logs come back apart
         for name in ("plain-default", "eagle-v2"):
             logs = {half: tar.extractfile(path).read().decode() for half, path in
-                    (("Z1-a", f"Z1-a/log_{name}-accept.txt"), ("Z1-b", f"log_{name}-accept.txt"))}
+                    (("Z1-a", f"Z1-a/log_{name}-{pair}.txt"), ("Z1-b", f"log_{name}-{pair}.txt"))}
             assert logs == {"Z1-a": "Z1-a", "Z1-b": "Z1-b"}, logs
     assert [p.name for p in out.iterdir()] == ["all.tgz"]
 

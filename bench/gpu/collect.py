@@ -49,6 +49,8 @@ LIVE_RUNS_ABOUT = (
 MACHINE_PATHS = [
     (re.compile(r"(?:/[\w.-]+)*/eg-stage\b"), "$STAGE"),
     (re.compile(r"(?:/[\w.-]+)*/site-packages\b"), "<site-packages>"),
+    # the call's $OUT on the device (/root/out), where calibrate says it wrote a depth table
+    (re.compile(r"(?<![\w.$-])/root/out\b"), "$OUT"),
 ]
 
 

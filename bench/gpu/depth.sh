@@ -4,7 +4,10 @@
 # Does the depth-gated server start, follow its table, and land in the right range? Not the
 # issue's Done-when (medians of 3 at eight levels, 512-token outputs, both pairs, both prompt
 # lengths: several calls); here one repeat a level, today's 256-token prompts and 128-token
-# outputs, the accept pair, C = 16, 32, 64, 128.
+# outputs, the accept pair, C = 16, 32, 64, 128. The environment changes that shape for a call of
+# the Done-when's sweep: DEPTH_PAIR, DEPTH_LEVELS, DEPTH_PROMPT, DEPTH_OUTPUT, DEPTH_REPEATS and
+# DEPTH_KV (each server's KV pool); run.py refuses, before any server starts, levels whose
+# requests the pools cannot hold.
 #   TAG-a: plain-default and static EAGLE-3 at depths 1, 2, 3 (eagle-v2-d1, -d2, eagle-v2) side
 #          by side: the rows `eaglegate calibrate --depth` picks the depth table from.
 #   TAG-b: gated-depth with that table (calibrated from TAG-a's rows: --rows-from; it comes back
@@ -24,17 +27,19 @@
 set -u
 TAG=${1:?usage: depth.sh TAG}
 A="${TAG}-a"; B="${TAG}-b"
-LEVELS=16,32,64,128
+PAIR=${DEPTH_PAIR:-accept}
+LEVELS=${DEPTH_LEVELS:-16,32,64,128}
+SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --repeats ${DEPTH_REPEATS:-1}"
 # Four servers' KV pools of 64,000 tokens (C=128 x 384 needs 49,152): the accept pair's 16
 # layers of 8 x 128 KV dims hold 64 KiB a token, so about 4 GB a pool against 13 GB at the
 # harness's default: four servers fit an 80 GB H100 (D16a: each pool 3.9 GB, and the last
 # server to start reported 12 GB free), as well as an H200.
-KV=64000
+KV=${DEPTH_KV:-64000}
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
-python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2-d1:accept,eagle-v2-d2:accept,eagle-v2:accept \
-  --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" --repeats 1 \
+python3 bench/gpu/run.py --servers plain-default:$PAIR,eagle-v2-d1:$PAIR,eagle-v2-d2:$PAIR,eagle-v2:$PAIR \
+  --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
   --tag "$A" --out "$OUT" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
 # Each server writes log_<server>-<pair>.txt, and plain-default and eagle-v2 run in both halves:
 # the first half's logs go into their own folder before the second overwrites them.
@@ -46,8 +51,8 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
     2>/dev/null | grep -q '"native-adaptive"'; then
   FOURTH=adaptive
 fi
-python3 bench/gpu/run.py --servers "plain-default:accept,gated-depth:accept,eagle-v2:accept,$FOURTH:accept" \
+python3 bench/gpu/run.py --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
   --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
-  --repeats 1 --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
+  $SHAPE --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
 grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
 cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 ! -name all.tgz -delete
