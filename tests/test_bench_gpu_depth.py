@@ -2,15 +2,13 @@
 depth-gated server (gated-depth) launched from the real `eaglegate plan` on real release
 sources, the depth table from the real `eaglegate calibrate --depth` over sweep rows (this
 call's or an earlier call's, --rows-from), prompt and output lengths in every row and in the
-launch, the side-by-side KV refusal, and bench/gpu/depth.sh run to its end on stand-ins."""
+launch, and the side-by-side KV refusal (depth.sh itself: test_bench_gpu_scripts.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -267,81 +265,3 @@ def test_every_row_records_its_prompt_and_output_length(tmp_path):
     assert (result["prompt_len"], result["output_len"]) == (300, 20)
     assert len(result["rows"]) == 2
     assert all((r["prompt_len"], r["output_len"]) == (300, 20) and r["tok_s"] > 0 for r in result["rows"])
-
-
-FAKE_PYTHON = '''
-"""python3 on the GPU machine, for depth.sh: run.py's command line read by run.py's own parser
-(an unknown flag exits 2) and judged by its refusals, recorded, and a row per server and level
-written where the call would write its rows."""
-import json, os, sys
-sys.path.insert(0, {bench!r})
-import harness
-script, argv = sys.argv[1], sys.argv[2:]
-assert script == "bench/gpu/run.py", script
-args = harness.parser().parse_args(argv)
-refusal = harness.Run(args, os.environ["FAKE_STAGE"], root=os.environ["FAKE_STAGE"]).refusal()
-with open(os.environ["FAKE_RECORD"], "a") as f:
-    f.write(json.dumps({{"argv": argv, "tag": args.tag, "servers": args.servers, "deadline_s": args.deadline_s,
-                        "together": args.side_by_side and args.start_together, "refusal": refusal,
-                        "shape": [args.levels, args.prompt_len, args.output_len, args.repeats, args.kv_tokens]}}) + "\\n")
-rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
-          "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
-json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
-for s, p in args.servers:
-    open(os.path.join(args.out, f"log_{{s}}-{{p}}.txt"), "w").write(args.tag)
-'''
-
-
-@pytest.mark.parametrize(
-    ("native", "env", "pair", "shape"),
-    [
-        (True, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
-        (False, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
-        # a call of the Done-when's sweep: another pair, long prompts, 512-token outputs, medians of 3
-        (True, {"DEPTH_PAIR": "real", "DEPTH_LEVELS": "1,4,8", "DEPTH_PROMPT": "4096", "DEPTH_OUTPUT": "512",
-                "DEPTH_REPEATS": "3", "DEPTH_KV": "40000"}, "real", [[1, 4, 8], 4096, 512, 3, 40000]),
-    ],
-)
-def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, env, pair, shape):
-    """depth.sh on stand-ins for the kit, eaglegate and python3: both run.py commands parse
-    with run.py's parser and pass its refusals, the second reads the first's rows, `adaptive` runs where plan gives
-    a native route (else eagle-v2-d1), the deadlines leave the call's limit, the environment's
-    shape reaches both halves, and everything comes back in all.tgz."""
-    root, home, out, bin_ = (tmp_path / d for d in ("root", "home", "out", "bin"))
-    for d in (root / "bench" / "gpu", root / ".gpu" / "kit", home, out, bin_):
-        d.mkdir(parents=True)
-    (root / "bench" / "gpu" / "depth.sh").write_text((BENCH / "depth.sh").read_text())
-    (root / ".gpu" / "VERSION").write_text("0.5.16\n")
-    family = "native-adaptive" if native else "v2-code-patch"
-    (tmp_path / "eg.py").write_text(f'import json; print(json.dumps({{"alternatives": [{{"family": "{family}"}}]}}))')
-    (root / ".gpu" / "kit" / "setup.sh").write_text(f'export EG="{sys.executable} {tmp_path / "eg.py"}"\n')
-    (tmp_path / "python.py").write_text(FAKE_PYTHON.format(bench=str(BENCH)))
-    (bin_ / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "python.py"} "$@"\n')
-    (bin_ / "python3").chmod(0o755)
-    record = tmp_path / "record.jsonl"
-    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HOME": str(home), "OUT": str(out), "FAKE_RECORD": str(record),
-                               "FAKE_STAGE": str(tmp_path), **env,
-                               "PATH": f"{bin_}:{os.environ['PATH']}"})
-    assert proc.returncode == 0, proc.stderr
-    first, second = [json.loads(line) for line in record.read_text().splitlines()]
-    assert (first["tag"], second["tag"]) == ("Z1-a", "Z1-b")
-    assert second["argv"][second["argv"].index("--rows-from") + 1] == f"{out}/rows_Z1-a.json"
-    assert {name for name, _ in first["servers"]} == {"plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2"}
-    assert [name for name, _ in second["servers"]] == [
-        "plain-default", "gated-depth", "eagle-v2", "adaptive" if native else "eagle-v2-d1"]
-    assert first["together"] and second["together"]
-    assert {p for _, p in first["servers"] + second["servers"]} == {pair}
-    assert first["shape"] == second["shape"] == shape
-    # neither refused: the second's depth table (and adaptive's threshold) from the first's rows
-    assert first["refusal"] is None and second["refusal"] is None
-    assert 0 < first["deadline_s"] <= 350 and 0 < second["deadline_s"] <= 550
-    with tarfile.open(out / "all.tgz") as tar:
-        assert {"rows_Z1-a.json", "rows_Z1-b.json", "Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
-        # plain-default and eagle-v2 serve in both halves: each half's logs come back apart
-        for name in ("plain-default", "eagle-v2"):
-            logs = {half: tar.extractfile(path).read().decode() for half, path in
-                    (("Z1-a", f"Z1-a/log_{name}-{pair}.txt"), ("Z1-b", f"log_{name}-{pair}.txt"))}
-            assert logs == {"Z1-a": "Z1-a", "Z1-b": "Z1-b"}, logs
-    assert [p.name for p in out.iterdir()] == ["all.tgz"]
-

@@ -11,10 +11,11 @@
 #   TAG-a: plain-default and static EAGLE-3 at depths 1, 2, 3 (eagle-v2-d1, -d2, eagle-v2) side
 #          by side: the rows `eaglegate calibrate --depth` picks the depth table from.
 #   TAG-b: gated-depth with that table (calibrated from TAG-a's rows: --rows-from; it comes back
-#          as depth_table_accept.json) beside plain-default, eagle-v2 and SGLang's adaptive route
+#          as depth_table_PAIR.json) beside plain-default, eagle-v2 and SGLang's adaptive route
 #          where plan gives the release one (its threshold calibrated on TAG-a's rows too), else
 #          eagle-v2-d1.
-# Everything comes back as one archive, $OUT/all.tgz (a call returns at most eight files).
+# Everything comes back as one archive, $OUT/all.tgz (a call returns at most eight files): each
+# half's files in a folder named by its tag, as bench/gpu/raw/ keeps them, and its console as TAG.out.
 #
 # Time: 485 s on a warm H100 for 0.5.16 (D16a). It was planned from the raw side-by-side runs
 # (rows: n x 128 tokens / tok_s per pass; H28, H30, H31 cold calls of 498-514 s): setup and the weights about 70 s cold (the call's length less its
@@ -38,12 +39,10 @@ KV=${DEPTH_KV:-64000}
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
+mkdir -p "$OUT/$A" "$OUT/$B"
 python3 bench/gpu/run.py --servers plain-default:$PAIR,eagle-v2-d1:$PAIR,eagle-v2-d2:$PAIR,eagle-v2:$PAIR \
   --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
-  --tag "$A" --out "$OUT" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
-# Each server writes log_<server>-<pair>.txt, and plain-default and eagle-v2 run in both halves:
-# the first half's logs go into their own folder before the second overwrites them.
-mkdir -p "$OUT/$A" && mv "$OUT"/log_*.txt "$OUT/$A/" 2>/dev/null
+  --tag "$A" --out "$OUT/$A" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 FOURTH=eagle-v2-d1
 if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
@@ -52,7 +51,7 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
   FOURTH=adaptive
 fi
 python3 bench/gpu/run.py --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
-  --rows-from "$OUT/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
-  $SHAPE --tag "$B" --out "$OUT" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
+  --rows-from "$OUT/$A/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
+  $SHAPE --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
 grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
 cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 ! -name all.tgz -delete

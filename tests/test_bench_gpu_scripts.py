@@ -1,0 +1,147 @@
+"""The GPU machine's call scripts, bench/gpu/depth.sh and live.sh, run to their end here on
+stand-ins for the kit, eaglegate and python3: every run.py command they give parses with
+run.py's own parser and passes its refusals, each half gets its tag's folder, and what comes
+back unpacks into bench/gpu/raw/ as the catalogue keeps it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+
+FAKE_PYTHON = '''
+"""python3 on the GPU machine: run.py's command line read by run.py's own parser (an unknown
+flag exits 2) and judged by its refusals, recorded, and a row per server and level and a log
+per server written where the call would write them."""
+import json, os, sys
+sys.path.insert(0, {bench!r})
+import harness
+script, argv = sys.argv[1], sys.argv[2:]
+assert script == "bench/gpu/run.py", script
+args = harness.parser().parse_args(argv)
+refusal = harness.Run(args, os.environ["FAKE_STAGE"], root=os.environ["FAKE_STAGE"]).refusal()
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"argv": argv, "tag": args.tag, "out": args.out, "servers": args.servers,
+                        "deadline_s": args.deadline_s, "deterministic": args.deterministic,
+                        "together": args.side_by_side and args.start_together, "refusal": refusal,
+                        "shape": [args.levels, args.prompt_len, args.output_len, args.repeats, args.kv_tokens]}}) + "\\n")
+rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
+          "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
+json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
+for s, p in args.servers:
+    open(os.path.join(args.out, f"log_{{s}}-{{p}}.txt"), "w").write(args.tag)
+print(f"{{args.tag}} tok/s")
+'''
+
+
+def call(tmp_path: Path, script: str, *tags: str, native: bool = True, env: dict | None = None):
+    """`bash bench/gpu/SCRIPT TAGS...` as the GPU machine runs it, on stand-ins: the process,
+    run.py's recorded command lines, and $OUT."""
+    root, home, out, bin_ = (tmp_path / d for d in ("root", "home", "out", "bin"))
+    for d in (root / "bench" / "gpu", root / ".gpu" / "kit", home, out, bin_):
+        d.mkdir(parents=True)
+    (root / "bench" / "gpu" / script).write_text((BENCH / script).read_text())
+    (root / ".gpu" / "VERSION").write_text("0.5.16\n")
+    family = "native-adaptive" if native else "v2-code-patch"
+    (tmp_path / "eg.py").write_text(f'import json; print(json.dumps({{"alternatives": [{{"family": "{family}"}}]}}))')
+    (root / ".gpu" / "kit" / "setup.sh").write_text(
+        f'export EG="{sys.executable} {tmp_path / "eg.py"}"\ntouch "{tmp_path / "setup-ran"}"\n')
+    (tmp_path / "python.py").write_text(FAKE_PYTHON.format(bench=str(BENCH)))
+    (bin_ / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "python.py"} "$@"\n')
+    (bin_ / "python3").chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    proc = subprocess.run(["bash", f"bench/gpu/{script}", *tags], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HOME": str(home), "OUT": str(out),
+                                            "FAKE_RECORD": str(record), "FAKE_STAGE": str(tmp_path), **(env or {}),
+                                            "PATH": f"{bin_}:{os.environ['PATH']}"})
+    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return proc, calls, out
+
+
+def unpacked(tmp_path: Path, out: Path) -> dict[str, set[str]]:
+    """What `tar xzf all.tgz -C bench/gpu/raw --exclude '*.out'` leaves: each folder's files."""
+    assert [p.name for p in out.iterdir()] == ["all.tgz"]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    subprocess.run(["tar", "xzf", str(out / "all.tgz"), "-C", str(raw), "--exclude", "*.out"], check=True)
+    assert all(p.is_dir() for p in raw.iterdir())
+    return {d.name: {f.name for f in d.iterdir()} for d in raw.iterdir()}
+
+
+@pytest.mark.parametrize(
+    ("native", "env", "pair", "shape"),
+    [
+        (True, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
+        (False, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
+        # a call of the Done-when's sweep: another pair, long prompts, 512-token outputs, medians of 3
+        (True, {"DEPTH_PAIR": "real", "DEPTH_LEVELS": "1,4,8", "DEPTH_PROMPT": "4096", "DEPTH_OUTPUT": "512",
+                "DEPTH_REPEATS": "3", "DEPTH_KV": "40000"}, "real", [[1, 4, 8], 4096, 512, 3, 40000]),
+    ],
+)
+def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, env, pair, shape):
+    """The second half reads the first's rows, `adaptive` runs where plan gives a native route
+    (else eagle-v2-d1), the deadlines leave the call's limit, the environment's shape reaches
+    both halves, and each half's rows and logs come back in its own folder (plain-default and
+    eagle-v2 serve in both, under the same log names)."""
+    proc, calls, out = call(tmp_path, "depth.sh", "Z1", native=native, env=env)
+    assert proc.returncode == 0, proc.stderr
+    first, second = calls
+    assert (first["tag"], second["tag"]) == ("Z1-a", "Z1-b")
+    assert second["argv"][second["argv"].index("--rows-from") + 1] == f"{out}/Z1-a/rows_Z1-a.json"
+    assert {name for name, _ in first["servers"]} == {"plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2"}
+    assert [name for name, _ in second["servers"]] == [
+        "plain-default", "gated-depth", "eagle-v2", "adaptive" if native else "eagle-v2-d1"]
+    assert first["together"] and second["together"]
+    assert {p for _, p in first["servers"] + second["servers"]} == {pair}
+    assert first["shape"] == second["shape"] == shape
+    # neither refused: the second's depth table (and adaptive's threshold) from the first's rows
+    assert first["refusal"] is None and second["refusal"] is None
+    assert 0 < first["deadline_s"] <= 350 and 0 < second["deadline_s"] <= 550
+    assert "Z1-a tok/s" in proc.stdout and "Z1-b tok/s" in proc.stdout
+    with tarfile.open(out / "all.tgz") as tar:
+        assert {"Z1-a.out", "Z1-b.out"} <= set(tar.getnames())
+        for name in ("plain-default", "eagle-v2"):
+            logs = {half: tar.extractfile(f"{half}/log_{name}-{pair}.txt").read().decode() for half in ("Z1-a", "Z1-b")}
+            assert logs == {"Z1-a": "Z1-a", "Z1-b": "Z1-b"}, logs
+    folders = unpacked(tmp_path, out)
+    assert folders == {
+        "Z1-a": {"rows_Z1-a.json"} | {f"log_{s}-{pair}.txt" for s in ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2")},
+        "Z1-b": {"rows_Z1-b.json"} | {f"log_{s}-{pair}.txt" for s, _ in second["servers"]}}
+
+
+@pytest.mark.parametrize(
+    ("tags", "halves", "budget", "ends"),
+    [
+        # both halves: the throughput half done by 55 % of the budget, the other 30 s before its end
+        (("W1", "W2"), ["W1", "W2"], "600", [330, 570]),
+        # one half alone gets the whole budget (an H100 runs a release in two calls)
+        (("W1", "-"), ["W1"], "380", [350]),
+        (("-", "W2"), ["W2"], "600", [570]),
+    ],
+)
+def test_live_sh_runs_its_halves_each_in_its_tags_folder(tmp_path, tags, halves, budget, ends):
+    proc, calls, out = call(tmp_path, "live.sh", *tags, env={"LIVE_BUDGET_S": budget})
+    assert proc.returncode == 0, proc.stderr
+    assert [c["tag"] for c in calls] == halves
+    for c, end in zip(calls, ends, strict=True):
+        assert c["refusal"] is None and c["together"] and c["out"] == f"{out}/{c['tag']}"
+        assert end - 10 < c["deadline_s"] <= end  # the script's own seconds are spent before it
+        pairs = {p for _, p in c["servers"]}
+        # the throughput half on the accept pair, the equivalence half on the context pair, deterministic
+        assert (pairs, c["deterministic"]) == (({"accept"}, False) if c["tag"] == "W1" else ({"context"}, True))
+        assert {s for s, _ in c["servers"]} == {"plain-default", "eagle-v2", "gated-v2"}
+    assert unpacked(tmp_path, out) == {
+        c["tag"]: {f"rows_{c['tag']}.json"} | {f"log_{s}-{p}.txt" for s, p in c["servers"]} for c in calls}
+
+
+def test_live_sh_with_both_halves_skipped_refuses_before_any_setup(tmp_path):
+    proc, calls, out = call(tmp_path, "live.sh", "-", "-")
+    assert proc.returncode == 2 and proc.stderr.strip() == "live.sh: both halves skipped"
+    assert calls == [] and not (tmp_path / "setup-ran").exists() and not list(out.iterdir())
