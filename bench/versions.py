@@ -297,8 +297,9 @@ def write_md(results: dict) -> None:
            if results["source"].get("changed_during_run") else "")
         + ("; uncommitted edits in the tree" if results["source"].get("dirty") else "") + ".",
         "",
-        "The live column: the gate as it is now on one lent GPU, an H200 or an H100 (`eaglegate/patches/live_runs.json`, "
-        "raw rows in `bench/gpu/raw/`), written again by `bench/gpu/collect.py` from its run catalogue.",
+        "The live column: the gate as it is now on one lent GPU, an H200 or an H100 "
+        "(`eaglegate/patches/live_runs.json`, raw rows in `bench/gpu/raw/`), written again by "
+        "`bench/gpu/collect.py` from its run catalogue.",
         "",
         "| version | workers | paths v1/v2 | verdicts | plan family (worker) | patch | failures | s | live |",
         "|---|---|---|---|---|---|---|---|---|",

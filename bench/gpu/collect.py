@@ -38,8 +38,8 @@ PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catch
 REQUIRED = ("id", "date", "release", "servers", "pair", "section", "purpose")
 # live_runs.json's own description of itself (the product reads the file, see live_runs.py).
 LIVE_RUNS_ABOUT = (
-    "Releases whose gated server ran on one lent GPU (an H200 or an H100: each run's rows name it) with the gate as it is now (bench/gpu/raw/<run>): "
-    "throughput calls (plain-default, eagle-v2 and gated-v2 side by side on the accept pair, one "
+    "Releases whose gated server ran on one lent GPU (an H200 or an H100: each run's rows name it) "
+    "with the gate as it is now (bench/gpu/raw/<run>): throughput calls (plain-default, eagle-v2 and gated-v2 side by side on the accept pair, one "
     "level below the threshold and one above, medians of the repeats; every call is listed, "
     "whatever it showed) and an equivalence call (the context pair under deterministic inference, "
     "with the switch workload). bench/versions.py renders them into bench/VERSIONS.md; plan and "

@@ -18,8 +18,8 @@
 # half's files in a folder named by its tag, as bench/gpu/raw/ keeps them, and its console as TAG.out.
 #
 # Time: 485 s on a warm H100 for 0.5.16 (D16a). It was planned from the raw side-by-side runs
-# (rows: n x 128 tokens / tok_s per pass; H28, H30, H31 cold calls of 498-514 s): setup and the weights about 70 s cold (the call's length less its
-# start-ups and passes); four servers launched together healthy in 95-145 s cold (75-110 s
+# (rows: n x 128 tokens / tok_s per pass; H28, H30, H31 cold calls of 498-514 s): setup and the
+# weights about 70 s cold (the call's length less its start-ups and passes); four servers launched together healthy in 95-145 s cold (75-110 s
 # warm, V6: 68-77 s for three); one pass of one server at C = 16, 32, 64, 128 about 1.0, 1.3,
 # 2.6, 4.4 s, so an untimed and a timed pass of four servers at the four levels about 75 s;
 # stopping four servers 10-30 s. Each half is then 180-250 s, the call 430-570 s with the plan
