@@ -221,7 +221,7 @@ def test_a_depth_probe_reaches_results_json_with_its_ratios(copy):
     plant(copy, {"id": "P1-b", **entry, "servers": gated, "calibrated_on": "P1-a"},
           run_data("0.5.16", gated, rows_b, None, prompt_len=256, output_len=128, depth_tables={"accept": table},
                    # calibrate's answer names the file it wrote, under the device call's $OUT
-                   depth_calibrate={"accept": {"written": "/root/out/depth_table_accept.json"}}))
+                   depth_calibrate={"accept": {"written": "/home/gpu/out/depth_table_accept.json"}}))
 
     done = run_collect(copy)
     assert done.returncode == 0, done.stderr

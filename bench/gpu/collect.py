@@ -49,8 +49,9 @@ LIVE_RUNS_ABOUT = (
 MACHINE_PATHS = [
     (re.compile(r"(?:/[\w.-]+)*/eg-stage\b"), "$STAGE"),
     (re.compile(r"(?:/[\w.-]+)*/site-packages\b"), "<site-packages>"),
-    # the call's $OUT on the device (/root/out), where calibrate says it wrote a depth table
-    (re.compile(r"(?<![\w.$-])/root/out\b"), "$OUT"),
+    # the device call's $OUT (a folder named out), where run.py writes its files: calibrate's
+    # answer names the depth table it wrote there
+    (re.compile(r"(?<![\w.$-])(?:/[\w.-]+)*/out(?=/(?:depth_table|sweep|rows|profile|traces)_)"), "$OUT"),
 ]
 
 
