@@ -24,6 +24,6 @@ def is_live(version: str | None) -> bool:
 def live_status(version: str | None) -> str:
     """One line for `plan` and `verify`."""
     if is_live(version):
-        return ("live: this gate ran on this release on an H200 or H100 GPU (switching on, off and on, no request "
-                "errors; see eaglegate's bench/VERSIONS.md)")
+        return ("live: this gate ran on this release on an H200 or H100 GPU (switching on, off and on, "
+                "no request errors; see eaglegate's bench/VERSIONS.md)")
     return "static only: this gate has not run on this release live yet (eaglegate's bench/VERSIONS.md)"
