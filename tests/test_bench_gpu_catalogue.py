@@ -180,6 +180,9 @@ def test_a_live_check_of_a_new_release_reaches_live_runs_json_and_versions_md(co
         # 0.4.6: a release the gate does not patch, so the catalogue never holds a live check of it
         ("live, no equivalence", "a live check needs a throughput and an equivalence run: 0.4.6 lacks one"),
         ("twice", "runs.toml: run H90 listed twice"),
+        # rows that run.py wrote when the device's limit cut the call off
+        ("cut off", "runs.toml: run H90: the device cut it off (SIGTERM at t=441s), so its purpose is partial, "
+                    "not throughput"),
     ],
 )
 def test_a_catalogue_that_disagrees_stops_collect_in_one_line_and_writes_nothing(copy, change, says):
@@ -188,7 +191,8 @@ def test_a_catalogue_that_disagrees_stops_collect_in_one_line_and_writes_nothing
     entry = {"id": "H90", "date": "2026-12-05", "release": "0.5.15.post1" if change == "release" else release,
              "servers": servers, "pair": "accept", "section": "live" if change.startswith("live") else "newest",
              "purpose": "throughput"}
-    plant(copy, entry, run_data(release, servers, throughput_rows(release, [8], servers), 56, uuid=None))
+    cut = {"cut_off": "SIGTERM at t=441s"} if change == "cut off" else {}
+    plant(copy, entry, run_data(release, servers, throughput_rows(release, [8], servers), 56, uuid=None, **cut))
     toml = copy / "bench" / "gpu" / "runs.toml"
     if change == "twice":
         toml.write_text(toml.read_text() + "\n[[runs]]" + toml.read_text().rsplit("\n[[runs]]", 1)[1])

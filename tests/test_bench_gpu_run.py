@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,13 +260,9 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
         events.append(("start", name, tree_dir, copy_tree, port, threshold))
         log = Path(run.stage) / f"{name}.log"
         log.write_text("max_running_requests=4096, context_len=4096\n")
-        return {
-            "name": name,
-            "pair": pair,
-            "url": name,
-            "logp": str(log),
-            "res": {"server": name, "pair": pair, "healthy": True},
-        }
+        res = {"server": name, "pair": pair, "healthy": True}
+        run.launched.append(res)  # as servers.launch keeps each record
+        return {"name": name, "pair": pair, "url": name, "logp": str(log), "res": res}
 
     def bench(url, c, plen, max_new, seed, temperature, min_requests):
         events.append(("bench", url, c, seed))
@@ -287,7 +285,8 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
     together_flags = ["--start-together", "--plain-caps", "2048,256"] if together else []
     run = a_run(tmp_path, *SIDE_BY_SIDE, *together_flags, "--servers", ",".join(f"{n}:{p}" for n, p in items))
-    records = throughput.side_by_side(run, rows, {})
+    throughput.side_by_side(run, rows, {})
+    records = run.launched
 
     names = [name for name, _ in items]
     launches_and_ups = [e[:2] for e in events if e[0] in ("start", "up")]
@@ -378,17 +377,11 @@ def test_context_servers_side_by_side_run_the_equivalence_set_not_the_levels(tmp
 def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path, monkeypatch):
     stopped = []
     monkeypatch.setattr(servers, "wait_healthy", lambda run, server: server)
-    monkeypatch.setattr(
-        servers,
-        "launch",
-        lambda run, name, pair, *args, **kw: {
-            "name": name,
-            "pair": pair,
-            "url": name,
-            "logp": os.devnull,
-            "res": {"server": name, "pair": pair, "healthy": True},
-        },
-    )
+    def launch(run, name, pair, *args, **kw):
+        run.launched.append({"server": name, "pair": pair, "healthy": True})
+        return {"name": name, "pair": pair, "url": name, "logp": os.devnull, "res": run.launched[-1]}
+
+    monkeypatch.setattr(servers, "launch", launch)
     monkeypatch.setattr(servers, "stop", lambda run, s, wait_gpu: stopped.append(s["name"]))
     monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(
@@ -396,7 +389,8 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path
     )
     # already past the deadline: no timed repeat runs
     run = a_run(tmp_path, *SIDE_BY_SIDE, "--deadline-s", "0", "--servers", "plain-default:accept,eagle-v2:accept")
-    records = throughput.side_by_side(run, [], {})
+    throughput.side_by_side(run, [], {})
+    records = run.launched
     assert stopped == ["plain-default", "eagle-v2"]
     assert [r.get("cut_short") for r in records] == [True, None]
 
@@ -411,7 +405,10 @@ argv = sys.argv[1:]
 port = int(argv[argv.index("--port") + 1])
 print("max_total_num_tokens=200000, max_running_requests=4096, context_len=4096", flush=True)
 with open(os.environ["FAKE_RECORD"], "a") as f:
-    f.write(json.dumps({"argv": argv, "tree": os.path.dirname(os.path.dirname(__file__))}) + "\\n")
+    f.write(json.dumps({"argv": argv, "tree": os.path.dirname(os.path.dirname(__file__)),
+                        "pid": os.getpid()}) + "\\n")
+# FAKE_STARTING: a server that never finishes starting (as one capturing its graphs)
+STARTING = bool(os.environ.get("FAKE_STARTING"))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -426,6 +423,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if STARTING:
+            self.send_response(503)
+            self.end_headers()
+            return
         self._answer({})
 
     def do_POST(self):
@@ -468,12 +469,9 @@ SIDE_BY_SIDE_ORDER = [
 ]
 
 
-def stand_in_call(tmp_path, args, eg=None, patched_from=None):
-    """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
-    and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
-    stand-ins' record of how each server started). `eg`: the eaglegate command instead of
-    the stand-in; `patched_from`: a real release's source as the patched tree (for plan),
-    served by the stand-in."""
+def stand_in_stage(tmp_path, eg=None, patched_from=None):
+    """run.py's command and environment on stand-ins for SGLang and eaglegate in a stage in
+    tmp_path, the out folder, and the stand-ins' record of how each server started."""
     stage = tmp_path
     (stage / "site" / "flashinfer").mkdir(parents=True)
     (stage / "logs").mkdir()
@@ -492,19 +490,19 @@ def stand_in_call(tmp_path, args, eg=None, patched_from=None):
     fake_eg.write_text('import json; print(json.dumps({"version": "0.0-stand-in"}))')
     record, out = tmp_path / "started.jsonl", tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), *args]
-        + ["--tag", "T", "--out", str(out), "--deadline-s", "300"],
-        env={
-            **os.environ,
-            "STAGE": str(stage),
-            "EG": eg or f"{sys.executable} {fake_eg}",
-            "FAKE_RECORD": str(record),
-        },
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    command = [sys.executable, str(BENCH / "run.py"), "--tag", "T", "--out", str(out), "--deadline-s", "300"]
+    environ = {**os.environ, "STAGE": str(stage), "EG": eg or f"{sys.executable} {fake_eg}", "FAKE_RECORD": str(record)}
+    return command, environ, out, record
+
+
+def stand_in_call(tmp_path, args, eg=None, patched_from=None):
+    """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
+    and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
+    stand-ins' record of how each server started). `eg`: the eaglegate command instead of
+    the stand-in; `patched_from`: a real release's source as the patched tree (for plan),
+    served by the stand-in."""
+    command, environ, out, record = stand_in_stage(tmp_path, eg, patched_from)
+    proc = subprocess.run(command + list(args), env=environ, capture_output=True, text=True, timeout=240)
     return proc, out, record
 
 
@@ -564,6 +562,65 @@ def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
     for s in started:
         assert "--sleep-on-idle" in s["argv"]
         assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(kv_tokens)
+
+
+@pytest.mark.parametrize("mode", ["side by side", "one after another"])
+def test_a_call_the_device_cuts_off_stops_its_servers_and_writes_what_ran(tmp_path, mode):
+    """SIGTERM (the device's limit) while the servers are still starting: run.py kills them,
+    writes their logs and its rows with what ran and when it was cut off, and exits as a
+    process SIGTERM ended."""
+    command, environ, out, record = stand_in_stage(tmp_path)
+    servers_arg = ["--servers", "plain-default:accept,eagle-v2:accept"]
+    proc = subprocess.Popen(command + servers_arg + (["--side-by-side", "--start-together", "--plain-caps", "4096,256"]
+                                                      if mode == "side by side" else []),
+                            env={**environ, "FAKE_STARTING": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    launched = 2 if mode == "side by side" else 1  # one after another, the second never starts
+    for _ in range(600):  # until the stand-ins have started
+        if record.exists() and len(record.read_text().splitlines()) == launched or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    outlived = []  # stand-ins still up once the call has ended: killed here, so none leaks
+    for started in record.read_text().splitlines():
+        pid = json.loads(started)["pid"]
+        try:
+            os.kill(pid, signal.SIGKILL)
+            outlived.append(pid)
+        except ProcessLookupError:
+            pass
+    assert outlived == []
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "cut off by the device" in stdout
+    result = json.loads((out / "rows_T.json").read_text())
+    assert result["cut_off"].startswith("SIGTERM at t=")
+    assert result["rows"] == []
+    assert [(s["server"], s["healthy"], s["cut_off_starting"]) for s in result["servers"]] == [
+        ("plain-default", False, True), ("eagle-v2", False, True)][:launched]
+    assert all(s["startup_s"] >= 0 for s in result["servers"])
+    for s in result["servers"]:
+        assert (out / f"log_{s['server']}-accept.txt").exists()
+
+
+def test_stopping_the_servers_interrupted_still_stops_every_one_then_goes_on_up(tmp_path, monkeypatch):
+    """The device's cut-off while the first server stops: that one is stopped again (now
+    killed at once) and the rest too, and the cut-off then reaches the call."""
+    stopped = []
+
+    def stop(run, server, wait_gpu):
+        stopped.append((server["name"], wait_gpu, run.cut_off_at))
+        if len(stopped) == 1:
+            run.cut_off_at = 7
+            raise harness.CutOff("SIGTERM at t=7s")
+
+    monkeypatch.setattr(servers, "stop", stop)
+    run = a_run(tmp_path, "--servers", "plain-default:accept,eagle-v2:accept,gated-v2:accept", "--threshold", "56")
+    with pytest.raises(harness.CutOff):
+        servers.stop_all(run, [{"name": n} for n in ("plain-default", "eagle-v2", "gated-v2")])
+    assert stopped == [("plain-default", False, None), ("plain-default", False, 7), ("eagle-v2", False, 7),
+                       ("gated-v2", True, 7)]
 
 
 def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end():

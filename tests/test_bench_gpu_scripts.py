@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,15 @@ with open(os.environ["FAKE_RECORD"], "a") as f:
                         "deadline_s": args.deadline_s, "deterministic": args.deterministic,
                         "together": args.side_by_side and args.start_together, "refusal": refusal,
                         "shape": [args.levels, args.prompt_len, args.output_len, args.repeats, args.kv_tokens]}}) + "\\n")
+if os.environ.get("FAKE_HANG") == args.tag:  # a call the device's limit cuts off here
+    import signal
+    def cut(signum, frame):
+        json.dump({{"rows": [], "cut_off": "SIGTERM"}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, cut)
+    open(os.environ["FAKE_RECORD"] + ".hanging", "w").close()
+    while True:
+        signal.pause()
 rows = [{{"server": s, "pair": p, "C": c, "repeat": 0, "tok_s": 1.0, "errors": 0,
           "prompt_len": args.prompt_len, "output_len": args.output_len}} for s, p in args.servers for c in args.levels]
 json.dump({{"rows": rows}}, open(os.path.join(args.out, f"rows_{{args.tag}}.json"), "w"))
@@ -41,13 +52,14 @@ print(f"{{args.tag}} tok/s")
 '''
 
 
-def call(tmp_path: Path, script: str, *tags: str, native: bool = True, env: dict | None = None):
-    """`bash bench/gpu/SCRIPT TAGS...` as the GPU machine runs it, on stand-ins: the process,
-    run.py's recorded command lines, and $OUT."""
+def machine(tmp_path: Path, script: str, native: bool = True, env: dict | None = None):
+    """The GPU machine on stand-ins, for `bash bench/gpu/SCRIPT`: its checkout (the script and
+    call.sh it sources), its environment, $OUT, and where run.py's command lines are recorded."""
     root, home, out, bin_ = (tmp_path / d for d in ("root", "home", "out", "bin"))
     for d in (root / "bench" / "gpu", root / ".gpu" / "kit", home, out, bin_):
         d.mkdir(parents=True)
-    (root / "bench" / "gpu" / script).write_text((BENCH / script).read_text())
+    for name in (script, "call.sh"):
+        (root / "bench" / "gpu" / name).write_text((BENCH / name).read_text())
     (root / ".gpu" / "VERSION").write_text("0.5.16\n")
     family = "native-adaptive" if native else "v2-code-patch"
     (tmp_path / "eg.py").write_text(f'import json; print(json.dumps({{"alternatives": [{{"family": "{family}"}}]}}))')
@@ -57,12 +69,22 @@ def call(tmp_path: Path, script: str, *tags: str, native: bool = True, env: dict
     (bin_ / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "python.py"} "$@"\n')
     (bin_ / "python3").chmod(0o755)
     record = tmp_path / "record.jsonl"
+    environ = {**os.environ, "HOME": str(home), "OUT": str(out), "FAKE_RECORD": str(record),
+               "FAKE_STAGE": str(tmp_path), **(env or {}), "PATH": f"{bin_}:{os.environ['PATH']}"}
+    return root, environ, out, record
+
+
+def recorded(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def call(tmp_path: Path, script: str, *tags: str, native: bool = True, env: dict | None = None):
+    """`bash bench/gpu/SCRIPT TAGS...` as the GPU machine runs it, on stand-ins: the process,
+    run.py's recorded command lines, and $OUT."""
+    root, environ, out, record = machine(tmp_path, script, native, env)
     proc = subprocess.run(["bash", f"bench/gpu/{script}", *tags], cwd=root, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "HOME": str(home), "OUT": str(out),
-                                            "FAKE_RECORD": str(record), "FAKE_STAGE": str(tmp_path), **(env or {}),
-                                            "PATH": f"{bin_}:{os.environ['PATH']}"})
-    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-    return proc, calls, out
+                          timeout=120, env=environ)
+    return proc, recorded(record), out
 
 
 def unpacked(tmp_path: Path, out: Path) -> dict[str, set[str]]:
@@ -145,3 +167,33 @@ def test_live_sh_with_both_halves_skipped_refuses_before_any_setup(tmp_path):
     proc, calls, out = call(tmp_path, "live.sh", "-", "-")
     assert proc.returncode == 2 and proc.stderr.strip() == "live.sh: both halves skipped"
     assert calls == [] and not (tmp_path / "setup-ran").exists() and not list(out.iterdir())
+
+
+@pytest.mark.parametrize(("script", "tags", "hang", "ran"), [
+    ("live.sh", ("W1", "W2"), "W2", ["W1", "W2"]),
+    ("depth.sh", ("Z1",), "Z1-a", ["Z1-a"]),
+])
+def test_a_call_the_devices_limit_cuts_off_still_brings_back_what_ran(tmp_path, script, tags, hang, ran):
+    """SIGTERM to the script alone (as a limit may send it) while run.py runs: run.py is told,
+    writes what it has, and the archive comes back with every half that ran, the one cut off
+    included; the script exits 124 as the limit reports it, and no later half starts."""
+    root, environ, out, record = machine(tmp_path, script, env={"FAKE_HANG": hang})
+    proc = subprocess.Popen(["bash", f"bench/gpu/{script}", *tags], cwd=root, env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    hanging = Path(f"{record}.hanging")
+    for _ in range(600):  # the stand-in says when it waits for the signal
+        if hanging.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert hanging.exists(), proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 124, stderr
+    assert "cut off by the device's limit" in stderr
+    assert [c["tag"] for c in recorded(record)] == ran
+    folders = unpacked(tmp_path, out)
+    assert set(folders) == set(ran)
+    cut = json.loads((tmp_path / "raw" / hang / f"rows_{hang}.json").read_text())
+    assert cut == {"rows": [], "cut_off": "SIGTERM"}
+    with tarfile.open(out / "all.tgz") as tar:
+        assert {f"{tag}.out" for tag in ran} <= set(tar.getnames())

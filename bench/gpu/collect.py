@@ -150,10 +150,14 @@ class Catalogue:
         for entry in self.runs:
             if not (RAW / entry["id"] / f"rows_{entry['id']}.json.gz").is_file():
                 raise SystemExit(f"runs.toml: run {entry['id']} has no raw/{entry['id']}/rows_{entry['id']}.json(.gz)")
-            for key, held in raw_facts(rows_of(entry["id"])).items():
+            data = rows_of(entry["id"])
+            for key, held in raw_facts(data).items():
                 if held is not None and entry.get(key) != held:
                     raise SystemExit(f"runs.toml: run {entry['id']}: {key} is {entry.get(key)!r}, its raw "
                                      f"rows say {held!r}")
+            if data.get("cut_off") and entry["purpose"] != "partial":
+                raise SystemExit(f"runs.toml: run {entry['id']}: the device cut it off ({data['cut_off']}), "
+                                 f"so its purpose is partial, not {entry['purpose']}")
 
 
 def raw_facts(data: dict) -> dict:

@@ -14,8 +14,8 @@
 #          as depth_table_PAIR.json) beside plain-default, eagle-v2 and SGLang's adaptive route
 #          where plan gives the release one (its threshold calibrated on TAG-a's rows too), else
 #          eagle-v2-d1.
-# Everything comes back as one archive, $OUT/all.tgz (a call returns at most eight files): each
-# half's files in a folder named by its tag, as bench/gpu/raw/ keeps them, and its console as TAG.out.
+# Everything comes back as one archive, $OUT/all.tgz (call.sh), even when the device's limit
+# cuts the call off.
 #
 # Time: 485 s on a warm H100 for 0.5.16 (D16a). It was planned from the raw side-by-side runs
 # (rows: n x 128 tokens / tok_s per pass; H28, H30, H31 cold calls of 498-514 s): setup and the
@@ -36,13 +36,15 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 # harness's default: four servers fit an 80 GB H100 (D16a: each pool 3.9 GB, and the last
 # server to start reported 12 GB free), as well as an H200.
 KV=${DEPTH_KV:-64000}
+SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
+source bench/gpu/call.sh
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
-mkdir -p "$OUT/$A" "$OUT/$B"
-python3 bench/gpu/run.py --servers plain-default:$PAIR,eagle-v2-d1:$PAIR,eagle-v2-d2:$PAIR,eagle-v2:$PAIR \
+mkdir -p "$OUT/$A"
+run_py "$OUT/$A.out" --servers plain-default:$PAIR,eagle-v2-d1:$PAIR,eagle-v2-d2:$PAIR,eagle-v2:$PAIR \
   --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
-  --tag "$A" --out "$OUT/$A" --deadline-s $((350 - SECONDS)) > "$OUT/$A.out" 2>&1
+  --tag "$A" --out "$OUT/$A" --deadline-s $((350 - SECONDS))
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 FOURTH=eagle-v2-d1
 if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
@@ -50,8 +52,8 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
     2>/dev/null | grep -q '"native-adaptive"'; then
   FOURTH=adaptive
 fi
-python3 bench/gpu/run.py --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
+mkdir -p "$OUT/$B"
+run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
   --rows-from "$OUT/$A/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
-  $SHAPE --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS)) > "$OUT/$B.out" 2>&1
-grep -h "tok/s\|healthy\|calibrate\|refus\|Error\|error:" "$OUT/$A.out" "$OUT/$B.out" | tail -60
-cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 ! -name all.tgz -delete
+  $SHAPE --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
+archive

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import time
 
 import loadgen
@@ -190,6 +191,12 @@ def parser():
     return ap
 
 
+class CutOff(BaseException):
+    """The device ended the call at its limit (SIGTERM): raised where the call is, so that its
+    servers stop and what ran is written. A BaseException: no `except Exception` on the way
+    (an HTTP poll's) may swallow it."""
+
+
 class Run:
     """One call: what it asked for (run.py's flags, as attributes of the same names), where it
     runs, and what its servers logged."""
@@ -209,6 +216,8 @@ class Run:
         self.version = None  # the SGLang version of the first plan answer
         self.calibrations = {}  # ("threshold" or "depth", pair) -> calibrate's answer
         self.depth_tables = {}  # pair -> the depth table calibrate wrote (JSON text)
+        self.launched = []  # each launched server's record, in launch order (servers.launch)
+        self.cut_off_at = None  # the call's second when the device's SIGTERM ended it
         # (server, pair) measured without errors in --rows-from's call
         self.earlier = {(r["server"], r["pair"]) for r in self.earlier_rows if not r.get("errors")}
         if args.plain_caps:
@@ -272,6 +281,15 @@ class Run:
 
     def elapsed(self):
         return time.time() - self.started
+
+    def end_on_sigterm(self):
+        """A call past the device's limit gets SIGTERM: raise CutOff wherever the call is
+        (a second signal is ignored while its servers stop and its rows are written)."""
+        def cut(signum, frame):
+            signal.signal(signum, signal.SIG_IGN)
+            self.cut_off_at = round(self.elapsed())
+            raise CutOff(f"{signal.Signals(signum).name} at t={self.cut_off_at}s")
+        signal.signal(signal.SIGTERM, cut)
 
     def out_of_time(self):
         """Too late for another timed repeat."""

@@ -4,10 +4,9 @@
 # TAG_A: the throughput half (plain-default, eagle-v2 and gated-v2 side by side, accept pair,
 # threshold 56, C=8 and 128, medians of 5); TAG_B: the equivalence half (the context pair under
 # deterministic inference, the three started together, the equivalence set with its switch
-# workload on each). Their rows and logs come back as one archive, $OUT/all.tgz (a call returns
-# at most eight files): each half's files in a folder named by its tag, as bench/gpu/raw/ keeps
-# them, and its console as TAG.out. Then, here: `tar xzf all.tgz -C bench/gpu/raw --exclude
-# '*.out'`, one runs.toml entry per tag, collect.py.
+# workload on each). Their rows and logs come back as one archive, $OUT/all.tgz (call.sh),
+# even when the device's limit cuts the call off. Then, here: `tar xzf all.tgz -C
+# bench/gpu/raw --exclude '*.out'`, one runs.toml entry per tag, collect.py.
 # LIVE_BUDGET_S (default 600, a call's limit): the seconds this script may take; the throughput
 # half ends by 55 % of it and the equivalence half 30 s before its end (run.py's deadlines cut
 # the last repeats of a slow call rather than overrun the call). A tag "-" skips its half, and
@@ -19,21 +18,22 @@ set -u
 A=${1:?usage: live.sh TAG_A TAG_B}; B=${2:?usage: live.sh TAG_A TAG_B}
 [ "$A$B" = "--" ] && { echo "live.sh: both halves skipped" >&2; exit 2; }
 BUDGET=${LIVE_BUDGET_S:-600}
+SUMMARY="tok/s\|healthy\|EQUIV\|refus\|Error\|cut off"
+source bench/gpu/call.sh
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
 if [ "$A" != "-" ]; then
   END=$([ "$B" = "-" ] && echo $((BUDGET - 30)) || echo $((BUDGET * 11 / 20)))
   mkdir -p "$OUT/$A"
-  python3 bench/gpu/run.py --servers plain-default:accept,eagle-v2:accept,gated-v2:accept --side-by-side \
+  run_py "$OUT/$A.out" --servers plain-default:accept,eagle-v2:accept,gated-v2:accept --side-by-side \
     --start-together --plain-caps 4096,256 --threshold 56 --levels 8,128 --repeats 5 \
-    --tag "$A" --out "$OUT/$A" --deadline-s $((END - SECONDS)) > "$OUT/$A.out" 2>&1
+    --tag "$A" --out "$OUT/$A" --deadline-s $((END - SECONDS))
 fi
 if [ "$B" != "-" ]; then
   mkdir -p "$OUT/$B"
-  python3 bench/gpu/run.py --servers plain-default:context,gated-v2:context,eagle-v2:context --deterministic \
+  run_py "$OUT/$B.out" --servers plain-default:context,gated-v2:context,eagle-v2:context --deterministic \
     --side-by-side --start-together --plain-caps 4096,256 --tag "$B" --out "$OUT/$B" \
-    --deadline-s $((BUDGET - 30 - SECONDS)) > "$OUT/$B.out" 2>&1
+    --deadline-s $((BUDGET - 30 - SECONDS))
 fi
-grep -h "tok/s\|healthy\|EQUIV\|refus\|Error" "$OUT"/*.out | tail -60
-cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 ! -name all.tgz -delete
+archive

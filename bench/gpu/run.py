@@ -36,6 +36,7 @@ throughput.py, equivalence.py, catchup_cost.py, profile.py.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -43,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machine  # noqa: E402
 import servers  # noqa: E402
 from catchup import CATCHUP, catchup_summary  # noqa: E402
-from harness import Run  # noqa: E402
+from harness import CutOff, Run  # noqa: E402
 from phases import catchup_cost, equivalence, profile, throughput  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,7 +80,7 @@ def one_at_a_time(run, out, rows, outputs):
             work = throughput.throughput(run, rows)
         else:
             work, threshold = equivalence.outputs_of(name, outputs), equivalence.EQUIV_THRESHOLD
-        out["servers"].append(servers.serve(run, name, pair, threshold, work))
+        servers.serve(run, name, pair, threshold, work)
 
 
 def calibrations(run, out):
@@ -110,17 +111,25 @@ def main(argv=None):
     if run.catchup:
         out["catchup"] = {"runs": {}, "threshold": int(run.threshold), "workload": CATCHUP}
     rows, outputs = out["rows"], {}
+    out["servers"] = run.launched
     if run.side_by_side:
         out["side_by_side"] = {"kv_tokens": run.kv_tokens, "order": "repeat r: servers rotated by r",
                                "started": "together" if run.start_together else "one after another"}
-        out["servers"] = throughput.side_by_side(run, rows, outputs)
-    else:
-        one_at_a_time(run, out, rows, outputs)
+    run.end_on_sigterm()
+    try:
+        if run.side_by_side:
+            throughput.side_by_side(run, rows, outputs)
+        else:
+            one_at_a_time(run, out, rows, outputs)
+    except CutOff as cut:  # its servers are down (each phase stops them on the way out)
+        out["cut_off"] = str(cut)
+        print(f"== cut off by the device: {cut}; writing what ran", flush=True)
     out["equivalence"] = equivalence.compare(outputs)
     # The version as eaglegate reads it from the tree (version.py only imports it); a run
-    # whose servers asked plan nothing asks it now (a parse of the tree: seconds).
-    version = run.version or servers.eg(run, "plan", "--path", f"{run.stage}/pristine", "--threshold", "1",
-                                        "--json")["version"]
+    # whose servers asked plan nothing asks it now (a parse of the tree: seconds), unless
+    # the device has cut the call off.
+    version = run.version or (None if run.cut_off_at is not None else servers.eg(
+        run, "plan", "--path", f"{run.stage}/pristine", "--threshold", "1", "--json")["version"])
     out["sglang"] = version
     for row in rows:
         row["sglang"] = version
@@ -133,6 +142,8 @@ def main(argv=None):
     calibrations(run, out)
     json.dump(out, open(f"{run.out}/rows_{run.tag}.json", "w"))
     profile.keep_traces(run)
+    if run.cut_off_at is not None:
+        raise SystemExit(128 + signal.SIGTERM)  # the exit status of a process SIGTERM ended
 
 
 if __name__ == "__main__":

@@ -356,12 +356,6 @@ def log_lines(run, name, pair):
 NCCL_PORT_OFFSET = 1000
 
 
-def start(run, name, pair, threshold, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
-    """Launch one server and wait until it is healthy or the call's deadline nears (`launch`,
-    `wait_healthy`). Returns the handle `stop` takes."""
-    return wait_healthy(run, launch(run, name, pair, threshold, tree_dir, port, extra_args, copy_tree))
-
-
 def launch(run, name, pair, threshold, tree_dir="run-tree", port=None, extra_args=(), copy_tree=True):
     """Start one server's process from `$STAGE/<tree_dir>` (a fresh copy of its tree, unless
     `copy_tree` is off: a server beside it already runs from that copy). Returns the handle
@@ -389,6 +383,7 @@ def launch(run, name, pair, threshold, tree_dir="run-tree", port=None, extra_arg
            "--port", str(port), "--nccl-port", str(port + NCCL_PORT_OFFSET)] + args
     logp = f"{run.stage}/logs/{name}-{pair}.log"
     res = {"server": name, "pair": pair, "args": args[len(COMMON):], "env": extra_env}
+    run.launched.append(res)
     print(f"== {name} ({pair}): starting at t={run.elapsed():.0f}s", flush=True)
     open(logp, "w").close()
     server_cores = run.cores.server
@@ -418,11 +413,14 @@ def stop(run, server, wait_gpu=True):
     """Kill a server's process group, wait for the GPU's memory to go (`wait_gpu`: the next
     server profiles what is free), and add its log's digest to its record."""
     proc, res, name = server["proc"], server["res"], server["name"]
-    if name.startswith("gated") and res["healthy"]:
+    cut = run.cut_off_at is not None  # the device's limit came: no time for a clean shutdown
+    if "healthy" not in res:  # cut off while it started: how long it had been starting
+        res.update(healthy=False, startup_s=round(time.time() - server["launched"], 1), cut_off_starting=True)
+    if name.startswith("gated") and res["healthy"] and not cut:
         res["metrics"] = [ln for ln in get(server["url"] + "/metrics")[1].splitlines()
                           if "spec_batch_gate" in ln or "spec_accept_length" in ln][:40]
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGKILL if cut else signal.SIGTERM)
         proc.wait(timeout=20)
     except Exception:  # noqa: BLE001
         try:
@@ -430,7 +428,7 @@ def stop(run, server, wait_gpu=True):
         except ProcessLookupError:
             pass
         proc.wait()
-    for _ in range(30 if wait_gpu else 0):
+    for _ in range(30 if wait_gpu and not cut else 0):
         if machine.gpu_used_mib() < 2000:
             break
         time.sleep(1)
@@ -439,17 +437,31 @@ def stop(run, server, wait_gpu=True):
     return res
 
 
+def stop_all(run, started):
+    """Stop each server, the GPU's memory awaited after the last only (it frees once all are
+    down). Interrupted (by the device's cut-off), it still stops the rest, then goes on up."""
+    interrupted = None
+    for i, server in enumerate(started):
+        try:
+            stop(run, server, wait_gpu=i == len(started) - 1)
+        except BaseException as exc:  # noqa: BLE001 - raised again once every server is down
+            interrupted = interrupted or exc
+            stop(run, server, wait_gpu=False)
+    if interrupted:
+        raise interrupted
+
+
 def serve(run, name, pair, threshold, work):
     """One server alone on the GPU: started, warmed, given its work, stopped."""
-    server = start(run, name, pair, threshold)
+    server = launch(run, name, pair, threshold)
     try:
+        wait_healthy(run, server)
         if server["res"]["healthy"]:
             server["res"]["warm_s"] = loadgen.warm(server["url"])
             print(f"   warm pass (C=128, 32 tokens) took {server['res']['warm_s']} s", flush=True)
             work(server["url"], server["res"])
     finally:
-        stop(run, server)
-    return server["res"]
+        stop_all(run, [server])
 
 
 def server_log(server):

@@ -187,8 +187,8 @@ def side_by_side(run, rows, outputs):
     (--start-together: all launched at once, then each awaited; a server's `startup_s` is then
     when the wait saw it up: for all but the first, at least its real start-up); then the
     equivalence set on each context server in turn (into `outputs`), and per level an untimed
-    pass on each throughput server, and the timed repeats interleaved. Returns each server's
-    record."""
+    pass on each throughput server, and the timed repeats interleaved. Each server's record is
+    in run.launched."""
     # Every threshold and depth table before the first launch (from --rows-from's rows alone):
     # started together, the launches follow one another at once.
     thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
@@ -228,12 +228,10 @@ def side_by_side(run, rows, outputs):
                 for s in side_by_side_order(up, rep):
                     if run.out_of_time():
                         s["res"]["cut_short"] = True
-                        return [s["res"] for s in started]
+                        return
                     timed_repeat(run, s["url"], s["res"], c, rep, rows)
-        return [s["res"] for s in started]
     finally:
-        for i, s in enumerate(started):  # the GPU's memory frees only once all are down
-            servers.stop(run, s, wait_gpu=i == len(started) - 1)
+        servers.stop_all(run, started)
 
 
 def sweep_file(rows, server, pair, path):
