@@ -46,7 +46,7 @@ from packaging.version import Version
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH / "gpu"))
-from collect import rows_of, write_atomic  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
+from collect import Catalogue, probe_answer, rows_of, write_atomic  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
 
 EAGLEGATE = REPO / ".venv" / "bin" / "eaglegate"
 PIP = REPO / ".venv" / "bin" / "pip"
@@ -261,7 +261,9 @@ def live_cell(version: str) -> str:
     runs = live["releases"].get(version)
     if runs is None:
         earlier = live["earlier_revisions"].get(version)
-        return "static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
+        probes = [e["id"] for e in Catalogue.read().entries("live", "probe") if e["release"] == version]
+        return ("static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
+                + "".join(f"; probe {run}: {probe_answer(run)}" for run in probes))
     errors, measured = 0, []
     for run in runs["throughput"]:
         rows = rows_of(run)["rows"]
@@ -299,7 +301,8 @@ def write_md(results: dict) -> None:
         "",
         "The live column: the gate as it is now on one lent GPU, an H200 or an H100 "
         "(`eaglegate/patches/live_runs.json`, raw rows in `bench/gpu/raw/`), written again by "
-        "`bench/gpu/collect.py` from its run catalogue.",
+        "`bench/gpu/collect.py` from its run catalogue; for a release with none, what a probe of it "
+        "on that GPU's image found, where one ran.",
         "",
         "| version | workers | paths v1/v2 | verdicts | plan family (worker) | patch | failures | s | live |",
         "|---|---|---|---|---|---|---|---|---|",

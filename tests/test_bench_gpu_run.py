@@ -623,6 +623,26 @@ def test_stopping_the_servers_interrupted_still_stops_every_one_then_goes_on_up(
                        ("gated-v2", True, 7)]
 
 
+def test_a_servers_digest_names_the_line_it_died_on(tmp_path):
+    """A server that died at start-up (a release's kernels built for another torch): its
+    record keeps the exception's line, the last error line of its log, past the frames."""
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([
+        "[2026-12-05 18:00:00] server_args=ServerArgs(...)",
+        "[2026-12-05 18:00:01] Ignore import error when loading sglang.srt.models.x: No module named 'flashinfer.gemm'",
+        "Traceback (most recent call last):",
+        '  File "/stage/site/sgl_kernel/__init__.py", line 5 in <module>',
+        "    from sgl_kernel import common_ops",
+        "ImportError: /stage/site/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa",
+    ]) + "\n")
+    record = servers.digest(str(log), "plain-default-accept", str(tmp_path))
+    assert record["last_error_line"] == (
+        "ImportError: /stage/site/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa")
+    assert record["tracebacks"] == 1
+    log.write_text("[2026-12-05 18:00:00] Decode batch, #running-req: 8, cuda graph: True\n")
+    assert servers.digest(str(log), "plain-default-accept", str(tmp_path))["last_error_line"] is None
+
+
 def test_a_rows_cpu_shares_come_from_the_ticks_between_its_start_and_end():
     before = machine.cpu_ticks("cpu  1000 0 200 5000 100 0 0 50 0 0\n")
     after = machine.cpu_ticks("cpu  1300 0 300 5400 100 0 0 250 0 0\n")

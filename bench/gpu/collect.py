@@ -34,7 +34,8 @@ OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
 DEPTH_SERVERS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2", "adaptive", "gated-depth")
 SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live", "depth")
-PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile", "partial")
+PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile", "partial",
+            "probe")
 REQUIRED = ("id", "date", "release", "servers", "pair", "section", "purpose")
 # live_runs.json's own description of itself (the product reads the file, see live_runs.py).
 LIVE_RUNS_ABOUT = (
@@ -203,6 +204,20 @@ def scrub_raw() -> None:
 
 def rows_of(run: str) -> dict:
     return json.loads(gzip.decompress((RAW / run / f"rows_{run}.json.gz").read_bytes()))
+
+
+def probe_answer(run: str) -> str:
+    """What a probe of a release found (the image tried on a release with no live check yet):
+    whether its servers started and served, or the line each that did not start died on."""
+    data = rows_of(run)
+    down = [s for s in data["servers"] if not s.get("healthy")]
+    if down:
+        return "; ".join(f"{s['server']} did not start: {s.get('last_error_line') or 'no error logged'}"
+                         for s in down)
+    errors = sum(r["errors"] for r in data["rows"])
+    levels = sorted({r["C"] for r in data["rows"]})
+    return (f"{', '.join(s['server'] for s in data['servers'])} started and served "
+            f"C={', '.join(map(str, levels))} with {errors} request errors")
 
 
 def collect(catalogue: Catalogue) -> dict:

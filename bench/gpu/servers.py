@@ -342,6 +342,8 @@ def digest(logp, name, outdir):
         f.write("\n## graph capture\n" + "\n".join(ln for ln in lines if "Capture" in ln or "capture" in ln))
         f.write("\n## tail 40\n" + "\n".join(lines[-40:]) + "\n")
     return {**logged_caps(lines),
+            # the last such line: where a server died, its exception (a probe's answer)
+            "last_error_line": hits[-1].strip() if hits else None,
             "log_lines": len(lines), "tracebacks": sum("Traceback" in ln for ln in lines),
             "gate_lines": len(gate), "decode_lines_with_gate": sum("gate(" in ln for ln in decode),
             }
