@@ -38,6 +38,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
 
 import tomllib
@@ -253,6 +254,15 @@ def row(rec: dict) -> dict:
 LIVE_RUNS = REPO / "eaglegate" / "patches" / "live_runs.json"
 
 
+@cache
+def probe_runs() -> dict[str, list[str]]:
+    """Each release's probes in the run catalogue (read once: a cell per release asks)."""
+    runs: dict[str, list[str]] = {}
+    for entry in Catalogue.read().entries("live", "probe"):
+        runs.setdefault(entry["release"], []).append(entry["id"])
+    return runs
+
+
 def live_cell(version: str) -> str:
     """The release's live runs of the gate as it is now (`live_runs.json`), with what they
     showed, read from their raw rows: request errors, gated-v2 against the best other server
@@ -261,9 +271,8 @@ def live_cell(version: str) -> str:
     runs = live["releases"].get(version)
     if runs is None:
         earlier = live["earlier_revisions"].get(version)
-        probes = [e["id"] for e in Catalogue.read().entries("live", "probe") if e["release"] == version]
         return ("static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
-                + "".join(f"; probe {run}: {probe_answer(run)}" for run in probes))
+                + "".join(f"; probe {run}: {probe_answer(run)}" for run in probe_runs().get(version, [])))
     errors, measured = 0, []
     for run in runs["throughput"]:
         rows = rows_of(run)["rows"]

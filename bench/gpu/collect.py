@@ -214,10 +214,12 @@ def probe_answer(run: str) -> str:
     if down:
         return "; ".join(f"{s['server']} did not start: {s.get('last_error_line') or 'no error logged'}"
                          for s in down)
+    started = ", ".join(s["server"] for s in data["servers"])
+    if not data["rows"]:
+        return f"{started} started; no level was measured"
     errors = sum(r["errors"] for r in data["rows"])
     levels = sorted({r["C"] for r in data["rows"]})
-    return (f"{', '.join(s['server'] for s in data['servers'])} started and served "
-            f"C={', '.join(map(str, levels))} with {errors} request errors")
+    return f"{started} started and served C={', '.join(map(str, levels))} with {errors} request errors"
 
 
 def collect(catalogue: Catalogue) -> dict:
