@@ -49,7 +49,8 @@ def test_each_depth_kind_launches_with_its_depth_and_gated_depth_with_plans_answ
     run = a_run(tmp_path, "--servers", "plain-default:accept", "--depth-table", TABLE)
     run.record_caps("plain-default", {"max_running_requests": 4096})
     common = servers.common(run, "accept")
-    for kind, steps in (("eagle-v2-d1", 1), ("eagle-v2-d2", 2), ("eagle-v2", 3)):
+    assert set(servers.STATIC_DEPTHS) >= {1, 2, 3, 5, 7}
+    for steps, kind in servers.STATIC_DEPTHS.items():
         assert servers.config(run, kind, "accept", None) == (
             "pristine", common + servers.spec_flags(run, "accept", steps) + ["--max-running-requests", "4096"], {})
         spec = servers.spec_flags(run, "accept", steps)
@@ -200,8 +201,11 @@ def test_a_call_calibrates_and_launches_the_depth_gated_server_and_records_its_t
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--servers", "plain-default:accept,eagle-v2-d1:accept,gated-depth:accept"],
-         "gated-depth:accept calibrates its depth table on eagle-v2-d2:accept and eagle-v2:accept"),
+        (["--servers", "plain-default:accept,gated-depth:accept"],
+         "gated-depth:accept calibrates its depth table on one static depth or more (eagle-v2-d1:accept, "
+         "eagle-v2-d2:accept, eagle-v2:accept, eagle-v2-d4:accept, eagle-v2-d5:accept, eagle-v2-d7:accept)"),
+        (["--servers", "eagle-v2-d5:accept,gated-depth:accept"],
+         "gated-depth:accept calibrates its depth table on plain-default:accept: put them before it"),
         (["--servers", "gated-depth:accept", "--depth-table", '{"batch": [16]'], "argument --depth-table: a depth table"),
         (["--servers", "gated-depth:accept", "--rows-from", "/nonexistent/rows_A.json"],
          "argument --rows-from: an earlier call's rows_<tag>.json"),
@@ -265,3 +269,49 @@ def test_every_row_records_its_prompt_and_output_length(tmp_path):
     assert (result["prompt_len"], result["output_len"]) == (300, 20)
     assert len(result["rows"]) == 2
     assert all((r["prompt_len"], r["output_len"]) == (300, 20) and r["tok_s"] > 0 for r in result["rows"])
+
+
+# Drafts deeper than the default launch (the accept pair accepts every drafted token): depth 7
+# wins at 16, depth 5 at 32, depth 3 at 64, plain decoding at 128.
+DEEP_SWEEP = {
+    "plain-default": {16: 4000, 32: 7000, 64: 11000, 128: 20000},
+    "eagle-v2": {16: 7000, 32: 10000, 64: 12500, 128: 13000},
+    "eagle-v2-d5": {16: 8000, 32: 11500, 64: 12000, 128: 11000},
+    "eagle-v2-d7": {16: 8500, 32: 11000, 64: 10000, 128: 9000},
+}
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.12.post1"])
+def test_a_table_calibrated_on_deeper_drafts_launches_at_its_deepest_depth_with_a_tier_each(
+        tmp_path, release_tree, monkeypatch, version):
+    """Calibrated on the static depths a call measured (here 3, 5 and 7, not 1 and 2), the
+    table picks among those; the depth-gated server launches at the table's deepest depth, and
+    plan, on the release's real source, gives it a tier for each depth the table names."""
+    tree = stage_of(tmp_path, release_tree, version)
+    monkeypatch.setenv("EG", EG)
+    rows = [{"server": server, "pair": "accept", "C": c, "n": 3 * c, "repeat": 0, "tok_s": tok_s, "errors": 0,
+             "prompt_len": 256, "output_len": 128}
+            for server, levels in DEEP_SWEEP.items() for c, tok_s in levels.items()]
+    earlier = tmp_path / "rows_A.json"
+    earlier.write_text(json.dumps({"rows": rows}))
+    run = a_run(tmp_path, "--side-by-side", "--rows-from", str(earlier),
+                "--servers", "plain-default:accept,gated-depth:accept")
+    assert throughput.calibrated(run, [], "gated-depth", "accept") is None
+    assert {f.name for f in tmp_path.glob("sweep_*.jsonl")} == {f"sweep_{s}.jsonl" for s in DEEP_SWEEP}
+    written = json.loads((tmp_path / "depth_table_accept.json").read_text())
+    assert [depth_at(written, c) for c in (16, 32, 64, 128)] == [7, 5, 3, 0]
+
+    _, flags, _ = servers.config(run, "gated-depth", "accept", None)
+    assert flags[flags.index("--speculative-num-steps") + 1] == "7"
+    assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "8"
+    answer = plan_answer(tree, run, "--depth-table", json.dumps(without_margin(written)))
+    assert answer["depth"]["depths"] == [3, 5, 7]
+    config = json.loads(Path(flags[flags.index("--speculative-adaptive-config") + 1]).read_text())
+    steps = config["candidate_steps"] if "candidate_steps" in config else config["1"]["candidate_steps"]
+    assert steps == [3, 5, 7]  # the launch's own 7 among them: no tier the table never picks
+
+
+def test_a_table_that_never_speculates_launches_at_the_default_depth():
+    assert servers.launch_depth('{"batch": [], "depth": [[0]]}', 3) == 3
+    assert servers.launch_depth('{"batch": [8], "depth": [["launch"], [0]]}', 3) == 3
+    assert servers.launch_depth('{"batch": [8, 32], "context": [1024], "depth": [[5, 7], [2, 2], [0, 1]]}', 3) == 7

@@ -26,6 +26,10 @@ import json, os, sys
 sys.path.insert(0, {bench!r})
 import harness
 script, argv = sys.argv[1], sys.argv[2:]
+if script == "-":  # a check the script runs before its set-up, as python3 would
+    sys.argv = sys.argv[1:]
+    exec(compile(sys.stdin.read(), "<stdin>", "exec"))
+    sys.exit(0)
 assert script == "bench/gpu/run.py", script
 args = harness.parser().parse_args(argv)
 refusal = harness.Run(args, os.environ["FAKE_STAGE"], root=os.environ["FAKE_STAGE"]).refusal()
@@ -97,29 +101,36 @@ def unpacked(tmp_path: Path, out: Path) -> dict[str, set[str]]:
     return {d.name: {f.name for f in d.iterdir()} for d in raw.iterdir()}
 
 
+DEFAULT_DEPTHS = ["eagle-v2-d1", "eagle-v2-d2", "eagle-v2"]
+DEEP = {"DEPTH_STATIC": "3,5,7"}
+
+
 @pytest.mark.parametrize(
-    ("native", "env", "pair", "shape"),
+    ("native", "env", "pair", "shape", "static"),
     [
-        (True, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
-        (False, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000]),
+        (True, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000], DEFAULT_DEPTHS),
+        (False, {}, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000], DEFAULT_DEPTHS),
         # a call of the Done-when's sweep: another pair, long prompts, 512-token outputs, medians of 3
         (True, {"DEPTH_PAIR": "real", "DEPTH_LEVELS": "1,4,8", "DEPTH_PROMPT": "4096", "DEPTH_OUTPUT": "512",
-                "DEPTH_REPEATS": "3", "DEPTH_KV": "40000"}, "real", [[1, 4, 8], 4096, 512, 3, 40000]),
+                "DEPTH_REPEATS": "3", "DEPTH_KV": "40000"}, "real", [[1, 4, 8], 4096, 512, 3, 40000], DEFAULT_DEPTHS),
+        # drafts deeper than the default launch; without the adaptive route, a second start of depth 5
+        (True, DEEP, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000], ["eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]),
+        (False, DEEP, "accept", [[16, 32, 64, 128], 256, 128, 1, 64000], ["eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]),
     ],
 )
-def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, env, pair, shape):
+def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, env, pair, shape, static):
     """The second half reads the first's rows, `adaptive` runs where plan gives a native route
-    (else eagle-v2-d1), the deadlines leave the call's limit, the environment's shape reaches
-    both halves, and each half's rows and logs come back in its own folder (plain-default and
-    eagle-v2 serve in both, under the same log names)."""
+    (else the first static depth other than 3), the deadlines leave the call's limit, the
+    environment's shape and static depths reach the halves, and each half's rows and logs come
+    back in its own folder (plain-default and eagle-v2 serve in both, under the same log names)."""
     proc, calls, out = call(tmp_path, "depth.sh", "Z1", native=native, env=env)
     assert proc.returncode == 0, proc.stderr
     first, second = calls
     assert (first["tag"], second["tag"]) == ("Z1-a", "Z1-b")
     assert second["argv"][second["argv"].index("--rows-from") + 1] == f"{out}/Z1-a/rows_Z1-a.json"
-    assert {name for name, _ in first["servers"]} == {"plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2"}
-    assert [name for name, _ in second["servers"]] == [
-        "plain-default", "gated-depth", "eagle-v2", "adaptive" if native else "eagle-v2-d1"]
+    assert [name for name, _ in first["servers"]] == ["plain-default", *static]
+    fourth = "adaptive" if native else next(s for s in static if s != "eagle-v2")
+    assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth", "eagle-v2", fourth]
     assert first["together"] and second["together"]
     assert {p for _, p in first["servers"] + second["servers"]} == {pair}
     assert first["shape"] == second["shape"] == shape
@@ -134,8 +145,19 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, 
             assert logs == {"Z1-a": "Z1-a", "Z1-b": "Z1-b"}, logs
     folders = unpacked(tmp_path, out)
     assert folders == {
-        "Z1-a": {"rows_Z1-a.json"} | {f"log_{s}-{pair}.txt" for s in ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2")},
+        "Z1-a": {"rows_Z1-a.json"} | {f"log_{s}-{pair}.txt" for s in ("plain-default", *static)},
         "Z1-b": {"rows_Z1-b.json"} | {f"log_{s}-{pair}.txt" for s, _ in second["servers"]}}
+
+
+@pytest.mark.parametrize(
+    ("depths", "says"),
+    [("3,6", "depth.sh: DEPTH_STATIC: no server 'eagle-v2-d6': one of plain-default,"),
+     ("1,2,3,5", "depth.sh: DEPTH_STATIC: 4 depths, beside plain-default at most 3")],
+)
+def test_depth_sh_refuses_static_depths_it_cannot_run_before_its_set_up(tmp_path, depths, says):
+    proc, calls, out = call(tmp_path, "depth.sh", "Z1", env={"DEPTH_STATIC": depths})
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
+    assert calls == [] and not (tmp_path / "setup-ran").exists()
 
 
 @pytest.mark.parametrize(

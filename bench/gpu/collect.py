@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import catchup  # bench/gpu/catchup.py, beside this file
+import servers  # bench/gpu/servers.py: the server kinds
 import tomllib
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ LEVELS = [1, 8, 32, 64, 128, 256]
 # The servers each section's tables compare, in their rows' order.
 OVERLAP_SERVERS = ("plain-default", "eagle-v2", "gated-v2")
 NEWEST_SERVERS = ("plain-default", "eagle-v2", "adaptive", "gated-v2")
-DEPTH_SERVERS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2", "adaptive", "gated-depth")
+DEPTH_SERVERS = ("plain-default", *servers.STATIC_DEPTHS.values(), "adaptive", "gated-depth")
 SECTIONS = ("v1", "overlap_worker", "newest", "catchup", "live", "depth")
 PURPOSES = ("throughput", "equivalence", "control", "starts", "borrowed", "catchup", "profile", "partial",
             "probe")
@@ -635,8 +636,8 @@ def gather(catalogue: Catalogue) -> dict:
 def tables(result: dict) -> str:
     """The tables collect.py prints (bench/gpu/README.md quotes them)."""
     out = [table(result)]
-    for key, servers in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
-        out += ["", runs_table(result[key], servers)]
+    for key, names in (("overlap_worker", OVERLAP_SERVERS), ("newest", NEWEST_SERVERS)):
+        out += ["", runs_table(result[key], names)]
     out += ["", repeatability_table(result["overlap_worker"]), ""]
     overlap, newest = result["overlap_worker"], result["newest"]
     for starts, sglang in ((overlap["repeatability"]["c1_every_start"], overlap["sglang"]),

@@ -7,13 +7,15 @@
 # outputs, the accept pair, C = 16, 32, 64, 128. The environment changes that shape for a call of
 # the Done-when's sweep: DEPTH_PAIR, DEPTH_LEVELS, DEPTH_PROMPT, DEPTH_OUTPUT, DEPTH_REPEATS and
 # DEPTH_KV (each server's KV pool); run.py refuses, before any server starts, levels whose
-# requests the pools cannot hold.
-#   TAG-a: plain-default and static EAGLE-3 at depths 1, 2, 3 (eagle-v2-d1, -d2, eagle-v2) side
-#          by side: the rows `eaglegate calibrate --depth` picks the depth table from.
+# requests the pools cannot hold. DEPTH_STATIC chooses the static depths (three at most: four
+# servers fit; 1,2,3 by default, 3,5,7 for drafts deeper than SGLang's default launch).
+#   TAG-a: plain-default and static EAGLE-3 at those depths (eagle-v2-dN; eagle-v2 is depth 3)
+#          side by side: the rows `eaglegate calibrate --depth` picks the depth table from.
 #   TAG-b: gated-depth with that table (calibrated from TAG-a's rows: --rows-from; it comes back
-#          as depth_table_PAIR.json) beside plain-default, eagle-v2 and SGLang's adaptive route
-#          where plan gives the release one (its threshold calibrated on TAG-a's rows too), else
-#          eagle-v2-d1.
+#          as depth_table_PAIR.json), launched at its deepest depth, beside plain-default,
+#          eagle-v2 and SGLang's adaptive route where plan gives the release one (its threshold
+#          calibrated on TAG-a's rows too), else the first static depth other than 3 (a second
+#          start of it).
 # Everything comes back as one archive, $OUT/all.tgz (call.sh), even when the device's limit
 # cuts the call off.
 #
@@ -38,15 +40,35 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 KV=${DEPTH_KV:-64000}
 SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
 source bench/gpu/call.sh
+# The static depths' servers (servers.STATIC_DEPTHS names them), checked here by run.py's own
+# reading of --servers before the set-up spends its minute of device time.
+STATIC="" FOURTH="" DEPTHS=${DEPTH_STATIC:-1,2,3}
+for D in ${DEPTHS//,/ }; do
+  NAME=eagle-v2-d$D; [ "$D" = 3 ] && NAME=eagle-v2
+  STATIC="$STATIC,$NAME:$PAIR"
+  [ -z "$FOURTH" ] && [ "$D" != 3 ] && FOURTH=$NAME
+done
+python3 - "plain-default:$PAIR$STATIC" <<'CHECK' || exit 2
+import argparse, sys
+sys.path.insert(0, "bench/gpu")
+import harness
+from phases.throughput import SIDE_BY_SIDE_MAX
+try:
+    chosen = harness.servers_arg(sys.argv[1])
+except argparse.ArgumentTypeError as exc:
+    sys.exit(f"depth.sh: DEPTH_STATIC: {exc}")
+if len(chosen) > SIDE_BY_SIDE_MAX:
+    sys.exit(f"depth.sh: DEPTH_STATIC: {len(chosen) - 1} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
+CHECK
 # setup.sh installs a stage's packages once per machine: one stage per release.
 export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
 mkdir -p "$OUT/$A"
-run_py "$OUT/$A.out" --servers plain-default:$PAIR,eagle-v2-d1:$PAIR,eagle-v2-d2:$PAIR,eagle-v2:$PAIR \
+run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \
   --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
   --tag "$A" --out "$OUT/$A" --deadline-s $((350 - SECONDS))
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
-FOURTH=eagle-v2-d1
+FOURTH=${FOURTH:-eagle-v2-d1}
 if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
     --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" \
     2>/dev/null | grep -q '"native-adaptive"'; then

@@ -140,7 +140,8 @@ def parser():
     ap.add_argument("--depth-table", default=None, type=depth_table_arg,
                     help="a depth-gated server's table (FILE or JSON, as `eaglegate calibrate --depth` "
                          "writes it; e.g. an earlier call's depth_table_accept.json); default: what "
-                         "calibrate picks from this call's plain-default and eagle-v2-d1, -d2, eagle-v2 rows")
+                         "calibrate picks from the rows of plain-default and each static depth "
+                         "(eagle-v2-dN, eagle-v2) measured before it")
     ap.add_argument("--rows-from", default=[], type=rows_arg, dest="earlier_rows",
                     help="an earlier call's rows_<tag>.json, read by calibrate as measured before this "
                          "call's servers (side by side, the only rows that are)")

@@ -9,7 +9,7 @@ which installs SGLang and patches a fresh copy with this checkout's eaglegate):
 Servers (servers.py's table of kinds: the tree each runs, its flags and environment; each
 started, loaded and killed in turn, on 127.0.0.1; with --side-by-side all up at once, their
 repeats interleaved): plain-default, plain, eagle, gated, eagle-v2, gated-v2, adaptive,
-adaptive-skip, and for the depth gate eagle-v2-d1, eagle-v2-d2 (static depths 1 and 2) and
+adaptive-skip, and for the depth gate eagle-v2-dN (static depth N; eagle-v2 is depth 3) and
 gated-depth. NAME@2 starts a server a second time; NAME+REV runs a gating server with the
 gate module of another revision of eaglegate in place of this checkout's:
 bench/gpu/variants/REV.py, written before the call with `git show
@@ -21,7 +21,8 @@ pair for greedy equivalence, the `trained` pair (a draft trained on its target) 
 against the same requests never gated (README "The catch-up cost"). The threshold of a gating
 server is, by default, the one `eaglegate calibrate` picks from this run's plain and
 speculative rows (servers.CALIBRATE_ON); gated-depth's depth table, the one `eaglegate
-calibrate --depth` picks from plain-default's and each static depth's rows, or --depth-table's.
+calibrate --depth` picks from plain-default's rows and each static depth's measured before it,
+or --depth-table's.
 --rows-from rows_<tag>.json: an earlier call's rows count as measured before this call's
 servers (the probe bench/gpu/depth.sh calibrates its second half on its first's).
 --prompt-len and --output-len (256 and 128 by default) are in every row.

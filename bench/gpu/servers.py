@@ -11,19 +11,20 @@ Server kinds (`KINDS`):
                  v1 launch (SGLANG_ENABLE_SPEC_V2=0)
   eagle-v2       EAGLE-3 on the pristine tree, overlap worker (SGLang's default), with the
                  running cap plain-default logged
-  eagle-v2-d1, eagle-v2-d2
-                 eagle-v2 at depth 1 and 2 (--speculative-num-steps D, D+1 draft tokens;
-                 eagle-v2 is depth 3): the static depths the depth gate chooses between
+  eagle-v2-dN    eagle-v2 at depth N (--speculative-num-steps N, N+1 draft tokens; eagle-v2 is
+                 depth 3), N in 1, 2, 4, 5, 7 (STATIC_DEPTHS): the static depths the depth gate
+                 chooses between
   gated-v2       EAGLE-3 on the patched tree, exactly what `eaglegate plan` prints for a
                  default launch (the overlap worker's gate)
   adaptive, adaptive-skip
                  0.5.14 on (no patch): plan's native adaptive config with plain-default's
                  running cap and graph sizes (not plan's caps), and the same with
                  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1
-  gated-depth    EAGLE-3 (depth 3) on the patched tree, exactly what `eaglegate plan --depth-table
-                 TABLE` prints for a default launch (its adaptive config, one tier per depth,
-                 written into the stage); the table is --depth-table's, or what `eaglegate
-                 calibrate --depth` picks from plain-default's and each static depth's rows
+  gated-depth    EAGLE-3 on the patched tree at its table's deepest depth (`launch_depth`),
+                 exactly what `eaglegate plan --depth-table TABLE` prints for a default launch
+                 (its adaptive config, one tier per depth, written into the stage); the table
+                 is --depth-table's, or what `eaglegate calibrate --depth` picks from
+                 plain-default's rows and those of each static depth measured before it
 NAME@2 starts a server a second time; NAME+REV runs a gating server with the gate module of
 another revision of eaglegate in place of this checkout's: bench/gpu/variants/REV.py.
 """
@@ -81,8 +82,12 @@ class Kind:
 # The plain and speculative servers a threshold is calibrated on: the ones it chooses between
 # (the v1 gate needs overlap off; the native adaptive route keeps it).
 _V2_PAIR = ("plain-default", "eagle-v2")
-# A depth table is calibrated on plain decoding and every static depth it may choose.
-_DEPTHS = ("plain-default", "eagle-v2-d1", "eagle-v2-d2", "eagle-v2")
+# Static EAGLE-3 at each depth a depth table may choose, by depth: eagle-v2 is depth 3
+# (SGLang's default launch); 7 is the deepest of SGLang's own adaptive defaults.
+STATIC_DEPTHS = {d: "eagle-v2" if d == 3 else f"eagle-v2-d{d}" for d in (1, 2, 3, 4, 5, 7)}
+# A depth table is calibrated on plain decoding and the static depths measured before it (at
+# least one: phases/throughput.uncalibrated_refs); each is a column of the table's choice.
+_DEPTHS = ("plain-default", *STATIC_DEPTHS.values())
 KINDS = {
     "plain-default": Kind("pristine"),
     "plain": Kind("pristine", flags=("--disable-overlap-schedule",)),
@@ -91,8 +96,8 @@ KINDS = {
     "eagle": Kind("pristine", env=V1_ENV, speculative=True, plan="v1", drop_gate=True, cap_from="plain"),
     "gated": Kind("patched", speculative=True, plan="v1", calibrate_on=("plain", "eagle")),
     "eagle-v2": Kind("pristine", speculative=True, cap_from="plain-default"),
-    "eagle-v2-d1": Kind("pristine", speculative=True, cap_from="plain-default", steps=1),
-    "eagle-v2-d2": Kind("pristine", speculative=True, cap_from="plain-default", steps=2),
+    **{name: Kind("pristine", speculative=True, cap_from="plain-default", steps=d)
+       for d, name in STATIC_DEPTHS.items() if name != "eagle-v2"},
     "gated-v2": Kind("patched", speculative=True, plan="v2", calibrate_on=_V2_PAIR),
     "adaptive": Kind("pristine", speculative=True, plan="native", calibrate_on=_V2_PAIR),
     "adaptive-skip": Kind("pristine", env={"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}, speculative=True,
@@ -136,16 +141,16 @@ def eg(run, *args):
     return answer
 
 
-def plan(run, threshold, pair, v1=True, depth_table=None):
-    """The product's own answer for the gated server: flags and environment. `v1`: the user
-    opts out of the overlap worker (SGLANG_ENABLE_SPEC_V2=0); else a default launch. With a
-    `depth_table` (JSON text) and no threshold, plan's own default threshold: the table decides
-    every step."""
+def plan(run, threshold, pair, v1=True, depth_table=None, steps=3):
+    """The product's own answer for the gated server launched at depth `steps`: flags and
+    environment. `v1`: the user opts out of the overlap worker (SGLANG_ENABLE_SPEC_V2=0); else a
+    default launch. With a `depth_table` (JSON text) and no threshold, plan's own default
+    threshold: the table decides every step."""
     extra = ["--env", "SGLANG_ENABLE_SPEC_V2=0"] if v1 else []
     extra += ["--depth-table", depth_table] if depth_table else []
     extra += ["--threshold", str(threshold)] if threshold is not None else []
     out = eg(run, "plan", "--path", f"{run.stage}/patched", "--json",
-             "--flags", " ".join(spec_flags(run, pair)), *extra)
+             "--flags", " ".join(spec_flags(run, pair, steps)), *extra)
     want = "v1-code-patch" if v1 else "v2-code-patch"
     if out["family"] != want:
         raise SystemExit(f"plan chose {out['family']}, not {want}: {out.get('blocked_by')}")
@@ -168,6 +173,17 @@ def depth_flags(run, pair, answer):
                 json.dump(answer["adaptive_config"], f, indent=2)
             flags.append(path)
     return flags
+
+
+def launch_depth(table, default):
+    """The --speculative-num-steps a depth-gated server launches with: its table's deepest
+    depth, so that the launch's own tier is one the table uses (plan adds the launch's steps to
+    the tiers: a shallower launch captures graphs no step runs) and what 0.5.12.x sizes from
+    the launch's draft tokens alone (each request's row of token slots) covers every depth it
+    runs; `default` where the table names no depth above 0 (its "launch" cells then run at
+    `default`)."""
+    depths = [cell for row in json.loads(table)["depth"] for cell in row if isinstance(cell, int)]
+    return max(depths, default=0) or default
 
 
 def depth_table_of(run, pair):
@@ -222,16 +238,17 @@ def config(run, kind_name, pair, threshold):
         raise SystemExit(f"unknown server {kind_name}")
     kind = KINDS[kind_name]
     flags, env = common(run, pair) + list(kind.flags), dict(kind.env)
+    table = depth_table_of(run, pair) if kind.plan == "depth" else None
+    if kind.plan == "depth" and table is None:
+        raise SystemExit(f"{kind_name} needs a depth table: --depth-table FILE|JSON, or calibrate's "
+                         f"(plain-default and one static depth or more measured before it)")
+    steps = launch_depth(table, kind.steps) if table else kind.steps
     if kind.speculative:
-        flags += spec_flags(run, pair, kind.steps)
+        flags += spec_flags(run, pair, steps)
     if kind.plan == "native":
         flags += native_flags(run, kind_name, pair, threshold)
-    elif kind.plan == "depth":
-        table = depth_table_of(run, pair)
-        if table is None:
-            raise SystemExit(f"{kind_name} needs a depth table: --depth-table FILE|JSON, or calibrate's "
-                             f"({', '.join(kind.calibrate_on)} measured before it)")
-        planned, planned_env = plan(run, None, pair, v1=False, depth_table=table)  # exactly what plan prints
+    elif kind.plan == "depth":  # exactly what plan prints for that launch
+        planned, planned_env = plan(run, None, pair, v1=False, depth_table=table, steps=steps)
         flags, env = flags + planned, {**env, **planned_env}
     elif kind.drop_gate:
         # any threshold gives its flags (before calibrate has one); its environment is its own

@@ -142,10 +142,18 @@ def needs_calibrate(run, kind, pair):
 
 def uncalibrated_refs(run, kind, pair, before):
     """The servers (`NAME:PAIR`) a server of `kind` is calibrated on that `before` (a set of
-    (server, pair) measured before it) lacks; empty where it needs no calibrate."""
+    (server, pair) measured before it) lacks; empty where it needs no calibrate. A depth table
+    needs plain-default and one static depth or more (each measured one is a depth it may
+    choose); a threshold, its plain and its speculative server."""
     if not needs_calibrate(run, kind, pair):
         return []
-    return [f"{ref}:{pair}" for ref in servers.CALIBRATE_ON[kind] if (ref, pair) not in before]
+    plain, *specs = servers.CALIBRATE_ON[kind]
+    missing = [f"{plain}:{pair}"] if (plain, pair) not in before else []
+    if servers.KINDS[kind].plan != "depth":
+        return missing + [f"{ref}:{pair}" for ref in specs if (ref, pair) not in before]
+    if not any((ref, pair) in before for ref in specs):
+        missing.append(f"one static depth or more ({', '.join(f'{ref}:{pair}' for ref in specs)})")
+    return missing
 
 
 def calibrated(run, rows, name, pair):
@@ -256,12 +264,13 @@ def depth_table_path(run, pair):
 def calibrate(run, rows, server, pair):
     """`eaglegate calibrate` on the medians of the servers `server` is calibrated on: from the
     plain and the speculative sweep, its threshold; for a depth-gated server, from the plain
-    sweep and one per static depth (`--depth D=FILE`), its depth table, written to
+    sweep and one per static depth measured (`--depth D=FILE`), its depth table, written to
     depth_table_path."""
-    plain, *specs = servers.CALIBRATE_ON[server]
-    missing = [f"{ref}:{pair}" for ref in (plain, *specs) if ref not in {r["server"] for r in rows if r["pair"] == pair}]
+    measured = {(r["server"], pair) for r in rows if r["pair"] == pair}
+    missing = uncalibrated_refs(run, server, pair, measured)
     if missing:
         raise SystemExit(f"calibrate needs {' and '.join(missing)} before {server}:{pair}")
+    plain, *specs = [ref for ref in servers.CALIBRATE_ON[server] if (ref, pair) in measured]
     for ref in (plain, *specs):
         sweep_file(rows, ref, pair, f"{run.out}/sweep_{ref}.jsonl")
     if servers.KINDS[server].plan == "depth":
