@@ -272,7 +272,7 @@ def live_cell(version: str) -> str:
     if runs is None:
         earlier = live["earlier_revisions"].get(version)
         return ("static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
-                + "".join(f"; probe {run}: {probe_answer(run)}" for run in probe_runs().get(version, [])))
+                + "".join(f"; probe {probe_answer(run)}" for run in probe_runs().get(version, [])))
     errors, measured = 0, []
     for run in runs["throughput"]:
         rows = rows_of(run)["rows"]

@@ -172,27 +172,40 @@ def test_a_live_check_of_a_new_release_reaches_live_runs_json_and_versions_md(co
                       if not line.startswith(f"| {release} |")]
 
 
-@pytest.mark.parametrize(("started", "measured"), [(False, False), (True, True), (True, False)])
-def test_a_probe_of_a_release_says_in_versions_md_what_it_found(copy, started, measured):
+# What a call records of the builds its servers imported (machine.packages): here a release's
+# code on the kernels of an earlier one, built for the image's torch.
+BUILDS = {"torch": "2.11.0", "sglang-kernel": "0.4.5", "sgl-deep-gemm": "0.1.5.post1"}
+
+
+@pytest.mark.parametrize(("started", "measured", "builds"),
+                         [(False, False, None), (True, True, None), (True, False, None), (True, True, BUILDS)])
+def test_a_probe_of_a_release_says_in_versions_md_what_it_found(copy, started, measured, builds):
     """A release with no live check, tried on the image: its VERSIONS.md cell says static only
-    and what the probe found, the line each server died on or that they served; live_runs.json,
-    which plan and verify read, is as it was."""
+    and what the probe found, the line each server died on or that they served, with the builds
+    it ran on where the call recorded them; live_runs.json, which plan and verify read, is as it
+    was."""
     servers = ["plain-default", "gated-v2"]
     release = a_release_without_a_live_run()
     died = "ImportError: /stage/site/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa"
     records = [{"server": s, "pair": "accept", "healthy": started, "last_error_line": None if started else died}
                for s in servers]
     rows = throughput_rows(release, [8], servers, repeats=1) if measured else []
+    data = run_data(release, servers, rows, 56)
+    if builds:
+        data["machine"]["packages"] = builds
     plant(copy, {"id": "P90", "date": "2026-12-05", "machine": "5e7c0a1b2d3f", "release": release,
                  "servers": servers, "pair": "accept", "section": "live", "purpose": "probe"},
-          {**run_data(release, servers, rows, 56), "servers": records})
+          {**data, "servers": records})
 
     done = run_collect(copy)
     assert done.returncode == 0, done.stderr
 
     cell = next(line for line in (copy / "bench" / "VERSIONS.md").read_text().splitlines()
                 if line.startswith(f"| {release} |")).rstrip(" |").split(" | ")[-1]
-    if measured:
+    if builds:
+        assert cell == ("static only; probe P90 (torch 2.11.0, sglang-kernel 0.4.5, sgl-deep-gemm 0.1.5.post1): "
+                        "plain-default, gated-v2 started and served C=8 with 0 request errors")
+    elif measured:
         assert cell == "static only; probe P90: plain-default, gated-v2 started and served C=8 with 0 request errors"
     elif started:  # up, but the call's deadline came before any level
         assert cell == "static only; probe P90: plain-default, gated-v2 started; no level was measured"

@@ -6,6 +6,7 @@ servers.py; the phases modules of bench/gpu/phases/."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -741,3 +742,21 @@ def test_a_stage_installed_for_another_release_than_the_one_carried_is_refused(t
                         f"export STAGE=$HOME/eg-stage-{carried} before sourcing .gpu/kit/setup.sh")
     else:
         assert says is None
+
+
+def test_a_call_records_the_builds_its_servers_import(tmp_path):
+    """The image's torch and the kernels the pack carried (their dist-info in the stage's
+    site), as a probe's VERSIONS.md cell names them: a release's code may run on another's
+    kernels."""
+    site = tmp_path / "site"
+    for info in ("sglang_kernel-0.4.5.dist-info", "sgl_deep_gemm-0.1.5.post1.dist-info", "xgrammar-0.2.1.dist-info"):
+        (site / info).mkdir(parents=True)
+    try:
+        image = {"torch": importlib.metadata.version("torch")}
+    except importlib.metadata.PackageNotFoundError:
+        image = {}
+    assert machine.packages(site) == {**image, "sglang-kernel": "0.4.5", "sgl-deep-gemm": "0.1.5.post1"}
+
+    proc, out, _ = stand_in_call(tmp_path, ["--servers", "plain-default:accept", "--levels", "1", "--repeats", "1"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "rows_T.json").read_text())["machine"]["packages"] == machine.packages(site)

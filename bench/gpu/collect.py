@@ -208,19 +208,23 @@ def rows_of(run: str) -> dict:
 
 
 def probe_answer(run: str) -> str:
-    """What a probe of a release found (the image tried on a release with no live check yet):
-    whether its servers started and served, or the line each that did not start died on."""
+    """What a probe of a release found (the image tried on a release with no live check yet),
+    after its id and the builds it ran on where the call recorded them (machine.packages: the
+    image's torch, the pack's kernels): whether its servers started and served, or the line each
+    that did not start died on."""
     data = rows_of(run)
+    builds = (data.get("machine") or {}).get("packages")
+    said = f"{run} ({', '.join(f'{name} {version}' for name, version in builds.items())}): " if builds else f"{run}: "
     down = [s for s in data["servers"] if not s.get("healthy")]
     if down:
-        return "; ".join(f"{s['server']} did not start: {s.get('last_error_line') or 'no error logged'}"
-                         for s in down)
+        return said + "; ".join(f"{s['server']} did not start: {s.get('last_error_line') or 'no error logged'}"
+                                for s in down)
     started = ", ".join(s["server"] for s in data["servers"])
     if not data["rows"]:
-        return f"{started} started; no level was measured"
+        return f"{said}{started} started; no level was measured"
     errors = sum(r["errors"] for r in data["rows"])
     levels = sorted({r["C"] for r in data["rows"]})
-    return f"{started} started and served C={', '.join(map(str, levels))} with {errors} request errors"
+    return f"{said}{started} started and served C={', '.join(map(str, levels))} with {errors} request errors"
 
 
 def collect(catalogue: Catalogue) -> dict:

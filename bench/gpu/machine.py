@@ -2,10 +2,16 @@
 scheduler's), what it records of the machine and of each repeat (GPU clocks and power, CPU
 shares), and the pinning of a server's scheduler."""
 import hashlib
+import importlib.metadata
 import os
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+# The compiled packages a release pins exactly, which the pack carries: their builds must
+# match the image's torch.
+CARRIED_BUILDS = ("sglang-kernel", "sgl-kernel", "sgl-deep-gemm")
 
 
 def siblings(cpu):
@@ -145,6 +151,21 @@ def cpu_shares(before, after):
         return None
     idle = delta[3] + delta[4]
     return {"busy": round((total - idle - delta[7]) / total, 4), "steal": round(delta[7] / total, 4)}
+
+
+def packages(site):
+    """The builds the servers import: the image's torch (this interpreter's) and each of
+    CARRIED_BUILDS that the stage (`site`, what setup.sh installed from the pack) holds."""
+    found = {}
+    try:
+        found["torch"] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for name in CARRIED_BUILDS:
+        stem = name.replace("-", "_")
+        for info in Path(site).glob(f"{stem}-*.dist-info"):
+            found[name] = info.name[len(stem) + 1:-len(".dist-info")]
+    return found
 
 
 def machine():

@@ -103,7 +103,7 @@ def calibrations(run, out):
 def main(argv=None):
     run = Run.from_argv(argv)
     prepare(run)
-    out = {"sglang": None, "machine": machine.machine(),
+    out = {"sglang": None, "machine": {**machine.machine(), "packages": machine.packages(f"{run.stage}/site")},
            "weights": json.load(open(f"{run.weights}/weights.json")),
            "threshold": None if run.threshold == "calibrate" else int(run.threshold),
            "prompt_len": run.prompt_len, "output_len": run.output_len,
