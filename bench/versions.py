@@ -252,6 +252,27 @@ def row(rec: dict) -> dict:
 
 
 LIVE_RUNS = REPO / "eaglegate" / "patches" / "live_runs.json"
+ABI = BENCH / "gpu" / "abi.json"  # bench/gpu/abi.py's answers: which releases' builds load on the image's torch
+
+
+@cache
+def abi_answers() -> dict:
+    return json.loads(ABI.read_text()) if ABI.exists() else {"releases": {}}
+
+
+def abi_answer(version: str) -> str:
+    """Whether the GPU image's torch can load the builds the release pins (bench/gpu/abi.py,
+    statically): those that cannot, and the shortest torch symbol one of them lacks."""
+    answers = abi_answers()
+    entry = answers["releases"].get(version)
+    if entry is None:
+        return ""
+    lacking = {build: exts for build, exts in entry["lacking"].items() if exts}
+    if not lacking:
+        return f"; abi.py: its pinned builds load on the image's torch {answers['torch']}"
+    example = min((name for exts in lacking.values() for names in exts.values() for name in names), key=len)
+    return (f"; abi.py: the image's torch {answers['torch']} cannot load its pinned {' and '.join(lacking)} "
+            f"(they need torch symbols it lacks, e.g. {example})")
 
 
 @cache
@@ -272,6 +293,7 @@ def live_cell(version: str) -> str:
     if runs is None:
         earlier = live["earlier_revisions"].get(version)
         return ("static only" + (f" (live with an earlier gate: {earlier})" if earlier else "")
+                + abi_answer(version)
                 + "".join(f"; probe {probe_answer(run)}" for run in probe_runs().get(version, [])))
     errors, measured = 0, []
     for run in runs["throughput"]:
