@@ -47,6 +47,7 @@ from packaging.version import Version
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH / "gpu"))
+from abi import IMAGE_TORCH  # noqa: E402 - bench/gpu/abi.py: the GPU image's torch
 from collect import Catalogue, probe_answer, rows_of, write_atomic  # noqa: E402 - bench/gpu/collect.py: a GPU run's raw rows
 
 EAGLEGATE = REPO / ".venv" / "bin" / "eaglegate"
@@ -257,21 +258,21 @@ ABI = BENCH / "gpu" / "abi.json"  # bench/gpu/abi.py's answers: which releases' 
 
 @cache
 def abi_answers() -> dict:
-    return json.loads(ABI.read_text()) if ABI.exists() else {"releases": {}}
+    """bench/gpu/abi.py's answers against the GPU image's torch, by release."""
+    return json.loads(ABI.read_text())["by_torch"].get(IMAGE_TORCH, {}) if ABI.exists() else {}
 
 
 def abi_answer(version: str) -> str:
     """Whether the GPU image's torch can load the builds the release pins (bench/gpu/abi.py,
     statically): those that cannot, and the shortest torch symbol one of them lacks."""
-    answers = abi_answers()
-    entry = answers["releases"].get(version)
+    entry = abi_answers().get(version)
     if entry is None:
         return ""
     lacking = {build: exts for build, exts in entry["lacking"].items() if exts}
     if not lacking:
-        return f"; abi.py: its pinned builds load on the image's torch {answers['torch']}"
+        return f"; abi.py: its pinned builds load on the image's torch {IMAGE_TORCH}"
     example = min((name for exts in lacking.values() for names in exts.values() for name in names), key=len)
-    return (f"; abi.py: the image's torch {answers['torch']} cannot load its pinned {' and '.join(lacking)} "
+    return (f"; abi.py: the image's torch {IMAGE_TORCH} cannot load its pinned {' and '.join(lacking)} "
             f"(they need torch symbols it lacks, e.g. {example})")
 
 

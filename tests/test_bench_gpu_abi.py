@@ -98,11 +98,13 @@ def test_a_release_is_checked_on_the_builds_it_pins_and_its_answer_kept(tmp_path
     sglang_wheel(cache, "9.0", ["torch==2.13.0", "sglang-kernel==9.1", "transformers==5.0",
                                 "sgl-deep-gemm>=0.1", 'flashinfer-python==0.6; extra == "all"'])
     out = tmp_path / "abi.json"
-    out.write_text(json.dumps({"torch": "2.11.0", "releases": {"8.0": {"pins": {}, "lacking": {}}}}))
+    out.write_text(json.dumps({"by_torch": {"2.11.0": {"8.0": {"pins": {}, "lacking": {}}},
+                                            "2.13.0": {"9.0": {"pins": {}, "lacking": {}}}}}))
     assert abi.main(["9.0", "--out", str(out)], cache=cache) == 0
-    kept = json.loads(out.read_text())
-    assert kept["torch"] == "2.11.0" and set(kept["releases"]) == {"8.0", "9.0"}
-    assert kept["releases"]["9.0"] == {
+    kept = json.loads(out.read_text())["by_torch"]
+    assert set(kept) == {"2.11.0", "2.13.0"} and kept["2.13.0"] == {"9.0": {"pins": {}, "lacking": {}}}
+    assert set(kept["2.11.0"]) == {"8.0", "9.0"}
+    assert kept["2.11.0"]["9.0"] == {
         "pins": {"torch": "2.13.0", "sglang-kernel": "9.1"},
         "lacking": {"sglang 9.0": {}, "sglang-kernel 9.1": {"sgl_kernel/sm90/common_ops.abi3.so": [
             "at::T::size() const", "at::gone()", "c10::Err::Err()", "c10::Err::~Err()", "torch::Library::def() &"]}}}
@@ -116,12 +118,77 @@ def test_versions_md_says_whether_the_image_can_load_a_releases_builds(tmp_path,
     versions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(versions)
     planted = tmp_path / "abi.json"
-    planted.write_text(json.dumps({"torch": "2.11.0", "releases": {
+    planted.write_text(json.dumps({"by_torch": {versions.IMAGE_TORCH: {
         "9.0": {"pins": {}, "lacking": {"sglang 9.0": {}, "sglang-kernel 9.1": {"x.so": ["c10::long_name(int)", "at::g()"]},
                                         "sgl-deep-gemm 0.3": {"_C.so": ["c10::h()"]}}},
-        "8.0": {"pins": {}, "lacking": {"sglang 8.0": {}, "sglang-kernel 8.1": {}}}}}))
+        "8.0": {"pins": {}, "lacking": {"sglang 8.0": {}, "sglang-kernel 8.1": {}}}},
+        # against another torch: not the image's, never said
+        "2.13.0": {"7.0": {"pins": {}, "lacking": {"sglang 7.0": {}}}}}}))
     monkeypatch.setattr(versions, "ABI", planted)
-    assert versions.abi_answer("9.0") == ("; abi.py: the image's torch 2.11.0 cannot load its pinned sglang-kernel 9.1 "
+    image = versions.IMAGE_TORCH
+    assert versions.abi_answer("9.0") == (f"; abi.py: the image's torch {image} cannot load its pinned sglang-kernel 9.1 "
                                           "and sgl-deep-gemm 0.3 (they need torch symbols it lacks, e.g. at::g())")
-    assert versions.abi_answer("8.0") == "; abi.py: its pinned builds load on the image's torch 2.11.0"
+    assert versions.abi_answer("8.0") == f"; abi.py: its pinned builds load on the image's torch {image}"
     assert versions.abi_answer("7.0") == ""
+
+
+KERNEL_INIT = """
+import torch
+from sgl_kernel.elementwise import silu_and_mul
+if torch.version.cuda:
+    from sgl_kernel.norm import rmsnorm
+try:
+    from .extra import merge_state
+except ImportError:
+    pass
+def local():
+    from .hidden import not_offered
+"""
+SGLANG_MODULE = """
+from sgl_kernel import silu_and_mul, rmsnorm, merge_state, local, missing_top
+from sgl_kernel.kvcacheio import transfer
+if _is_xpu:
+    from sgl_kernel import xpu_only
+if _is_cuda:
+    pass
+else:
+    from sgl_kernel import not_cuda
+if is_npu() or _is_hip:
+    from sgl_kernel import npu_or_hip
+if not _is_xpu:
+    from sgl_kernel import not_xpu
+try:
+    from sgl_kernel.kvcacheio import gone
+except ImportError:
+    gone = None
+def f():
+    from sgl_kernel import not_offered
+"""
+
+
+def python_wheel(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+def test_the_names_a_release_imports_that_another_kernel_lacks_and_when_they_run(tmp_path):
+    """What the kernel offers is what it binds on import, under any condition; what SGLang's
+    code imports is sorted by when it runs on CUDA: at import, on another platform only (an
+    `if` on XPU/NPU/HIP, or the `else` of an `if` on CUDA; a negated test is no such guard),
+    guarded by an ImportError handler, or deferred into a function."""
+    kernel = python_wheel(tmp_path / "sglang_kernel-0.4.5-cp310-abi3-manylinux2014_x86_64.whl", {
+        "sgl_kernel/__init__.py": KERNEL_INIT, "sgl_kernel/kvcacheio.py": "def transfer(): pass\n",
+        "sgl_kernel/hidden.py": "x = 1\n"})
+    sglang = python_wheel(tmp_path / "sglang-9.0-py3-none-any.whl", {"sglang/srt/a.py": SGLANG_MODULE,
+                                                                     "sglang/broken.py": "def (:\n"})
+    assert abi.imports_lacking(sglang, kernel) == [
+        {"name": "sgl_kernel.missing_top", "where": "sglang/srt/a.py:2", "runs": "at import"},
+        {"name": "sgl_kernel.not_xpu", "where": "sglang/srt/a.py:13", "runs": "at import"},
+        {"name": "sgl_kernel.kvcacheio.gone", "where": "sglang/srt/a.py:15", "runs": "guarded"},
+        {"name": "sgl_kernel.not_offered", "where": "sglang/srt/a.py:19", "runs": "deferred"},
+        {"name": "sgl_kernel.xpu_only", "where": "sglang/srt/a.py:5", "runs": "other platform"},
+        {"name": "sgl_kernel.not_cuda", "where": "sglang/srt/a.py:9", "runs": "other platform"},
+        {"name": "sgl_kernel.npu_or_hip", "where": "sglang/srt/a.py:11", "runs": "other platform"},
+    ]

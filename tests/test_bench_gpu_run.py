@@ -740,6 +740,10 @@ def test_a_stage_installed_for_another_release_than_the_one_carried_is_refused(t
     if refused:
         assert says == (f"the stage {stage} holds SGLang {installed}, .gpu carries {carried}: "
                         f"export STAGE=$HOME/eg-stage-{carried} before sourcing .gpu/kit/setup.sh")
+        # a pack of the release on another's builds (on_builds.sh) has a stage of its own
+        (root / ".gpu" / "BUILDS_OF").write_text("0.5.12\n")
+        assert harness.stage_refusal(str(stage), root=str(root)).endswith(
+            f"export STAGE=$HOME/eg-stage-{carried}-on-0.5.12 before sourcing .gpu/kit/setup.sh")
     else:
         assert says is None
 

@@ -26,9 +26,10 @@ import json, os, sys
 sys.path.insert(0, {bench!r})
 import harness
 script, argv = sys.argv[1], sys.argv[2:]
-if script == "-":  # a check the script runs before its set-up, as python3 would
-    sys.argv = sys.argv[1:]
-    exec(compile(sys.stdin.read(), "<stdin>", "exec"))
+if script in ("-", "-c"):  # what the scripts run before the set-up, as python3 would
+    code = sys.stdin.read() if script == "-" else argv.pop(0)
+    sys.argv = [script, *argv]
+    exec(compile(code, "<" + script + ">", "exec"))
     sys.exit(0)
 assert script == "bench/gpu/run.py", script
 args = harness.parser().parse_args(argv)
@@ -68,7 +69,7 @@ def machine(tmp_path: Path, script: str, native: bool = True, env: dict | None =
     family = "native-adaptive" if native else "v2-code-patch"
     (tmp_path / "eg.py").write_text(f'import json; print(json.dumps({{"alternatives": [{{"family": "{family}"}}]}}))')
     (root / ".gpu" / "kit" / "setup.sh").write_text(
-        f'export EG="{sys.executable} {tmp_path / "eg.py"}"\ntouch "{tmp_path / "setup-ran"}"\n')
+        f'export EG="{sys.executable} {tmp_path / "eg.py"}"\necho "$STAGE" > "{tmp_path / "setup-ran"}"\n')
     (tmp_path / "python.py").write_text(FAKE_PYTHON.format(bench=str(BENCH)))
     (bin_ / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "python.py"} "$@"\n')
     (bin_ / "python3").chmod(0o755)
@@ -160,6 +161,26 @@ def test_depth_sh_refuses_static_depths_it_cannot_run_before_its_set_up(tmp_path
     assert calls == [] and not (tmp_path / "setup-ran").exists()
 
 
+@pytest.mark.parametrize("donor", [None, "0.5.17"])
+def test_probe_sh_runs_a_short_side_by_side_call_in_the_stage_of_its_pack(tmp_path, donor):
+    """plain-default and gated-v2 at C=8, one repeat, under a deadline; installed into a stage
+    of the release's own, or of the release on a donor's builds (on_builds.sh), so that a warm
+    machine never runs one pack's packages under the other's name."""
+    root, environ, out, record = machine(tmp_path, "probe.sh")
+    if donor:
+        (root / ".gpu" / "BUILDS_OF").write_text(donor + "\n")
+    proc = subprocess.run(["bash", "bench/gpu/probe.sh", "P1"], cwd=root, capture_output=True, text=True,
+                          timeout=120, env=environ)
+    assert proc.returncode == 0, proc.stderr
+    (probe,) = recorded(record)
+    assert probe["refusal"] is None and probe["together"] and probe["tag"] == "P1"
+    assert [name for name, _ in probe["servers"]] == ["plain-default", "gated-v2"]
+    assert probe["shape"][0] == [8] and probe["shape"][3] == 1 and 0 < probe["deadline_s"] <= 165
+    stage = f"{environ['HOME']}/eg-stage-0.5.16" + (f"-on-{donor}" if donor else "")
+    assert (tmp_path / "setup-ran").read_text().strip() == stage
+    assert unpacked(tmp_path, out) == {"P1": {"rows_P1.json", "log_plain-default-accept.txt", "log_gated-v2-accept.txt"}}
+
+
 @pytest.mark.parametrize(
     ("tags", "halves", "budget", "ends"),
     [
@@ -219,3 +240,55 @@ def test_a_call_the_devices_limit_cuts_off_still_brings_back_what_ran(tmp_path, 
     assert cut == {"rows": [], "cut_off": "SIGTERM"}
     with tarfile.open(out / "all.tgz") as tar:
         assert {f"{tag}.out" for tag in ran} <= set(tar.getnames())
+
+
+def a_pack(root: Path, version: str, kernel: str, deep_gemm: str | None) -> Path:
+    """A pack as pack.sh writes it, in miniature: VERSION, the kernel archive, and the site
+    archive with a DeepGEMM build (if any) beside another package."""
+    g = root / ".gpu"
+    for folder in ("k", "s"):
+        (root / folder).mkdir(parents=True)
+    (root / "k" / f"sglang_kernel-{kernel}.dist-info").mkdir()
+    (root / "s" / "transformers").mkdir()
+    (root / "s" / "transformers" / "__init__.py").write_text(f"# {version}'s\n")
+    if deep_gemm:
+        (root / "s" / "deep_gemm").mkdir()
+        (root / "s" / "deep_gemm" / "_C.so").write_text(deep_gemm)
+        (root / "s" / f"sgl_deep_gemm-{deep_gemm}.dist-info").mkdir()
+    g.mkdir()
+    (g / "VERSION").write_text(version + "\n")
+    for folder, archive in (("k", "sgk.tar.xz"), ("s", "site.tar.xz")):
+        subprocess.run(f"tar -C {root / folder} -cf - . | xz > {g / archive}", shell=True, check=True)
+    return g
+
+
+def listing(archive: Path) -> set[str]:
+    names = subprocess.run(f"xz -dc {archive} | tar -tf -", shell=True, check=True, capture_output=True,
+                           text=True).stdout.split()
+    return {n.strip("./").split("/")[0] for n in names if n.strip("./")}
+
+
+@pytest.mark.parametrize("donor_gemm", ["0.1.5.post1", None])
+def test_on_builds_sh_puts_the_donors_kernel_and_deep_gemm_into_the_pack(tmp_path, donor_gemm):
+    release = a_pack(tmp_path / "release", "0.5.18", "0.4.6.post1", "0.1.5.post3")
+    donor = a_pack(tmp_path / "donor", "0.5.17", "0.4.5", donor_gemm)
+    proc = subprocess.run(["bash", str(BENCH / "on_builds.sh"), str(donor)], cwd=release.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "SGLang 0.5.18 on the builds of 0.5.17" in proc.stdout
+    assert (release / "VERSION").read_text() == "0.5.18\n" and (release / "BUILDS_OF").read_text() == "0.5.17\n"
+    assert (release / "sgk.tar.xz").read_bytes() == (donor / "sgk.tar.xz").read_bytes()
+    gemm = {"deep_gemm", f"sgl_deep_gemm-{donor_gemm}.dist-info"} if donor_gemm else set()
+    assert listing(release / "site.tar.xz") == {"transformers"} | gemm
+    kept = subprocess.run(f"xz -dc {release / 'site.tar.xz'} | tar -xOf - ./transformers/__init__.py", shell=True,
+                          capture_output=True, text=True).stdout
+    assert kept == "# 0.5.18's\n"  # the release's own packages stay
+
+
+def test_on_builds_sh_without_a_donor_pack_says_so_and_changes_nothing(tmp_path):
+    release = a_pack(tmp_path / "release", "0.5.18", "0.4.6.post1", "0.1.5.post3")
+    before = {p.name: p.read_bytes() for p in release.iterdir()}
+    proc = subprocess.run(["bash", str(BENCH / "on_builds.sh"), str(tmp_path / "nowhere")], cwd=release.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"on_builds.sh: no {tmp_path / 'nowhere'}/VERSION (pack.sh writes it)"
+    assert {p.name: p.read_bytes() for p in release.iterdir()} == before

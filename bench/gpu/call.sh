@@ -5,6 +5,10 @@
 # The device ends a call that runs past its limit with SIGTERM. run.py then stops its servers
 # and writes what ran (harness.CutOff), and the archive is made all the same (exit 124, as the
 # device's limit reports it).
+# setup.sh installs a stage's packages once per machine: one stage per release (and per release
+# whose builds the pack carries instead: on_builds.sh), named by harness.carried_stage.
+STAGE=$HOME/$(python3 -c 'import sys; sys.path.insert(0, "bench/gpu"); import harness; print(harness.carried_stage())')
+export STAGE
 RUNNING=
 archive() {
   grep -h "$SUMMARY" "$OUT"/*.out | tail -60

@@ -60,8 +60,6 @@ except argparse.ArgumentTypeError as exc:
 if len(chosen) > SIDE_BY_SIDE_MAX:
     sys.exit(f"depth.sh: DEPTH_STATIC: {len(chosen) - 1} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
 CHECK
-# setup.sh installs a stage's packages once per machine: one stage per release.
-export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
 mkdir -p "$OUT/$A"
 run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \

@@ -47,13 +47,24 @@ def carried_release(root="."):
         return None
 
 
+def carried_stage(root="."):
+    """The stage (a folder in $HOME) the carried pack installs into: one per release, and per
+    release whose builds it carries instead of its own (on_builds.sh's .gpu/BUILDS_OF). The
+    call scripts export STAGE=$HOME/<this> (call.sh)."""
+    try:
+        donor = open(os.path.join(root, ".gpu", "BUILDS_OF")).read().strip()
+    except OSError:
+        donor = ""
+    return f"eg-stage-{carried_release(root)}" + (f"-on-{donor}" if donor else "")
+
+
 def stage_refusal(stage, root="."):
     """setup.sh installs a stage's packages once: a stage installed for another release than
     the one carried would run that other release under this one's name."""
     installed, carried = stage_release(stage), carried_release(root)
     if installed and carried and installed != carried:
         return (f"the stage {stage} holds SGLang {installed}, .gpu carries {carried}: "
-                f"export STAGE=$HOME/eg-stage-{carried} before sourcing .gpu/kit/setup.sh")
+                f"export STAGE=$HOME/{carried_stage(root)} before sourcing .gpu/kit/setup.sh")
     return None
 
 

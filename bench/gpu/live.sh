@@ -20,8 +20,6 @@ A=${1:?usage: live.sh TAG_A TAG_B}; B=${2:?usage: live.sh TAG_A TAG_B}
 BUDGET=${LIVE_BUDGET_S:-600}
 SUMMARY="tok/s\|healthy\|EQUIV\|refus\|Error\|cut off"
 source bench/gpu/call.sh
-# setup.sh installs a stage's packages once per machine: one stage per release.
-export STAGE=$HOME/eg-stage-$(cat .gpu/VERSION)
 source .gpu/kit/setup.sh 56
 if [ "$A" != "-" ]; then
   END=$([ "$B" = "-" ] && echo $((BUDGET - 30)) || echo $((BUDGET * 11 / 20)))
