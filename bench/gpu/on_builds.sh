@@ -4,8 +4,8 @@
 # of whether a release's pin is stricter than its code: 0.5.18 on pins builds that cannot load
 # on the GPU image's torch, 0.5.17's load (bench/gpu/abi.py, and `abi.py R --builds-of 0.5.17`
 # for what R's code imports from the kernel that 0.5.17's lacks). Run from the project's root:
-#   bash ../shared/gpu-sglang/pack.sh 0.5.17 && mv .gpu /tmp/donor
-#   bash ../shared/gpu-sglang/pack.sh 0.5.18 && bash bench/gpu/on_builds.sh /tmp/donor
+#   bash ../shared/gpu-sglang/pack.sh 0.5.17 && mv .gpu ../donor
+#   bash ../shared/gpu-sglang/pack.sh 0.5.18 && bash bench/gpu/on_builds.sh ../donor
 # .gpu/VERSION stays the release's; .gpu/BUILDS_OF names the donor's. The call's rows record the
 # builds its servers imported (machine.packages), and a probe's VERSIONS.md cell names them.
 set -euo pipefail
