@@ -222,3 +222,37 @@ def test_a_start_up_check_that_reads_more_than_plan_gives_it_stops_the_plan_in_o
         "this version's start-up check of the adaptive config reads what plan does not give it "
         "(AttributeError: 'types.SimpleNamespace' object has no attribute 'speculative_algorithm'); "
         "no config was planned")
+
+
+# Depth 7 above a launch of 3 steps, 1 below it.
+DEEPER_THAN_LAUNCH = {"batch": [16, 64, 128], "depth": [[7], [3], [1], [0]]}
+
+
+@pytest.mark.parametrize(("version", "tiers", "beyond"), [
+    # Each request's row of KV slots fits the launch's draft tokens alone: no tier for depth 7.
+    ("0.5.12.post1", [1, 3], [7]),
+    # From 0.5.13 the row fits the deepest tier's (ServerArgs.max_speculative_num_draft_tokens).
+    ("0.5.13", [1, 3, 7], []),
+    ("0.5.16", [1, 3, 7], []),
+])
+def test_a_depth_deeper_than_the_launch_gets_a_tier_only_where_the_rows_fit_it(version, tiers, beyond):
+    plan = app.plan_of(analysis(version), app.PlanRequest(
+        48, app.Launch(THREE_STEPS, ["SGLANG_ENABLE_SPEC_V2=1"]), depth_table=json.dumps(DEEPER_THAN_LAUNCH)))
+    assert plan.depth is not None and plan.depth["depths"] == [1, 3, 7] and plan.depth["tiers"] is True
+    config = plan.adaptive_config
+    assert (config.get("candidate_steps") or config["1"]["candidate_steps"]) == tiers
+    assert plan.depth.get("beyond_launch", []) == beyond
+    said = [c for c in plan.caveats if "row of KV slots" in c]
+    if beyond:
+        assert len(said) == 1 and "runs at the launch's 3 steps" in said[0]
+        assert "launch with --speculative-num-steps 7 --speculative-num-draft-tokens 8" in said[0]
+    else:
+        assert not said
+
+
+def test_a_table_deeper_than_the_launch_everywhere_collapses_where_the_rows_fit_the_launch_alone():
+    plan = app.plan_of(analysis("0.5.12.post1"), app.PlanRequest(
+        48, app.Launch(THREE_STEPS, ["SGLANG_ENABLE_SPEC_V2=1"]), depth_table=json.dumps({"batch": [16], "depth": [[7], [0]]})))
+    assert plan.depth is not None and plan.depth["tiers"] is False and plan.adaptive_config is None
+    assert plan.depth["collapsed"] == "every depth of the table is deeper than the launch's 3"
+    assert not set(ADAPTIVE_FLAGS) & set(plan.launch_flags)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -322,6 +322,7 @@ def _native_alternative(analysis: Analysis, plan: GatePlan, worker: WorkerMap, s
 
 
 DEPTH_CONFIG_FILE = "adaptive_depth.json"
+ROWS_FOR_TIERS = "max_speculative_num_draft_tokens"  # ServerArgs' sizing of a request's row for every tier
 # The most characters of a table the launch carries inline. Linux refuses one argument over
 # 128 KiB (MAX_ARG_STRLEN) and the server would not even start; launchers, shells and process
 # listings fare worse with long lines still. A calibrated table is a few hundred characters:
@@ -339,6 +340,10 @@ class DepthTiers:
     load: Callable[[str, int], Any]
     where: str
     flat: bool
+    # Whether each request's row of KV slots has room for the deepest tier's draft tokens
+    # (ServerArgs.max_speculative_num_draft_tokens, 0.5.13 on); before that the row fits the
+    # launch's draft tokens alone, and a deeper tier's decode reserves past it.
+    rows_fit_deepest: bool = True
 
     def steps(self, depths: list[int], launch_depth: int | None) -> list[int]:
         """The config's candidate steps: the table's depths, and from 0.5.13 the launch's own
@@ -362,12 +367,14 @@ def depth_tiers(analysis: Analysis) -> tuple[DepthTiers | None, str]:
     missing = gate_contract.undeclared(analysis.tree.root, DEPTH_TIERS)
     if missing:
         return None, f"{', '.join(missing)} not declared"
+    server_args = gate_contract.find_class(analysis.tree.root, "sglang.srt.server_args", "ServerArgs")
+    rows = server_args is not None and ROWS_FOR_TIERS in gate_contract.declared(analysis.tree.root, server_args)
     startup = _startup_check(analysis)
     if startup is not None:
-        return DepthTiers(*startup, flat=False), ""
+        return DepthTiers(*startup, flat=False, rows_fit_deepest=rows), ""
     flat = _flat_loader(analysis)
     if flat is not None:
-        return flat, ""
+        return replace(flat, rows_fit_deepest=rows), ""
     return None, f"its {ADAPTIVE_FLAGS[0]} config loader was not found"
 
 
@@ -414,6 +421,20 @@ def _plan_depth_route(analysis: Analysis, plan: GatePlan, depth_table: str, reso
             f"table collapses to {{0, the launch depth}}; depths {', '.join(map(str, depths))} other than "
             "the launch's run at the launch's --speculative-num-steps")
         return
+    beyond = [d for d in depths if launch_depth is not None and d > launch_depth and not tiers.rows_fit_deepest]
+    if beyond:
+        depths = [d for d in depths if d not in beyond]
+        route["beyond_launch"] = beyond
+        plan.caveats.append(
+            f"SGLang {plan.version} sizes each request's row of KV slots for the launch's "
+            f"--speculative-num-draft-tokens alone (its ServerArgs has no {ROWS_FOR_TIERS}, 0.5.13 on): "
+            f"a step at depth {', '.join(map(str, beyond))} would reserve past the row of a request near the "
+            f"context length, so no tier is built for it and it runs at the launch's {launch_depth} steps; "
+            f"launch with --speculative-num-steps {beyond[-1]} --speculative-num-draft-tokens {beyond[-1] + 1} "
+            "for a tier at every depth of the table")
+        if not depths:
+            route["collapsed"] = f"every depth of the table is deeper than the launch's {launch_depth}"
+            return
     steps = tiers.steps(depths, launch_depth)
     config = tiers.config(steps)
     refused = _refusal(lambda path: tiers.load(path, launch_depth or depths[0]), config)
