@@ -200,9 +200,14 @@ def test_every_figure_is_the_benchmarks(row):
 
 def test_the_readme_is_a_first_read():
     """At most 300 lines, its parts in the order a newcomer needs them, the supported-releases
-    table on the first two screens."""
+    table on the first two screens; the first screen installs, runs on a real SGLang with no
+    set-up, and runs the tests as CI does."""
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300, len(lines)
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1]
+    first_screen = "\n".join(lines[:40])
+    assert "pip install '.[mcp]'" in first_screen and "eaglegate map --version 0.5.9" in first_screen
+    assert ci in first_screen, ci
     headings = [line for line in lines if line.startswith("## ")]
     assert headings == [
         "## Install and the five-minute flow", "## Commands", "## Supported releases",
