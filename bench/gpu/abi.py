@@ -37,6 +37,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from machine import (
+    CARRIED_BUILDS as BUILDS,  # bench/gpu/machine.py: the builds a release pins exactly
+)
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 CACHE = Path.home() / ".cache" / "eaglegate" / "wheels"
@@ -44,9 +47,6 @@ IMAGE_TORCH = "2.11.0"  # the GPU image's (the kit's README)
 # The image's Python and platforms, as the kit's pack.sh downloads for them.
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (28, 17, 34, 27, 24, 26, 31, 5)] + ["manylinux2014_x86_64"]
 PYTHON = "312"
-# The compiled builds a release pins exactly besides torch: the kernel package (sgl-kernel
-# before it was renamed) and DeepGEMM.
-BUILDS = ("sglang-kernel", "sgl-kernel", "sgl-deep-gemm")
 # torch's C++ namespaces, mangled: a name nested in them (_ZN, then a method's cv- and
 # ref-qualifiers: _ZNK for const, _ZNR for &), or its vtable, typeinfo or typeinfo name
 # (_ZTV, _ZTI, _ZTS).

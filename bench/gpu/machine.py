@@ -9,8 +9,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-# The compiled packages a release pins exactly, which the pack carries: their builds must
-# match the image's torch.
+# The compiled packages a release pins exactly besides torch, which the pack carries: the
+# kernel package (sgl-kernel before it was renamed) and DeepGEMM. Their builds must match the
+# image's torch (abi.py checks that they do).
 CARRIED_BUILDS = ("sglang-kernel", "sgl-kernel", "sgl-deep-gemm")
 
 
