@@ -257,7 +257,9 @@ def a_pack(root: Path, version: str, kernel: str, deep_gemm: str | None) -> Path
         (root / "s" / f"sgl_deep_gemm-{deep_gemm}.dist-info").mkdir()
     g.mkdir()
     (g / "VERSION").write_text(version + "\n")
-    for folder, archive in (("k", "sgk.tar.xz"), ("s", "site.tar.xz")):
+    (root / "g" / "sglang").mkdir(parents=True)
+    (root / "g" / "sglang" / "_version.py").write_text(f"__version__ = '{version}'\n")
+    for folder, archive in (("k", "sgk.tar.xz"), ("s", "site.tar.xz"), ("g", "sgl.tar.xz")):
         subprocess.run(f"tar -C {root / folder} -cf - . | xz > {g / archive}", shell=True, check=True)
     return g
 
@@ -283,6 +285,9 @@ def test_on_builds_sh_puts_the_donors_kernel_and_deep_gemm_into_the_pack(tmp_pat
     kept = subprocess.run(f"xz -dc {release / 'site.tar.xz'} | tar -xOf - ./transformers/__init__.py", shell=True,
                           capture_output=True, text=True).stdout
     assert kept == "# 0.5.18's\n"  # the release's own packages stay
+    code = subprocess.run(f"xz -dc {release / 'sgl.tar.xz'} | tar -xOf - ./sglang/_version.py", shell=True,
+                          capture_output=True, text=True).stdout
+    assert code == "__version__ = '0.5.18'\n"  # and its own SGLang, recompressed
 
 
 def test_on_builds_sh_without_a_donor_pack_says_so_and_changes_nothing(tmp_path):
