@@ -28,6 +28,7 @@ cannot fetch or read. Needs binutils' nm and c++filt."""
 import argparse
 import ast
 import email.parser
+import functools
 import json
 import os
 import re
@@ -135,13 +136,19 @@ def demangled(names: list[str]) -> list[str]:
     return out.splitlines()
 
 
+@functools.cache
+def torch_symbols(torch_wheel: Path) -> frozenset[str]:
+    """What the torch wheel's libraries define: read once a run, however many releases ask
+    (its libraries unpack to a few GB)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return frozenset(s for lib in extensions(torch_wheel, Path(tmp)).values() for s in symbols(lib, undefined=False))
+
+
 def missing(torch_wheel: Path, wheels: list[Path]) -> dict[str, dict[str, list[str]]]:
     """{wheel file name: {extension: the torch symbols it needs that torch_wheel lacks,
     demangled}}; an extension that lacks none is left out (a wheel with none maps to {})."""
+    defined = torch_symbols(torch_wheel)
     with tempfile.TemporaryDirectory() as tmp:
-        defined = set()
-        for lib in extensions(torch_wheel, Path(tmp, "torch")).values():
-            defined |= symbols(lib, undefined=False)
         found = {}
         for wheel in wheels:
             found[wheel.name] = {}
@@ -152,11 +159,12 @@ def missing(torch_wheel: Path, wheels: list[Path]) -> dict[str, dict[str, list[s
         return found
 
 
-def builds(version: str, cache: Path) -> tuple[Path, dict[str, Path]]:
-    """A release's SGLang wheel and the builds it pins ("name version": wheel)."""
+def builds(version: str, cache: Path) -> tuple[Path, dict[str, str], dict[str, Path]]:
+    """A release's SGLang wheel, its pins, and the builds it pins ("name version": wheel)."""
     sglang = fetch("sglang", version, cache)
     pinned = pins(sglang)
-    return sglang, {f"{name} {pinned[name]}": fetch(name, pinned[name], cache) for name in BUILDS if name in pinned}
+    return sglang, pinned, {f"{name} {pinned[name]}": fetch(name, pinned[name], cache)
+                            for name in BUILDS if name in pinned}
 
 
 def release(version: str, torch_wheel: Path, cache: Path = CACHE, donor: str | None = None) -> dict:
@@ -164,12 +172,12 @@ def release(version: str, torch_wheel: Path, cache: Path = CACHE, donor: str | N
     extensions that need torch symbols torch_wheel lacks. With a `donor` release: the same for
     the donor's builds, and the names this release's code imports from the kernel that the
     donor's kernel lacks."""
-    sglang, pinned = builds(version, cache)
-    wheels = {f"sglang {version}": sglang} | pinned
+    sglang, pinned, pinned_builds = builds(version, cache)
+    wheels = {f"sglang {version}": sglang} | pinned_builds
     lacking = missing(torch_wheel, list(wheels.values()))
-    answer = {"pins": pins(sglang), "lacking": {label: lacking[wheel.name] for label, wheel in wheels.items()}}
+    answer = {"pins": pinned, "lacking": {label: lacking[wheel.name] for label, wheel in wheels.items()}}
     if donor:
-        _, given = builds(donor, cache)
+        _, _, given = builds(donor, cache)
         kernel = next((wheel for label, wheel in given.items() if label.split()[0] in BUILDS[:2]), None)
         if kernel is None:
             raise Unfetchable(f"sglang=={donor} pins no kernel package")
