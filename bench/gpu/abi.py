@@ -30,7 +30,6 @@ import ast
 import email.parser
 import functools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from collect import write_atomic  # bench/gpu/collect.py
 from machine import (
     CARRIED_BUILDS as BUILDS,  # bench/gpu/machine.py: the builds a release pins exactly
 )
@@ -177,15 +177,22 @@ def release(version: str, torch_wheel: Path, cache: Path = CACHE, donor: str | N
     lacking = missing(torch_wheel, list(wheels.values()))
     answer = {"pins": pinned, "lacking": {label: lacking[wheel.name] for label, wheel in wheels.items()}}
     if donor:
-        _, _, given = builds(donor, cache)
-        kernel = next((wheel for label, wheel in given.items() if label.split()[0] in BUILDS[:2]), None)
-        if kernel is None:
-            raise Unfetchable(f"sglang=={donor} pins no kernel package")
-        lacking = missing(torch_wheel, list(given.values()))
-        answer["on_builds_of"] = {"release": donor,
-                                  "lacking": {label: lacking[wheel.name] for label, wheel in given.items()},
-                                  "imports": imports_lacking(sglang, kernel)}
+        given, offered = donor_builds(donor, torch_wheel, cache)
+        answer["on_builds_of"] = {"release": donor, "lacking": given,
+                                  "imports": imports_lacking(sglang, offered)}
     return answer
+
+
+@functools.cache
+def donor_builds(donor: str, torch_wheel: Path, cache: Path) -> tuple[dict, dict[str, set[str]]]:
+    """The donor release's builds checked against torch_wheel ("name version": lacking), and
+    what its kernel's Python offers (`kernel_names`): once a run, however many releases ask."""
+    _, _, given = builds(donor, cache)
+    kernel = next((wheel for label, wheel in given.items() if label.split()[0] in BUILDS[:2]), None)
+    if kernel is None:
+        raise Unfetchable(f"sglang=={donor} pins no kernel package")
+    lacking = missing(torch_wheel, list(given.values()))
+    return {label: lacking[wheel.name] for label, wheel in given.items()}, kernel_names(kernel)
 
 
 # The flags SGLang tests for a platform other than CUDA (srt/utils: is_xpu() and the like).
@@ -283,9 +290,9 @@ def kernel_imports(sglang_wheel: Path):
                 stack.append([*chain, child])
 
 
-def imports_lacking(sglang_wheel: Path, kernel_wheel: Path) -> list[dict]:
-    """The names SGLang's code imports from the kernel that this kernel's Python lacks."""
-    offered = kernel_names(kernel_wheel)
+def imports_lacking(sglang_wheel: Path, offered: dict[str, set[str]]) -> list[dict]:
+    """The names SGLang's code imports from the kernel that a kernel's Python (what it
+    `offered`, by module: `kernel_names`) lacks."""
 
     def order(imp):
         path, _, line = imp["where"].rpartition(":")
@@ -332,11 +339,7 @@ def keep(out: Path, torch: str, answers: dict[str, dict]) -> None:
                      "builds it pins that need torch symbols that torch's libraries lack (they cannot load "
                      f"on it); the GPU image's torch is {IMAGE_TORCH}",
             "by_torch": dict(sorted(by_torch.items()))}
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data, indent=1) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(data, indent=1) + "\n")
 
 
 def main(argv=None, cache: Path = CACHE) -> int:

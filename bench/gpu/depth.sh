@@ -40,25 +40,24 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 KV=${DEPTH_KV:-64000}
 SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
 source bench/gpu/call.sh
-# The static depths' servers (servers.STATIC_DEPTHS names them), checked here by run.py's own
-# reading of --servers before the set-up spends its minute of device time.
-STATIC="" FOURTH="" DEPTHS=${DEPTH_STATIC:-1,2,3}
-for D in ${DEPTHS//,/ }; do
-  NAME=eagle-v2-d$D; [ "$D" = 3 ] && NAME=eagle-v2
-  STATIC="$STATIC,$NAME:$PAIR"
-  [ -z "$FOURTH" ] && [ "$D" != 3 ] && FOURTH=$NAME
-done
-python3 - "plain-default:$PAIR$STATIC" <<'CHECK' || exit 2
-import argparse, sys
+# The static depths' servers, as servers.STATIC_DEPTHS names them (",NAME:PAIR" each), and the
+# first other than depth 3 (TAG-b's fourth server where the release has no adaptive route):
+# refused here, before the set-up spends its minute of device time, where a depth has no server
+# or more than fit beside plain-default.
+read -r STATIC FOURTH < <(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" <<'CHECK') || exit 2
+import sys
 sys.path.insert(0, "bench/gpu")
-import harness
+import servers
 from phases.throughput import SIDE_BY_SIDE_MAX
-try:
-    chosen = harness.servers_arg(sys.argv[1])
-except argparse.ArgumentTypeError as exc:
-    sys.exit(f"depth.sh: DEPTH_STATIC: {exc}")
-if len(chosen) > SIDE_BY_SIDE_MAX:
-    sys.exit(f"depth.sh: DEPTH_STATIC: {len(chosen) - 1} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
+given, pair = sys.argv[1], sys.argv[2]
+depths = [int(d) if d.strip().isdigit() else d for d in given.split(",")]
+unknown = [d for d in depths if d not in servers.STATIC_DEPTHS]
+if unknown:
+    sys.exit(f"depth.sh: DEPTH_STATIC: no static depth {unknown[0]}: one of {', '.join(map(str, servers.STATIC_DEPTHS))}")
+if len(depths) > SIDE_BY_SIDE_MAX - 1:
+    sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
+names = [servers.STATIC_DEPTHS[d] for d in depths]
+print("".join(f",{n}:{pair}" for n in names), next((n for n in names if servers.KINDS[n].steps != 3), ""))
 CHECK
 source .gpu/kit/setup.sh 56
 mkdir -p "$OUT/$A"
