@@ -153,6 +153,7 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, 
 @pytest.mark.parametrize(
     ("depths", "says"),
     [("3,6", "depth.sh: DEPTH_STATIC: no static depth 6: one of 1, 2, 3, 4, 5, 7"),
+     ("3,3", "depth.sh: DEPTH_STATIC: a depth named twice in 3,3"),
      ("1,2,3,5", "depth.sh: DEPTH_STATIC: 4 depths, beside plain-default at most 3")],
 )
 def test_depth_sh_refuses_static_depths_it_cannot_run_before_its_set_up(tmp_path, depths, says):

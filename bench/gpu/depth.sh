@@ -54,6 +54,8 @@ depths = [int(d) if d.strip().isdigit() else d for d in given.split(",")]
 unknown = [d for d in depths if d not in servers.STATIC_DEPTHS]
 if unknown:
     sys.exit(f"depth.sh: DEPTH_STATIC: no static depth {unknown[0]}: one of {', '.join(map(str, servers.STATIC_DEPTHS))}")
+if len(set(depths)) < len(depths):
+    sys.exit(f"depth.sh: DEPTH_STATIC: a depth named twice in {given}")
 if len(depths) > SIDE_BY_SIDE_MAX - 1:
     sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
 names = [servers.STATIC_DEPTHS[d] for d in depths]
