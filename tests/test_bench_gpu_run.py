@@ -764,3 +764,38 @@ def test_a_call_records_the_builds_its_servers_import(tmp_path):
     proc, out, _ = stand_in_call(tmp_path, ["--servers", "plain-default:accept", "--levels", "1", "--repeats", "1"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "rows_T.json").read_text())["machine"]["packages"] == machine.packages(site)
+
+
+def test_the_widened_flashinfer_stub_binds_every_name_a_release_imports_and_raises_when_called(tmp_path):
+    """0.5.17's servers died importing `bmm_fp8` from the kit's stub; widened once (twice is a
+    no-op), the stub binds every name that release's own source imports from `flashinfer`."""
+    import ast
+
+    import run
+
+    from conftest import release
+
+    stub = tmp_path / "flashinfer"
+    stub.mkdir()
+    (stub / "__init__.py").write_text('__version__ = "0.0.0+stub"\n')
+    run.widen_flashinfer_stub(str(stub))
+    run.widen_flashinfer_stub(str(stub))
+    assert (stub / "__init__.py").read_text().count("def __getattr__") == 1
+    names = {alias.name
+             for path in (release("0.5.17").root / "srt").rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8-sig")))
+             if isinstance(node, ast.ImportFrom) and node.module == "flashinfer"
+             for alias in node.names}
+    assert "bmm_fp8" in names
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import flashinfer
+        assert flashinfer.__version__ == "0.0.0+stub"
+        with pytest.raises(AttributeError):
+            getattr(flashinfer, "_private")  # noqa: B009
+        for name in sorted(names):
+            with pytest.raises(RuntimeError, match=f"flashinfer.{name} is not installed"):
+                getattr(flashinfer, name)()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("flashinfer", None)

@@ -51,14 +51,24 @@ from phases import catchup_cost, equivalence, profile, throughput  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def widen_flashinfer_stub(stub):
+    """The stub's `__init__.py` answering every public name (flashinfer_names.py), once."""
+    init = os.path.join(stub, "__init__.py")
+    text = open(init).read() if os.path.exists(init) else ""
+    if "def __getattr__" not in text:
+        with open(os.path.join(HERE, "flashinfer_names.py")) as names, open(init, "a") as out:
+            out.write("\n" + names.read())
+
+
 def prepare(run):
     """The machine made ready for the call: this process on the load generator's cores, the
     sampling functions the kit's flashinfer stub lacks, the weights of the call's pairs."""
     os.sched_setaffinity(0, run.cores.load)
     print(f"== cores: {run.cores.line()}", flush=True)
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
-    shutil.copy(os.path.join(HERE, "flashinfer_sampling.py"),
-                os.path.join(run.stage, "site", "flashinfer", "sampling.py"))
+    stub = os.path.join(run.stage, "site", "flashinfer")
+    shutil.copy(os.path.join(HERE, "flashinfer_sampling.py"), os.path.join(stub, "sampling.py"))
+    widen_flashinfer_stub(stub)
     pairs = sorted({pair for _, pair in run.servers})
     missing = [p for p in pairs if not os.path.exists(f"{run.weights}/{p}-target/config.json")]
     if missing:  # pairs are written once per machine, each when first asked for
