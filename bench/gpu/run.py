@@ -62,7 +62,8 @@ def widen_flashinfer_stub(stub):
 
 def prepare(run):
     """The machine made ready for the call: this process on the load generator's cores, the
-    sampling functions the kit's flashinfer stub lacks, the weights of the call's pairs."""
+    sampling functions and the names the kit's flashinfer stub lacks, the weights of the
+    call's pairs."""
     os.sched_setaffinity(0, run.cores.load)
     print(f"== cores: {run.cores.line()}", flush=True)
     # The kit's flashinfer stub raises when called; sampled verify needs two of its functions.
