@@ -210,7 +210,7 @@ def test_a_probe_of_a_release_says_in_versions_md_what_it_found(copy, started, m
     elif started:  # up, but the call's deadline came before any level
         assert cell == "static only; probe P90: plain-default, gated-v2 started; no level was measured"
     else:
-        assert cell == f"static only; probe P90: plain-default did not start: {died}; gated-v2 did not start: {died}"
+        assert cell == f"static only; probe P90: plain-default, gated-v2 did not start: {died}"
     assert (copy / "eaglegate" / "patches" / "live_runs.json").read_bytes() == \
         (REPO / "eaglegate" / "patches" / "live_runs.json").read_bytes()
 

@@ -215,10 +215,12 @@ def probe_answer(run: str) -> str:
     data = rows_of(run)
     builds = (data.get("machine") or {}).get("packages")
     said = f"{run} ({', '.join(f'{name} {version}' for name, version in builds.items())}): " if builds else f"{run}: "
-    down = [s for s in data["servers"] if not s.get("healthy")]
-    if down:
-        return said + "; ".join(f"{s['server']} did not start: {s.get('last_error_line') or 'no error logged'}"
-                                for s in down)
+    died = {}  # the line each server that did not start died on -> those servers, in order
+    for s in data["servers"]:
+        if not s.get("healthy"):
+            died.setdefault(s.get("last_error_line") or "no error logged", []).append(s["server"])
+    if died:
+        return said + "; ".join(f"{', '.join(names)} did not start: {line}" for line, names in died.items())
     started = ", ".join(s["server"] for s in data["servers"])
     if not data["rows"]:
         return f"{said}{started} started; no level was measured"
