@@ -215,6 +215,29 @@ def test_a_probe_of_a_release_says_in_versions_md_what_it_found(copy, started, m
         (REPO / "eaglegate" / "patches" / "live_runs.json").read_bytes()
 
 
+def test_a_probe_whose_servers_were_still_starting_at_its_deadline_says_so_not_that_they_died(copy):
+    """A probe under a short deadline: a server that died says the line it died on; one still
+    starting when the deadline came says that, and how long it had been starting."""
+    servers = ["plain-default", "gated-v2"]
+    release = a_release_without_a_live_run()
+    died = "Exception: sglang-kernel is installed with version 0.4.5"
+    records = [{"server": "plain-default", "pair": "accept", "healthy": False, "startup_s": 104.6,
+                "cut_off_starting": True, "last_error_line": None},
+               {"server": "gated-v2", "pair": "accept", "healthy": False, "startup_s": 28.0,
+                "last_error_line": died}]
+    plant(copy, {"id": "P90", "date": "2026-12-06", "machine": "5e7c0a1b2d3f", "release": release,
+                 "servers": servers, "pair": "accept", "section": "live", "purpose": "probe"},
+          {**run_data(release, servers, [], 56), "servers": records})
+
+    done = run_collect(copy)
+    assert done.returncode == 0, done.stderr
+
+    cell = next(line for line in (copy / "bench" / "VERSIONS.md").read_text().splitlines()
+                if line.startswith(f"| {release} |")).rstrip(" |").split(" | ")[-1]
+    assert cell == ("static only; probe P90: plain-default did not start: still starting after 105 s, at the "
+                    f"call's deadline; gated-v2 did not start: {died}")
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [

@@ -565,6 +565,20 @@ def test_a_call_runs_on_stand_in_servers(tmp_path, mode):
         assert s["argv"][s["argv"].index("--max-total-tokens") + 1] == str(kv_tokens)
 
 
+def test_servers_still_starting_at_the_calls_deadline_are_recorded_as_cut_off_while_starting(tmp_path):
+    """run.py's own deadline (a probe's short one) while the servers still start: it stops
+    waiting 30 s before it, and each record says the deadline came, not that the server died."""
+    command, environ, out, _ = stand_in_stage(tmp_path)
+    proc = subprocess.run(command + ["--servers", "plain-default:accept,eagle-v2:accept", "--side-by-side",
+                                     "--start-together", "--plain-caps", "4096,256", "--deadline-s", "34"],
+                          env={**environ, "FAKE_STARTING": "1"}, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "rows_T.json").read_text())
+    assert result["rows"] == [] and "cut_off" not in result
+    assert [(s["server"], s["healthy"], s.get("cut_off_starting")) for s in result["servers"]] == [
+        ("plain-default", False, True), ("eagle-v2", False, True)]
+
+
 @pytest.mark.parametrize("mode", ["side by side", "one after another"])
 def test_a_call_the_device_cuts_off_stops_its_servers_and_writes_what_ran(tmp_path, mode):
     """SIGTERM (the device's limit) while the servers are still starting: run.py kills them,

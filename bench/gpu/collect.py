@@ -215,12 +215,14 @@ def probe_answer(run: str) -> str:
     data = rows_of(run)
     builds = (data.get("machine") or {}).get("packages")
     said = f"{run} ({', '.join(f'{name} {version}' for name, version in builds.items())}): " if builds else f"{run}: "
-    died = {}  # the line each server that did not start died on -> those servers, in order
+    died = {}  # why each server that did not start did not -> those servers, in order
     for s in data["servers"]:
-        if not s.get("healthy"):
+        if s.get("cut_off_starting"):
+            died.setdefault(f"still starting after {s['startup_s']:.0f} s, at the call's deadline", []).append(s["server"])
+        elif not s.get("healthy"):
             died.setdefault(s.get("last_error_line") or "no error logged", []).append(s["server"])
     if died:
-        return said + "; ".join(f"{', '.join(names)} did not start: {line}" for line, names in died.items())
+        return said + "; ".join(f"{', '.join(names)} did not start: {why}" for why, names in died.items())
     started = ", ".join(s["server"] for s in data["servers"])
     if not data["rows"]:
         return f"{said}{started} started; no level was measured"

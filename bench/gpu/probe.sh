@@ -10,7 +10,8 @@
 # Time: setup and the weights about 70 s cold; two servers 60-150 s to start; a pass at C=8 a
 # few seconds: run.py's deadline (165 s after its start) ends a slow call well inside 600 s.
 # PROBE_DEADLINE_S (default 165): a shorter deadline, for a call that little device time is
-# left for; a server still starting at the deadline is recorded as cut off while starting.
+# left for; a server still starting 30 s before it is recorded as cut off while starting, and
+# the probe's VERSIONS.md cell says so (not that it died).
 set -u
 TAG=${1:?usage: probe.sh TAG}
 SUMMARY="tok/s\|healthy\|refus\|Error\|error:\|cut off\|did not start"

@@ -415,12 +415,15 @@ def launch(run, name, pair, threshold, tree_dir="run-tree", port=None, extra_arg
 
 def wait_healthy(run, server):
     """Wait until a launched server answers /health, its process ends, or the call's deadline
-    nears; its record says which, and how long the start took."""
+    nears; its record says which (`cut_off_starting`: the deadline), and how long the start
+    took."""
     proc, url, res = server["proc"], server["url"], server["res"]
     while run.elapsed() < run.deadline_s - 30 and proc.poll() is None and get(url + "/health")[0] != 200:
         time.sleep(2)
     res["healthy"] = get(url + "/health")[0] == 200
     res["startup_s"] = round(time.time() - server["launched"], 1)
+    if not res["healthy"] and proc.poll() is None:  # alive, still starting when the deadline neared
+        res["cut_off_starting"] = True
     if run.pin_scheduler and res["healthy"]:
         res["pinned"] = machine.pin_server(proc.pid, run.cores)
         print(f"   pinned: {res['pinned']}", flush=True)
