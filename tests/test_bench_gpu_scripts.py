@@ -126,6 +126,8 @@ def test_depth_sh_runs_both_halves_with_commands_run_py_takes(tmp_path, native, 
     back in its own folder (plain-default and eagle-v2 serve in both, under the same log names)."""
     proc, calls, out = call(tmp_path, "depth.sh", "Z1", native=native, env=env)
     assert proc.returncode == 0, proc.stderr
+    # bash parses the script without complaint (a here-document inside a process substitution did not)
+    assert "warning" not in proc.stderr, proc.stderr
     first, second = calls
     assert (first["tag"], second["tag"]) == ("Z1-a", "Z1-b")
     assert second["argv"][second["argv"].index("--rows-from") + 1] == f"{out}/Z1-a/rows_Z1-a.json"

@@ -54,3 +54,32 @@ def test_the_readmes_step_times_are_the_d16a_logs():
 def test_a_folder_that_is_not_there_is_one_line_and_exit_2(tmp_path, capsys):
     assert step_times.main([str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.strip() == f"step_times.py: no folder {tmp_path / 'nowhere'}"
+
+
+def test_an_interval_slower_than_every_whole_pass_is_not_pure_decode():
+    # depth 7 at C=16: its requests live 16 steps, fewer than the 40 between two decode lines,
+    # so both lines span prefills and idle turns; the passes ran at 9,766 tok/s and up
+    spec = line(16, 597.13, 7.95) + line(16, 1390.65, 8.0) + line(32, 15024.82, 8.0) + line(32, 2101.71, 8.0)
+    times = step_times.step_times(spec, [16, 32], passes={16: 9766.4, 32: 13015.0})
+    assert set(times) == {32} and times[32] == (pytest.approx(1000 * 32 * 8 / 15024.82), 8.0, 1)
+    # without the passes' floor the same lines would give 16 a figure of 92 ms a step
+    assert step_times.step_times(spec, [16])[16][0] == pytest.approx(1000 * 16 * 8 / 1390.65)
+
+
+def test_a_folder_s_rows_give_each_server_its_slowest_pass(tmp_path):
+    import gzip
+    import json
+    rows = [{"server": "eagle-v2-d7", "C": 16, "tok_s": 9766.4, "errors": 0},
+            {"server": "eagle-v2-d7", "C": 16, "tok_s": 9900.0, "errors": 0},
+            {"server": "eagle-v2-d7", "C": 32, "tok_s": 500.0, "errors": 3},
+            {"server": "plain-default", "C": 16, "tok_s": 4193.9, "errors": 0}]
+    (tmp_path / "rows_Z.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    assert step_times.slowest_passes(tmp_path, "eagle-v2-d7") == {16: 9766.4}
+    assert step_times.slowest_passes(tmp_path / "none", "eagle-v2-d7") == {}
+
+
+def test_the_d16b_logs_give_depth_7_no_figure_at_c16():
+    """The committed D16b-a call: depth 7's C=16 lines all ran slower than its passes."""
+    out = step_times.table([BENCH / "raw" / "D16b-a"], [16, 32])
+    row = next(r for r in out.splitlines() if r.startswith("| eagle-v2-d7 "))
+    assert row.split("|")[2].strip() == "-" and row.split("|")[3].strip() == "17.0 ms (8.0)"

@@ -51,10 +51,17 @@ LIVE_RUNS_ABOUT = (
 MACHINE_PATHS = [
     (re.compile(r"(?:/[\w.-]+)*/eg-stage\b"), "$STAGE"),
     (re.compile(r"(?:/[\w.-]+)*/site-packages\b"), "<site-packages>"),
-    # the device call's $OUT (a folder named out), where run.py writes its files: calibrate's
-    # answer names the depth table it wrote there
-    (re.compile(r"(?<![\w.$-])(?:/[\w.-]+)*/out(?=/(?:depth_table|sweep|rows|profile|traces)_)"), "$OUT"),
+    # the device call's $OUT (a folder named out), where run.py writes its files, or in a
+    # folder of each half's tag (depth.sh): calibrate's answer names the depth table it wrote
+    (re.compile(r"(?<![\w.$-])(?:/[\w.-]+)*/out(?=(?:/[\w.-]+)?/(?:depth_table|sweep|rows|profile|traces)_)"), "$OUT"),
 ]
+
+
+def scrubbed(text: str) -> str:
+    """text with this machine's and the GPU machine's own paths put as placeholders."""
+    for pattern, placeholder in MACHINE_PATHS:
+        text = pattern.sub(placeholder, text)
+    return text
 
 
 class Catalogue:
@@ -192,9 +199,7 @@ def scrub_raw() -> None:
             continue
         zipped = path.suffix == ".gz"
         text = (gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()).decode(errors="replace")
-        new = text
-        for pattern, placeholder in MACHINE_PATHS:
-            new = pattern.sub(placeholder, new)
+        new = scrubbed(text)
         if path.name.startswith("rows_") and path.suffix == ".json":
             # mtime=0: the same rows give the same bytes, so git sees no change on a rerun
             path.with_name(path.name + ".gz").write_bytes(gzip.compress(new.encode(), mtime=0))

@@ -44,7 +44,7 @@ source bench/gpu/call.sh
 # first other than depth 3 (TAG-b's fourth server where the release has no adaptive route):
 # refused here, before the set-up spends its minute of device time, where a depth has no server
 # or more than fit beside plain-default.
-read -r STATIC FOURTH < <(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" <<'CHECK') || exit 2
+CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" <<'CHECK'
 import sys
 sys.path.insert(0, "bench/gpu")
 import servers
@@ -61,6 +61,8 @@ if len(depths) > SIDE_BY_SIDE_MAX - 1:
 names = [servers.STATIC_DEPTHS[d] for d in depths]
 print("".join(f",{n}:{pair}" for n in names), next((n for n in names if servers.KINDS[n].steps != 3), ""))
 CHECK
+) || exit 2
+read -r STATIC FOURTH <<<"$CHECKED"
 source .gpu/kit/setup.sh 56
 mkdir -p "$OUT/$A"
 run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \

@@ -3,15 +3,21 @@ log_<server>-<pair>.txt): what a speculative step costs beside a plain one.
 
 SGLang logs a decode line every 40 decode steps (`decode_log_interval`): the running batch,
 the accept length (tokens a speculative step emits, its bonus token included; 1 without
-speculation) and the interval's throughput. An interval that also ran prefill is slower,
-so a level keeps the intervals whose batch is the level's and whose throughput is within
-PURE of its fastest (the pure decode ones). One step then takes batch x accept length /
-throughput; the median over those intervals is the level's.
+speculation) and the interval's throughput. An interval that also ran prefill, or that
+spans a server's idle turn in a side-by-side call, is slower, so a level keeps the intervals
+whose batch is the level's, whose throughput is within PURE of its fastest, and that ran no
+slower than the slowest of the server's whole passes at that level (rows_<run>.json.gz: a
+pass counts its prefills too, so an interval slower than every pass did something besides
+decoding). One step then takes batch x accept length / throughput; the median over those
+intervals is the level's. A level whose every interval is slower than its passes (drafts
+whose requests live fewer steps than the 40 between two decode lines) has no figure.
 
     python bench/gpu/step_times.py bench/gpu/raw/D16a-a bench/gpu/raw/D16a-b --levels 16,32,64,128
 """
 
 import argparse
+import gzip
+import json
 import re
 import statistics
 import sys
@@ -29,11 +35,15 @@ def intervals(log_text):
         yield int(m.group(1)), float(m.group(2) or 1), float(m.group(3))
 
 
-def step_times(log_text, levels):
-    """{level: (ms a step, tokens a step, pure intervals)} for each level with a decode line."""
+def step_times(log_text, levels, passes=None):
+    """{level: (ms a step, tokens a step, pure intervals)} for each level with a pure decode
+    line; passes: {level: the slowest whole pass's tok/s}, the floor of a pure interval."""
     out = {}
+    passes = passes or {}
     for c in levels:
-        at = [(tokens, tok_s) for batch, tokens, tok_s in intervals(log_text) if batch == c and tok_s > 0]
+        floor = max(passes.get(c, 0), 0)
+        at = [(tokens, tok_s) for batch, tokens, tok_s in intervals(log_text)
+              if batch == c and tok_s > 0 and tok_s >= floor]
         if not at:
             continue
         fastest = max(tok_s for _, tok_s in at)
@@ -41,6 +51,20 @@ def step_times(log_text, levels):
         out[c] = (statistics.median(1000 * c * tokens / tok_s for tokens, tok_s in pure),
                   statistics.median(tokens for tokens, _ in pure), len(pure))
     return out
+
+
+def slowest_passes(folder, server):
+    """{level: the slowest tok/s of the server's passes} from the folder's rows, if kept."""
+    rows = sorted(Path(folder).glob("rows_*.json*"))
+    if not rows:
+        return {}
+    data = rows[0].read_bytes()
+    rows = json.loads(gzip.decompress(data) if rows[0].suffix == ".gz" else data)["rows"]
+    slowest = {}
+    for row in rows:
+        if row["server"] == server and row.get("tok_s") and not row.get("errors"):
+            slowest[row["C"]] = min(slowest.get(row["C"], row["tok_s"]), row["tok_s"])
+    return slowest
 
 
 def table(folders, levels):
@@ -52,7 +76,7 @@ def table(folders, levels):
             m = LOG.match(log.name)
             if not m:
                 continue
-            times = step_times(log.read_text(errors="replace"), levels)
+            times = step_times(log.read_text(errors="replace"), levels, slowest_passes(folder, m["server"]))
             cells = [f"{times[c][0]:.1f} ms ({times[c][1]:.1f})" if c in times else "-" for c in levels]
             lines.append(f"| {m['server']} ({Path(folder).name}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
