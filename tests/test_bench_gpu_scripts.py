@@ -164,6 +164,50 @@ def test_depth_sh_refuses_static_depths_it_cannot_run_before_its_set_up(tmp_path
     assert calls == [] and not (tmp_path / "setup-ran").exists()
 
 
+def test_depth_sh_runs_its_static_half_alone_with_the_whole_call(tmp_path):
+    proc, calls, out = call(tmp_path, "depth.sh", "Z1", env={"DEPTH_HALF": "a", **DEEP})
+    assert proc.returncode == 0, proc.stderr
+    first, = calls
+    assert first["tag"] == "Z1-a" and first["refusal"] is None
+    assert [name for name, _ in first["servers"]] == ["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]
+    assert 350 < first["deadline_s"] <= 550
+    assert unpacked(tmp_path, out) == {
+        "Z1-a": {"rows_Z1-a.json"} | {f"log_{s}-accept.txt" for s in ("plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7")}}
+
+
+def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
+    """TAG-b alone: calibrated from the committed rows of an earlier TAG-a (gzipped, as
+    collect.py keeps them), with the whole call's time."""
+    import gzip
+    root, environ, out, record = machine(tmp_path, "depth.sh")
+    rows = [{"server": s, "pair": "accept", "C": c, "repeat": 0, "tok_s": 1000.0 * (1 + i), "errors": 0,
+             "prompt_len": 256, "output_len": 128}
+            for i, s in enumerate(["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]) for c in (16, 32, 64, 128)]
+    (root / "rows_Y1-a.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_Y1-a.json.gz", **DEEP})
+    assert proc.returncode == 0, proc.stderr
+    second, = recorded(record)
+    assert second["tag"] == "Z1-b" and second["refusal"] is None
+    assert second["argv"][second["argv"].index("--rows-from") + 1] == "rows_Y1-a.json.gz"
+    assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth", "eagle-v2", "adaptive"]
+    assert 350 < second["deadline_s"] <= 550
+    assert set(unpacked(tmp_path, out)) == {"Z1-b"}
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"DEPTH_HALF": "c"}, "depth.sh: DEPTH_HALF: a, b or ab, not 'c'"),
+     ({"DEPTH_HALF": "b"}, "depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM"),
+     ({"DEPTH_ROWS_FROM": "rows.json"}, "depth.sh: DEPTH_ROWS_FROM serves DEPTH_HALF=b alone, not ab"),
+     ({"DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "nowhere.json"}, "depth.sh: DEPTH_ROWS_FROM: an earlier call's rows_<tag>.json, not 'nowhere.json'")],
+)
+def test_depth_sh_refuses_a_half_it_cannot_run_before_its_set_up(tmp_path, env, says):
+    proc, calls, out = call(tmp_path, "depth.sh", "Z1", env=env)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert calls == [] and not (tmp_path / "setup-ran").exists()
+
+
 @pytest.mark.parametrize("donor", [None, "0.5.17"])
 def test_probe_sh_runs_a_short_side_by_side_call_in_the_stage_of_its_pack(tmp_path, donor):
     """plain-default and gated-v2 at C=8, one repeat, under a deadline; installed into a stage

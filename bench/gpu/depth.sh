@@ -16,6 +16,11 @@
 #          eagle-v2 and SGLang's adaptive route where plan gives the release one (its threshold
 #          calibrated on TAG-a's rows too), else the first static depth other than 3 (a second
 #          start of it).
+# DEPTH_HALF (a, b or ab, the default) runs one half alone, with the whole call's time: a half
+# of the Done-when's sweep (512-token outputs, medians of 3) takes a call of its own. TAG-b alone
+# calibrates from DEPTH_ROWS_FROM, an earlier call's TAG-a rows in this checkout (where
+# bench/gpu/raw stays behind for the call, copy that one file into the tree); run.py refuses
+# rows of another shape before any server starts.
 # Everything comes back as one archive, $OUT/all.tgz (call.sh), even when the device's limit
 # cuts the call off.
 #
@@ -25,7 +30,7 @@
 # warm, V6: 68-77 s for three); one pass of one server at C = 16, 32, 64, 128 about 1.0, 1.3,
 # 2.6, 4.4 s, so an untimed and a timed pass of four servers at the four levels about 75 s;
 # stopping four servers 10-30 s. Each half is then 180-250 s, the call 430-570 s with the plan
-# check and the archive: the deadlines below (TAG-a done by 350 s, TAG-b by 550 s of this
+# check and the archive: the deadlines below (TAG-a done by 350 s, TAG-b or a half alone by 550 s of this
 # script) cut the last repeats of a slow call rather than overrun the 600 s a call may run.
 set -u
 TAG=${1:?usage: depth.sh TAG}
@@ -38,18 +43,34 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 # harness's default: four servers fit an 80 GB H100 (D16a: each pool 3.9 GB, and the last
 # server to start reported 12 GB free), as well as an H200.
 KV=${DEPTH_KV:-64000}
+HALF=${DEPTH_HALF:-ab}
+ROWS_FROM=${DEPTH_ROWS_FROM:-}
 SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
 source bench/gpu/call.sh
 # The static depths' servers, as servers.STATIC_DEPTHS names them (",NAME:PAIR" each), and the
 # first other than depth 3 (TAG-b's fourth server where the release has no adaptive route):
 # refused here, before the set-up spends its minute of device time, where a depth has no server
-# or more than fit beside plain-default.
-CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" <<'CHECK'
+# or more than fit beside plain-default; so are a half that is not one and TAG-b alone without
+# rows run.py can read.
+CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" <<'CHECK'
+import argparse
 import sys
 sys.path.insert(0, "bench/gpu")
+import harness
 import servers
 from phases.throughput import SIDE_BY_SIDE_MAX
-given, pair = sys.argv[1], sys.argv[2]
+given, pair, half, rows_from = sys.argv[1:5]
+if half not in ("a", "b", "ab"):
+    sys.exit(f"depth.sh: DEPTH_HALF: a, b or ab, not {half!r}")
+if half == "b" and not rows_from:
+    sys.exit("depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM, an earlier call's TAG-a rows (raw/TAG-a/rows_TAG-a.json.gz)")
+if rows_from and half != "b":
+    sys.exit(f"depth.sh: DEPTH_ROWS_FROM serves DEPTH_HALF=b alone, not {half}")
+if rows_from:
+    try:
+        harness.rows_arg(rows_from)
+    except argparse.ArgumentTypeError as e:
+        sys.exit(f"depth.sh: DEPTH_ROWS_FROM: {e}")
 depths = [int(d) if d.strip().isdigit() else d for d in given.split(",")]
 unknown = [d for d in depths if d not in servers.STATIC_DEPTHS]
 if unknown:
@@ -64,10 +85,17 @@ CHECK
 ) || exit 2
 read -r STATIC FOURTH <<<"$CHECKED"
 source .gpu/kit/setup.sh 56
-mkdir -p "$OUT/$A"
-run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \
-  --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
-  --tag "$A" --out "$OUT/$A" --deadline-s $((350 - SECONDS))
+if [ "$HALF" != b ]; then
+  A_END=$([ "$HALF" = a ] && echo 550 || echo 350)
+  mkdir -p "$OUT/$A"
+  run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \
+    --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
+    --tag "$A" --out "$OUT/$A" --deadline-s $((A_END - SECONDS))
+fi
+if [ "$HALF" = a ]; then
+  archive
+  exit 0
+fi
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 FOURTH=${FOURTH:-eagle-v2-d1}
 if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
@@ -77,6 +105,6 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
 fi
 mkdir -p "$OUT/$B"
 run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
-  --rows-from "$OUT/$A/rows_$A.json" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
+  --rows-from "${ROWS_FROM:-$OUT/$A/rows_$A.json}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   $SHAPE --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
 archive
