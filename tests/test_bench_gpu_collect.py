@@ -152,10 +152,10 @@ def test_pooled_side_by_side_also_pools_only_the_calls_that_ran_the_leader():
 @pytest.mark.parametrize(
     ("written", "kept"),
     [
-        ('"written": "/root/out/depth_table_accept.json"', '"written": "$OUT/depth_table_accept.json"'),
+        ('"written": "/srv/gpu/out/depth_table_accept.json"', '"written": "$OUT/depth_table_accept.json"'),
         # depth.sh gives each half a folder of its tag
-        ('"written": "/root/out/D16b-b/depth_table_accept.json"', '"written": "$OUT/D16b-b/depth_table_accept.json"'),
-        ("model_path='/root/eg-stage-0.5.17/w-32c07341/accept-target'", "model_path='$STAGE-0.5.17/w-32c07341/accept-target'"),
+        ('"written": "/srv/gpu/out/D16b-b/depth_table_accept.json"', '"written": "$OUT/D16b-b/depth_table_accept.json"'),
+        ("model_path='/srv/gpu/eg-stage-0.5.17/w-32c07341/accept-target'", "model_path='$STAGE-0.5.17/w-32c07341/accept-target'"),
         # a folder named out that is not where run.py writes stays as it is
         ('"/data/out/weights.json"', '"/data/out/weights.json"'),
     ],

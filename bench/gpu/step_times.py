@@ -16,12 +16,12 @@ whose requests live fewer steps than the 40 between two decode lines) has no fig
 """
 
 import argparse
-import gzip
-import json
 import re
 import statistics
 import sys
 from pathlib import Path
+
+import harness  # its reader of a call's rows (.json or .json.gz)
 
 PURE = 0.8  # an interval within this share of the level's fastest is pure decode
 DECODE = re.compile(r"Decode batch, #running-req: (\d+),.*?(?:accept len: ([\d.]+),.*?)?"
@@ -41,7 +41,7 @@ def step_times(log_text, levels, passes=None):
     out = {}
     passes = passes or {}
     for c in levels:
-        floor = max(passes.get(c, 0), 0)
+        floor = passes.get(c, 0)
         at = [(tokens, tok_s) for batch, tokens, tok_s in intervals(log_text)
               if batch == c and tok_s > 0 and tok_s >= floor]
         if not at:
@@ -55,13 +55,11 @@ def step_times(log_text, levels, passes=None):
 
 def slowest_passes(folder, server):
     """{level: the slowest tok/s of the server's passes} from the folder's rows, if kept."""
-    rows = sorted(Path(folder).glob("rows_*.json*"))
-    if not rows:
+    kept = sorted(Path(folder).glob("rows_*.json*"))
+    if not kept:
         return {}
-    data = rows[0].read_bytes()
-    rows = json.loads(gzip.decompress(data) if rows[0].suffix == ".gz" else data)["rows"]
     slowest = {}
-    for row in rows:
+    for row in harness.rows_arg(str(kept[0])):
         if row["server"] == server and row.get("tok_s") and not row.get("errors"):
             slowest[row["C"]] = min(slowest.get(row["C"], row["tok_s"]), row["tok_s"])
     return slowest
