@@ -192,7 +192,18 @@ def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
     assert second["argv"][second["argv"].index("--rows-from") + 1] == "rows_Y1-a.json.gz"
     assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth", "eagle-v2", "adaptive"]
     assert 350 < second["deadline_s"] <= 550
+    assert "--threshold" not in second["argv"]  # calibrate's, from those rows
     assert set(unpacked(tmp_path, out)) == {"Z1-b"}
+
+
+def test_depth_sh_gives_the_adaptive_route_a_threshold_where_the_band_never_crosses(tmp_path):
+    """A band's rows where speculation wins at every level leave calibrate no threshold for the
+    adaptive route: DEPTH_THRESHOLD gives TAG-b one (from a sweep that crosses), and TAG-a none."""
+    proc, calls, out = call(tmp_path, "depth.sh", "Z1", env={"DEPTH_THRESHOLD": "77", **DEEP})
+    assert proc.returncode == 0, proc.stderr
+    first, second = calls
+    assert "--threshold" not in first["argv"]
+    assert second["argv"][second["argv"].index("--threshold") + 1] == "77" and second["refusal"] is None
 
 
 @pytest.mark.parametrize(
@@ -200,7 +211,9 @@ def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
     [({"DEPTH_HALF": "c"}, "depth.sh: DEPTH_HALF: a, b or ab, not 'c'"),
      ({"DEPTH_HALF": "b"}, "depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM"),
      ({"DEPTH_ROWS_FROM": "rows.json"}, "depth.sh: DEPTH_ROWS_FROM serves DEPTH_HALF=b alone, not ab"),
-     ({"DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "nowhere.json"}, "depth.sh: DEPTH_ROWS_FROM: an earlier call's rows_<tag>.json, not 'nowhere.json'")],
+     ({"DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "nowhere.json"}, "depth.sh: DEPTH_ROWS_FROM: an earlier call's rows_<tag>.json, not 'nowhere.json'"),
+     ({"DEPTH_THRESHOLD": "0"}, "depth.sh: DEPTH_THRESHOLD: a batch size, not '0'"),
+     ({"DEPTH_THRESHOLD": "77", "DEPTH_HALF": "a"}, "depth.sh: DEPTH_THRESHOLD serves TAG-b's adaptive route, and DEPTH_HALF=a runs no TAG-b")],
 )
 def test_depth_sh_refuses_a_half_it_cannot_run_before_its_set_up(tmp_path, env, says):
     proc, calls, out = call(tmp_path, "depth.sh", "Z1", env=env)

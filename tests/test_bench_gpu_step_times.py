@@ -75,7 +75,15 @@ def test_a_folder_s_rows_give_each_server_its_slowest_pass(tmp_path):
             {"server": "plain-default", "C": 16, "tok_s": 4193.9, "errors": 0}]
     (tmp_path / "rows_Z.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
     assert step_times.slowest_passes(tmp_path, "eagle-v2-d7") == {16: 9766.4}
-    assert step_times.slowest_passes(tmp_path / "none", "eagle-v2-d7") == {}
+    assert step_times.slowest_passes(tmp_path / "none", "eagle-v2-d7") is None
+
+
+def test_a_level_the_server_never_ran_has_no_figure():
+    # the harness's warm-up sends one batch of 128 before a call of C = 16 and 32: its decode
+    # line is no level of the call (D16c-a's plain-default logged one at 207 tok/s)
+    log = line(16, 4700) + line(128, 206.54)
+    assert set(step_times.step_times(log, [16, 128], passes={16: 4600.0})) == {16}
+    assert set(step_times.step_times(log, [16, 128])) == {16, 128}  # no rows kept: every level counts
 
 
 def test_the_d16b_logs_give_depth_7_no_figure_at_c16():

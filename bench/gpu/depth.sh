@@ -45,6 +45,9 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 KV=${DEPTH_KV:-64000}
 HALF=${DEPTH_HALF:-ab}
 ROWS_FROM=${DEPTH_ROWS_FROM:-}
+# The adaptive route's threshold: calibrate's on TAG-a's rows, unless those levels never cross
+# (speculation wins at all of them: a band's call); then DEPTH_THRESHOLD, from a sweep that does.
+THRESHOLD=${DEPTH_THRESHOLD:+--threshold $DEPTH_THRESHOLD}
 SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
 source bench/gpu/call.sh
 # The static depths' servers, as servers.STATIC_DEPTHS names them (",NAME:PAIR" each), and the
@@ -52,16 +55,20 @@ source bench/gpu/call.sh
 # refused here, before the set-up spends its minute of device time, where a depth has no server
 # or more than fit beside plain-default; so are a half that is not one and TAG-b alone without
 # rows run.py can read.
-CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" <<'CHECK'
+CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" "${DEPTH_THRESHOLD:-}" <<'CHECK'
 import argparse
 import sys
 sys.path.insert(0, "bench/gpu")
 import harness
 import servers
 from phases.throughput import SIDE_BY_SIDE_MAX
-given, pair, half, rows_from = sys.argv[1:5]
+given, pair, half, rows_from, threshold = sys.argv[1:6]
 if half not in ("a", "b", "ab"):
     sys.exit(f"depth.sh: DEPTH_HALF: a, b or ab, not {half!r}")
+if threshold and not harness.is_positive_int(threshold):
+    sys.exit(f"depth.sh: DEPTH_THRESHOLD: a batch size, not {threshold!r}")
+if threshold and half == "a":
+    sys.exit("depth.sh: DEPTH_THRESHOLD serves TAG-b's adaptive route, and DEPTH_HALF=a runs no TAG-b")
 if half == "b" and not rows_from:
     sys.exit("depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM, an earlier call's TAG-a rows (raw/TAG-a/rows_TAG-a.json.gz)")
 if rows_from and half != "b":
@@ -106,5 +113,5 @@ fi
 mkdir -p "$OUT/$B"
 run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
   --rows-from "${ROWS_FROM:-$OUT/$A/rows_$A.json}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
-  $SHAPE --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
+  $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
 archive

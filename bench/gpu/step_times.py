@@ -10,7 +10,8 @@ slower than the slowest of the server's whole passes at that level (rows_<run>.j
 pass counts its prefills too, so an interval slower than every pass did something besides
 decoding). One step then takes batch x accept length / throughput; the median over those
 intervals is the level's. A level whose every interval is slower than its passes (drafts
-whose requests live fewer steps than the 40 between two decode lines) has no figure.
+whose requests live fewer steps than the 40 between two decode lines) has no figure, nor has
+a level the server's rows never ran (the harness's warm-up batch is no level of the call).
 
     python bench/gpu/step_times.py bench/gpu/raw/D16a-a bench/gpu/raw/D16a-b --levels 16,32,64,128
 """
@@ -37,11 +38,13 @@ def intervals(log_text):
 
 def step_times(log_text, levels, passes=None):
     """{level: (ms a step, tokens a step, pure intervals)} for each level with a pure decode
-    line; passes: {level: the slowest whole pass's tok/s}, the floor of a pure interval."""
+    line; passes: {level: the slowest whole pass's tok/s}, the floor of a pure interval, and
+    the levels the server ran (None where its rows are not kept: every level may count)."""
     out = {}
-    passes = passes or {}
     for c in levels:
-        floor = passes.get(c, 0)
+        if passes is not None and c not in passes:
+            continue
+        floor = (passes or {}).get(c, 0)
         at = [(tokens, tok_s) for batch, tokens, tok_s in intervals(log_text)
               if batch == c and tok_s > 0 and tok_s >= floor]
         if not at:
@@ -54,10 +57,11 @@ def step_times(log_text, levels, passes=None):
 
 
 def slowest_passes(folder, server):
-    """{level: the slowest tok/s of the server's passes} from the folder's rows, if kept."""
+    """{level: the slowest tok/s of the server's passes} from the folder's rows; None where
+    the folder keeps none."""
     kept = sorted(Path(folder).glob("rows_*.json*"))
     if not kept:
-        return {}
+        return None
     slowest = {}
     for row in harness.rows_arg(str(kept[0])):
         if row["server"] == server and row.get("tok_s") and not row.get("errors"):
