@@ -281,7 +281,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
     monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(loadgen, "bench", bench)
     monkeypatch.setattr(machine, "gpu_state", lambda: None)
-    monkeypatch.setattr(machine, "gpu_used_mib", lambda: 1234)
+    monkeypatch.setattr(machine, "gpu_mib", lambda field: 1234 if field == "used" else -1)
     rows = []
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
     together_flags = ["--start-together", "--plain-caps", "2048,256"] if together else []
@@ -362,7 +362,7 @@ def test_context_servers_side_by_side_run_the_equivalence_set_not_the_levels(tmp
     monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(loadgen, "bench", lambda *a, **k: events.append(("bench",)))
     monkeypatch.setattr(loadgen, "equivalence_set", lambda url: events.append(("set", url)) or {"C1": [[url]]})
-    monkeypatch.setattr(machine, "gpu_used_mib", lambda: 1234)
+    monkeypatch.setattr(machine, "gpu_mib", lambda field: 1234 if field == "used" else -1)
     names = ["plain-default", "eagle-v2", "gated-v2"]
     run = a_run(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--deterministic",
                 "--servers", ",".join(f"{n}:context" for n in names))
@@ -816,3 +816,45 @@ def test_the_widened_flashinfer_stub_binds_every_name_a_release_imports_and_rais
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("flashinfer", None)
+
+
+def pair_weights(run, pair="accept"):
+    """The pair's folders as weights.py writes them on the GPU machine: its target's shape from
+    a committed call's weights.json, the EAGLE-3 draft's one layer, and each model.safetensors
+    as large as its bfloat16 tensors (sparse: no disk spent)."""
+    target = json.loads((BENCH / "raw" / "A" / "weights.json").read_text())["shapes"]["accept"]
+    h, i_, v, n = target["hidden_size"], target["intermediate_size"], target["vocab_size"], target["num_hidden_layers"]
+    kv = target["num_key_value_heads"] * target["head_dim"]
+    layer = 2 * h * h + 2 * kv * h + 3 * h * i_
+    draft_layer = 2 * h * h + 2 * kv * 2 * h + h * h + 3 * h * i_  # q, k, v read 2h; o; mlp
+    sizes = {"target": (target, 2 * v * h + n * layer),
+             "draft": ({**target, "num_hidden_layers": 1}, 3 * h * h + draft_layer + v * h)}  # fc, layer, lm_head
+    for model, (cfg, params) in sizes.items():
+        folder = Path(run.weights) / f"{pair}-{model}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        with open(folder / "model.safetensors", "wb") as f:
+            f.truncate(2 * params)
+
+
+H100_MIB, H200_MIB = 81_559, 143_771  # nvidia-smi's memory.total on the device's cards
+
+
+@pytest.mark.parametrize(("kv_tokens", "gpu_mib", "fits"),
+                         [(64_000, H100_MIB, True), (300_000, H100_MIB, False), (300_000, H200_MIB, True)])
+def test_servers_that_cannot_all_be_up_on_the_gpu_are_refused_before_they_start(tmp_path, kv_tokens, gpu_mib, fits):
+    # 4,096-token prompts and 512-token outputs at C=64 need 294,912 KV tokens a server
+    names = ["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]
+    run = a_run(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--levels", "16,32",
+                "--kv-tokens", str(kv_tokens), "--servers", ",".join(f"{n}:accept" for n in names))
+    pair_weights(run)
+    need = {name: throughput.server_mib(run, name, "accept") for name in names}
+    if kv_tokens == 64_000:  # D16c-a's call: nvidia-smi saw 70,223 MiB in use with all four up
+        assert 70_223 <= sum(need.values()) <= 1.05 * 70_223
+    assert need["eagle-v2"] == need["eagle-v2-d7"] > need["plain-default"]  # the draft's weights and pool
+    says = throughput.memory_refusal(run, gpu_mib)
+    assert (says is None) == fits, says
+    if not fits:
+        assert says.startswith(f"4 servers need about {sum(need.values()):,} MiB of GPU memory with 300,000-token KV pools")
+        assert says.endswith(f"more than this GPU's {gpu_mib:,}: fewer servers, a smaller --kv-tokens, or a larger GPU")
+    assert throughput.memory_refusal(run, -1) is None  # no nvidia-smi: SGLang's own check stays

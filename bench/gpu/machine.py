@@ -102,9 +102,10 @@ def pin_server(root, cores):
     return pinned
 
 
-def gpu_used_mib():
+def gpu_mib(field):
+    """nvidia-smi's memory.FIELD (used, total) in MiB, or -1 where it does not answer."""
     try:
-        q = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        q = ["nvidia-smi", f"--query-gpu=memory.{field}", "--format=csv,noheader,nounits"]
         return int(subprocess.check_output(q, text=True).split()[0])
     except Exception:  # noqa: BLE001
         return -1

@@ -451,7 +451,7 @@ def stop(run, server, wait_gpu=True):
             pass
         proc.wait()
     for _ in range(30 if wait_gpu and not cut else 0):
-        if machine.gpu_used_mib() < 2000:
+        if machine.gpu_mib("used") < 2000:
             break
         time.sleep(1)
     res.update(digest(server["logp"], f"{name}-{server['pair']}", run.out))

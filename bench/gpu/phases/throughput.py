@@ -3,6 +3,7 @@ one row each), one server at a time or all side by side with their repeats inter
 calibrate's threshold, or a depth-gated server's depth table, from the rows measured before
 the gating server (this call's, and an earlier call's given with --rows-from)."""
 import json
+import os
 import statistics
 
 import loadgen
@@ -117,6 +118,44 @@ def side_by_side_refusal(run):
     return kv_refusal(run) if any(pair in PAIRS for _, pair in items) else None
 
 
+# What one server holds on the GPU besides its weights' files and KV pools (the CUDA context,
+# its graphs, buffers, activations): D16c-a's four servers (three speculative) of 64,000-token
+# pools used 70,223 MiB and D16f-a's three (two speculative) 52,005 MiB, so about 6,000 MiB a
+# speculative server (its draft's graphs and buffers too) and 4,450 a plain one.
+SERVER_OVERHEAD_MIB = 6000
+KV_DTYPE_BYTES = 2  # bfloat16, as weights.py writes the pairs
+
+
+def server_mib(run, name, pair):
+    """GPU memory (MiB) a server of the call needs beside the others: its target's weights (and
+    its draft's, if it speculates) as the weights' folder holds them, a KV pool of
+    --kv-tokens for each of them, and SERVER_OVERHEAD_MIB."""
+    models = ["target"] + (["draft"] if servers.KINDS[servers.server_kind(name)].speculative else [])
+    total = SERVER_OVERHEAD_MIB * 2**20
+    for model in models:
+        folder = f"{run.weights}/{pair}-{model}"
+        with open(f"{folder}/config.json") as f:
+            cfg = json.load(f)
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * KV_DTYPE_BYTES
+        total += sum(e.stat().st_size for e in os.scandir(folder) if e.name.endswith(".safetensors"))
+        total += run.kv_tokens * kv_per_token
+    return total // 2**20
+
+
+def memory_refusal(run, gpu_total_mib):
+    """Why the call's servers cannot all be up at once on a GPU of gpu_total_mib, or None:
+    started together, the last ones would fail after a minute or two of device time."""
+    if gpu_total_mib <= 0:  # nvidia-smi did not answer: SGLang's own check stays
+        return None
+    need = {f"{name}:{pair}": server_mib(run, name, pair) for name, pair in run.servers}
+    if sum(need.values()) <= gpu_total_mib:
+        return None
+    return (f"{len(need)} servers need about {sum(need.values()):,} MiB of GPU memory with "
+            f"{run.kv_tokens:,}-token KV pools ({', '.join(f'{k} {v:,}' for k, v in need.items())}), "
+            f"more than this GPU's {gpu_total_mib:,}: fewer servers, a smaller --kv-tokens, or a larger GPU")
+
+
 def kv_refusal(run):
     """Why the call's highest level cannot run all its requests at once on a side-by-side
     server, or None: SGLang would queue what overflows its KV pool (or its running cap) and
@@ -186,7 +225,7 @@ def server_up(run, server):
             server["res"]["caps_not_plain_caps"] = caps
             print(f"   plain-default logged {caps}, not --plain-caps {given}", flush=True)
         return
-    server["res"]["gpu_used_mib"] = machine.gpu_used_mib()
+    server["res"]["gpu_used_mib"] = machine.gpu_mib("used")
     run.record_caps(server["name"], caps)
 
 
@@ -201,6 +240,9 @@ def side_by_side(run, rows, outputs):
     # started together, the launches follow one another at once.
     thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
                   for name, pair in run.servers]
+    refusal = memory_refusal(run, machine.gpu_mib("total"))
+    if refusal:
+        raise SystemExit(refusal)
     extra = ["--max-total-tokens", str(run.kv_tokens), "--sleep-on-idle"]
     started, copied = [], set()
     dirs = side_by_side_dirs([n for n, _ in run.servers])
@@ -216,7 +258,7 @@ def side_by_side(run, rows, outputs):
         if run.start_together:  # every process launched above; now wait for all of them
             for server in started:
                 server_up(run, servers.wait_healthy(run, server))
-            used = machine.gpu_used_mib()  # the GPU's memory in use with all of them up
+            used = machine.gpu_mib("used")  # the GPU's memory in use with all of them up
             for server in started:
                 server["res"]["gpu_used_mib_all"] = used
         healthy = [s for s in started if s["res"]["healthy"]]
