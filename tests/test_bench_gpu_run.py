@@ -858,3 +858,14 @@ def test_servers_that_cannot_all_be_up_on_the_gpu_are_refused_before_they_start(
         assert says.startswith(f"4 servers need about {sum(need.values()):,} MiB of GPU memory with 300,000-token KV pools")
         assert says.endswith(f"more than this GPU's {gpu_mib:,}: fewer servers, a smaller --kv-tokens, or a larger GPU")
     assert throughput.memory_refusal(run, -1) is None  # no nvidia-smi: SGLang's own check stays
+
+
+def test_live_sh_s_throughput_half_still_starts_on_an_h100(tmp_path):
+    """V27's three servers of 200,000-token pools used 76,909 MiB of an H100: the estimate
+    is above that and still lets the call start there."""
+    names = ["plain-default", "eagle-v2", "gated-v2"]
+    run = a_run(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--threshold", "56",
+                "--servers", ",".join(f"{n}:accept" for n in names))
+    pair_weights(run)
+    need = sum(throughput.server_mib(run, name, "accept") for name in names)
+    assert 76_909 <= need <= H100_MIB and throughput.memory_refusal(run, H100_MIB) is None

@@ -121,7 +121,8 @@ def side_by_side_refusal(run):
 # What one server holds on the GPU besides its weights' files and KV pools (the CUDA context,
 # its graphs, buffers, activations): D16c-a's four servers (three speculative) of 64,000-token
 # pools used 70,223 MiB and D16f-a's three (two speculative) 52,005 MiB, so about 6,000 MiB a
-# speculative server (its draft's graphs and buffers too) and 4,450 a plain one.
+# speculative server (its draft's graphs and buffers too) and 4,450 a plain one. With it the
+# estimate of V27's three servers of 200,000-token pools is 80,143 MiB (they used 76,909).
 SERVER_OVERHEAD_MIB = 6000
 KV_DTYPE_BYTES = 2  # bfloat16, as weights.py writes the pairs
 
