@@ -159,6 +159,48 @@ def test_calibrates_depth_table_reaches_the_depth_gated_servers_launch(tmp_path,
     assert run.calibrations[("depth", "accept")]["table"]["depth"] == written["depth"]
 
 
+def test_two_earlier_calls_of_two_prompt_lengths_give_the_depth_table_a_band_each(tmp_path, release_tree, monkeypatch):
+    """depth.sh's TAG-b from a 256-token and a 4,096-token TAG-a (--rows-from twice): the depth
+    table has a context band per prompt length; the adaptive route's threshold, one number,
+    reads this call's prompt length alone, from sweep files that say so."""
+    stage_of(tmp_path, release_tree, "0.5.16")
+    monkeypatch.setenv("EG", EG)
+    short, long_ = tmp_path / "earlier-256.json", tmp_path / "earlier-4096.json"
+    short.write_text(json.dumps({"rows": sweep_rows()}))
+    long_.write_text(json.dumps({"rows": sweep_rows(4096, lambda s, c: 0.5 if s == "plain-default" and c == 128 else 1)}))
+    argv = ["--side-by-side", "--start-together", "--plain-caps", "4096,256", "--kv-tokens", "200000",
+            "--levels", "16,32", "--rows-from", str(short), "--rows-from", str(long_),
+            "--servers", "plain-default:accept,gated-depth:accept,eagle-v2:accept,adaptive:accept"]
+    run = a_run(tmp_path, *argv)
+    assert run.refusal() is None and len(run.earlier_rows) == 2 * len(sweep_rows())
+    throughput.calibrated(run, [], "gated-depth", "accept")
+    written = json.loads((tmp_path / "depth_table_accept.json").read_text())
+    assert written["context"] == [1153] and written["depth"][-1] == [0, 1]  # as from one call's rows of both
+    threshold = throughput.calibrated(run, [], "adaptive", "accept")
+    short_only = json.loads(json.dumps(run.calibrations["threshold", "accept"]))
+    scoped = [json.loads(x) for x in (tmp_path / "sweep_plain-default-256.jsonl").read_text().splitlines()]
+    assert {x["total_input_tokens"] // x["completed"] for x in scoped} == {256}
+    # the same answer as a call given the 256-token rows alone
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "pristine").symlink_to(tmp_path / "pristine")
+    (alone / "patched").symlink_to(tmp_path / "patched")
+    run_alone = a_run(alone, *argv[:argv.index(str(long_)) - 1], *argv[argv.index(str(long_)) + 1:])
+    assert threshold == throughput.calibrated(run_alone, [], "adaptive", "accept") and threshold is not None
+    assert short_only["rows"] == run_alone.calibrations["threshold", "accept"]["rows"]
+    # another output length still cannot stand beside this call's
+    said = refusal(tmp_path, *argv, "--output-len", "512")
+    assert "--rows-from: its rows ran 256-token prompts and 128-token outputs, this call 256 and 512" in said
+
+
+def test_rows_of_another_prompt_length_need_a_depth_table_to_go_in(tmp_path):
+    long_ = tmp_path / "earlier-4096.json"
+    long_.write_text(json.dumps({"rows": sweep_rows(4096)}))
+    said = refusal(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--rows-from", str(long_),
+                   "--servers", "plain-default:accept,eagle-v2:accept,adaptive:accept")
+    assert "--rows-from: its rows ran 4096-token prompts and 128-token outputs, this call 256 and 128" in said
+
+
 def test_side_by_side_a_depth_gated_server_reads_only_rows_of_an_earlier_call(tmp_path):
     """Beside it, plain-default measures nothing before it starts: its rows must come from
     the earlier call too."""

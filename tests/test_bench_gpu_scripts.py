@@ -196,6 +196,26 @@ def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
     assert set(unpacked(tmp_path, out)) == {"Z1-b"}
 
 
+def test_depth_sh_calibrates_its_gated_half_on_calls_of_two_prompt_lengths(tmp_path):
+    """DEPTH_ROWS_FROM, comma-separated: a --rows-from each, in order, which run.py takes (the
+    depth table gets a context band per prompt length)."""
+    import gzip
+    root, environ, out, record = machine(tmp_path, "depth.sh")
+    for name, prompt in (("rows_S-a.json.gz", 256), ("rows_L-a.json.gz", 4096)):
+        rows = [{"server": s, "pair": "accept", "C": 64, "repeat": 0, "tok_s": 1000.0, "errors": 0,
+                 "prompt_len": prompt, "output_len": 512} for s in ("plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7")]
+        (root / name).write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_S-a.json.gz,rows_L-a.json.gz",
+                               "DEPTH_PROMPT": "4096", "DEPTH_OUTPUT": "512", "DEPTH_LEVELS": "64",
+                               "DEPTH_KV": "300000", **DEEP})
+    assert proc.returncode == 0, proc.stderr
+    second, = recorded(record)
+    assert second["refusal"] is None
+    argv = second["argv"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--rows-from"] == ["rows_S-a.json.gz", "rows_L-a.json.gz"]
+
+
 def test_depth_sh_gives_the_adaptive_route_a_threshold_where_the_band_never_crosses(tmp_path):
     """A band's rows where speculation wins at every level leave calibrate no threshold for the
     adaptive route: DEPTH_THRESHOLD gives TAG-b one (from a sweep that crosses), and TAG-a none."""
@@ -212,6 +232,7 @@ def test_depth_sh_gives_the_adaptive_route_a_threshold_where_the_band_never_cros
      ({"DEPTH_HALF": "b"}, "depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM"),
      ({"DEPTH_ROWS_FROM": "rows.json"}, "depth.sh: DEPTH_ROWS_FROM serves DEPTH_HALF=b alone, not ab"),
      ({"DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "nowhere.json"}, "depth.sh: DEPTH_ROWS_FROM: an earlier call's rows_<tag>.json, not 'nowhere.json'"),
+     ({"DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows.json,,elsewhere.json"}, "depth.sh: DEPTH_ROWS_FROM: an earlier call's rows_<tag>.json, not 'rows.json'"),
      ({"DEPTH_THRESHOLD": "0"}, "depth.sh: DEPTH_THRESHOLD: a batch size, not '0'"),
      ({"DEPTH_THRESHOLD": "77", "DEPTH_HALF": "a"}, "depth.sh: DEPTH_THRESHOLD serves TAG-b's adaptive route, and DEPTH_HALF=a runs no TAG-b")],
 )

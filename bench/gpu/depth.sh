@@ -18,9 +18,10 @@
 #          start of it).
 # DEPTH_HALF (a, b or ab, the default) runs one half alone, with the whole call's time: a half
 # of the Done-when's sweep (512-token outputs, medians of 3) takes a call of its own. TAG-b alone
-# calibrates from DEPTH_ROWS_FROM, an earlier call's TAG-a rows in this checkout (where
-# bench/gpu/raw stays behind for the call, copy that one file into the tree); run.py refuses
-# rows of another shape before any server starts.
+# calibrates from DEPTH_ROWS_FROM, earlier calls' TAG-a rows in this checkout, comma-separated
+# (where bench/gpu/raw stays behind for the call, copy those files into the tree): rows of
+# another prompt length give the table a context band of their own; run.py refuses rows of
+# another output length before any server starts.
 # Everything comes back as one archive, $OUT/all.tgz (call.sh), even when the device's limit
 # cuts the call off.
 #
@@ -73,9 +74,9 @@ if half == "b" and not rows_from:
     sys.exit("depth.sh: DEPTH_HALF=b needs DEPTH_ROWS_FROM, an earlier call's TAG-a rows (raw/TAG-a/rows_TAG-a.json.gz)")
 if rows_from and half != "b":
     sys.exit(f"depth.sh: DEPTH_ROWS_FROM serves DEPTH_HALF=b alone, not {half}")
-if rows_from:
+for path in filter(None, rows_from.split(",")):
     try:
-        harness.rows_arg(rows_from)
+        harness.rows_arg(path)
     except argparse.ArgumentTypeError as e:
         sys.exit(f"depth.sh: DEPTH_ROWS_FROM: {e}")
 depths = [int(d) if d.strip().isdigit() else d for d in given.split(",")]
@@ -110,8 +111,16 @@ if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculativ
     2>/dev/null | grep -q '"native-adaptive"'; then
   FOURTH=adaptive
 fi
+# TAG-a's rows, or each of DEPTH_ROWS_FROM's (comma-separated: calls of other prompt lengths
+# give the depth table a context band each)
+EARLIER=(--rows-from "$OUT/$A/rows_$A.json")
+if [ -n "$ROWS_FROM" ]; then
+  EARLIER=()
+  IFS=, read -ra FILES <<<"$ROWS_FROM"
+  for f in "${FILES[@]}"; do [ -n "$f" ] && EARLIER+=(--rows-from "$f"); done
+fi
 mkdir -p "$OUT/$B"
 run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
-  --rows-from "${ROWS_FROM:-$OUT/$A/rows_$A.json}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
+  "${EARLIER[@]}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
 archive

@@ -153,9 +153,10 @@ def parser():
                          "writes it; e.g. an earlier call's depth_table_accept.json); default: what "
                          "calibrate picks from the rows of plain-default and each static depth "
                          "(eagle-v2-dN, eagle-v2) measured before it")
-    ap.add_argument("--rows-from", default=[], type=rows_arg, dest="earlier_rows",
+    ap.add_argument("--rows-from", default=[], type=rows_arg, dest="earlier_rows", action="append",
                     help="an earlier call's rows_<tag>.json, read by calibrate as measured before this "
-                         "call's servers (side by side, the only rows that are)")
+                         "call's servers (side by side, the only rows that are); again for another "
+                         "call's, e.g. of another prompt length: a context band of the depth table")
     ap.add_argument("--prompt-len", type=positive_int_arg, default=loadgen.PROMPT_LEN, help="prompt tokens per request")
     ap.add_argument("--output-len", type=positive_int_arg, default=loadgen.OUTPUT_LEN, help="output tokens per request")
     ap.add_argument("--repeats", type=int, default=3)
@@ -215,6 +216,7 @@ class Run:
 
     def __init__(self, args, stage, cores=None, root="."):
         vars(self).update(vars(args))
+        self.earlier_rows = [row for rows in args.earlier_rows for row in rows]  # every --rows-from's
         self.root = root  # the checkout that travelled, with the .gpu/ it carried
         self.servers = args.servers  # (name, pair), in the order they start
         self.profile = set(filter(None, args.profile.split(",")))
@@ -282,8 +284,11 @@ class Run:
 
     def earlier_rows_refusal(self):
         """Why --rows-from's rows cannot stand beside this call's, or None: calibrate would
-        pool medians of other prompt or output lengths."""
+        pool medians of other output lengths, or of other prompt lengths where no depth table
+        gives each its context band."""
         other = {loadgen.row_lengths(r) for r in self.earlier_rows}
+        if any(servers.KINDS[servers.server_kind(name)].plan == "depth" for name, _ in self.servers):
+            other = {(prompt, output) for prompt, output in other if output != self.output_len}
         other -= {(self.prompt_len, self.output_len)}
         if other:
             prompt, output = sorted(other)[0]

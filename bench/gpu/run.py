@@ -24,7 +24,8 @@ speculative rows (servers.CALIBRATE_ON); gated-depth's depth table, the one `eag
 calibrate --depth` picks from plain-default's rows and each static depth's measured before it,
 or --depth-table's.
 --rows-from rows_<tag>.json: an earlier call's rows count as measured before this call's
-servers (the probe bench/gpu/depth.sh calibrates its second half on its first's).
+servers (the probe bench/gpu/depth.sh calibrates its second half on its first's); again for
+another call's, of another prompt length: a context band of the depth table each.
 --prompt-len and --output-len (256 and 128 by default) are in every row.
 Writes rows_<tag>.json, log_<server>.txt, the sweep files calibrate read (and the depth
 table it wrote, depth_table_<pair>.json), and with --profile, profile_<tag>.txt: where the profiled servers' decode steps

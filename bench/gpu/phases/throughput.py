@@ -314,14 +314,24 @@ def calibrate(run, rows, server, pair):
     if missing:
         raise SystemExit(f"calibrate needs {' and '.join(missing)} before {server}:{pair}")
     plain, *specs = [ref for ref in servers.CALIBRATE_ON[server] if (ref, pair) in measured]
+    depth = servers.KINDS[server].plan == "depth"
+    scope = ""
+    if not depth and len({loadgen.row_lengths(r)[0] for r in rows}) > 1:
+        # A threshold is one number (calibrate refuses sweeps of two context lengths): this
+        # call's prompt length alone, in files that say so beside the depth table's.
+        rows = [r for r in rows if loadgen.row_lengths(r)[0] == run.prompt_len]
+        scope = f"-{run.prompt_len}"
+
+    def sweep(ref):
+        return f"{run.out}/sweep_{ref}{scope}.jsonl"
+
     for ref in (plain, *specs):
-        sweep_file(rows, ref, pair, f"{run.out}/sweep_{ref}.jsonl")
-    if servers.KINDS[server].plan == "depth":
-        depths = [arg for spec in specs
-                  for arg in ("--depth", f"{servers.KINDS[spec].steps}={run.out}/sweep_{spec}.jsonl")]
+        sweep_file(rows, ref, pair, sweep(ref))
+    if depth:  # a context band per prompt length the rows ran
+        depths = [arg for spec in specs for arg in ("--depth", f"{servers.KINDS[spec].steps}={sweep(spec)}")]
         args = [*depths, "--table-out", depth_table_path(run, pair)]
     else:
-        args = [f"{run.out}/sweep_{spec}.jsonl" for spec in specs]
-    answer = servers.eg(run, "calibrate", f"{run.out}/sweep_{plain}.jsonl", *args, "--json")
+        args = [sweep(spec) for spec in specs]
+    answer = servers.eg(run, "calibrate", sweep(plain), *args, "--json")
     print("== calibrate:", json.dumps(answer)[:600], flush=True)
     return answer
