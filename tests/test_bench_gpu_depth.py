@@ -17,6 +17,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
+import machine  # noqa: E402
 import servers  # noqa: E402
 from phases import throughput  # noqa: E402
 from test_bench_gpu_run import a_run, refusal, stand_in_call  # noqa: E402
@@ -191,6 +192,27 @@ def test_two_earlier_calls_of_two_prompt_lengths_give_the_depth_table_a_band_eac
     # another output length still cannot stand beside this call's
     said = refusal(tmp_path, *argv, "--output-len", "512")
     assert "--rows-from: its rows ran 256-token prompts and 128-token outputs, this call 256 and 512" in said
+
+
+def test_a_band_where_speculation_always_wins_stops_before_any_server_starts(tmp_path, release_tree, monkeypatch):
+    """D16c-b's first try: speculation won at both levels of TAG-a's rows, so calibrate gave
+    the adaptive route no threshold. Started together, three servers were up before the fourth
+    found that out; now none starts, and the refusal says why (depth.sh: DEPTH_THRESHOLD)."""
+    stage_of(tmp_path, release_tree, "0.5.16")
+    monkeypatch.setenv("EG", EG)
+    monkeypatch.setattr(machine, "gpu_mib", lambda field: -1)
+    launched = []
+    monkeypatch.setattr(servers, "launch", lambda *a, **k: launched.append(a))
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": [r for r in sweep_rows() if r["C"] in (16, 32)]}))
+    argv = ["--side-by-side", "--start-together", "--plain-caps", "4096,256", "--levels", "16,32",
+            "--rows-from", str(earlier), "--servers", "plain-default:accept,gated-depth:accept,eagle-v2:accept,adaptive:accept"]
+    with pytest.raises(SystemExit) as stopped:
+        throughput.side_by_side(a_run(tmp_path, *argv), [], {})
+    assert launched == []
+    assert str(stopped.value).startswith(
+        "adaptive needs a threshold: --threshold N, or calibrate's (plain-default and eagle-v2 before it in "
+        "--servers); calibrate gave none (spec-always-wins: speculation beats the baseline at every compared level")
 
 
 def test_rows_of_another_prompt_length_need_a_depth_table_to_go_in(tmp_path):

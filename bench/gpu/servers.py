@@ -254,8 +254,9 @@ def config(run, kind_name, pair, threshold):
         # any threshold gives its flags (before calibrate has one); its environment is its own
         flags += without_gate(plan(run, threshold or 1, pair, v1=kind.plan == "v1")[0])
     elif kind.plan:
-        if threshold is None:  # calibrate's or --threshold's: main gives one to every gating server
-            raise SystemExit(f"{kind_name} needs a threshold")
+        refusal = threshold_refusal(kind_name, threshold)
+        if refusal:
+            raise SystemExit(refusal)
         planned, planned_env = plan(run, threshold, pair, v1=kind.plan == "v1")  # exactly what plan prints
         flags, env = flags + planned, {**env, **planned_env}
     if kind.cap_from:
@@ -267,14 +268,24 @@ def config(run, kind_name, pair, threshold):
     return kind.tree, flags + longer, {**env, **longer_env}
 
 
+def threshold_refusal(name, threshold):
+    """Why a server of this name cannot launch without a threshold, or None: a gate, and
+    SGLang's adaptive route, take calibrate's or --threshold's."""
+    kind = KINDS[server_kind(name)]
+    if threshold is not None or not (kind.plan == "native" or kind.plan in ("v1", "v2") and not kind.drop_gate):
+        return None
+    refs = " and ".join(kind.calibrate_on) or "its plain and speculative servers"
+    return f"{name} needs a threshold: --threshold N, or calibrate's ({refs} before it in --servers)"
+
+
 def native_flags(run, name, pair, threshold):
     """0.5.14 on: SGLang's native adaptive speculation, no patch: the config `eaglegate plan`
     gives for the pristine tree, with caps that do not throttle plain decoding: plain-default's
     logged running cap and its largest CUDA-graph batch size in place of plan's. Static EAGLE
     is `eagle-v2` (plain-default's cap, never plan's)."""
-    if threshold is None:
-        raise SystemExit(f"{name} needs a threshold: --threshold N, or calibrate's (plain-default "
-                         "and eagle-v2 before it in --servers)")
+    refusal = threshold_refusal(name, threshold)
+    if refusal:
+        raise SystemExit(refusal)
     out = eg(run, "plan", "--path", f"{run.stage}/pristine", "--threshold", str(threshold), "--json",
              "--flags", " ".join(spec_flags(run, pair)))
     # The native route is plan's own where the patch does not fit, else its alternative.

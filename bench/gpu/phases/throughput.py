@@ -239,11 +239,17 @@ def side_by_side(run, rows, outputs):
     in run.launched."""
     # Every threshold and depth table before the first launch (from --rows-from's rows alone):
     # started together, the launches follow one another at once.
-    thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
-                  for name, pair in run.servers]
     refusal = memory_refusal(run, machine.gpu_mib("total"))
     if refusal:
         raise SystemExit(refusal)
+    thresholds = [equivalence.EQUIV_THRESHOLD if pair == EQUIVALENCE_PAIR else calibrated(run, [], name, pair)
+                  for name, pair in run.servers]
+    for (name, pair), threshold in zip(run.servers, thresholds, strict=True):
+        refusal = servers.threshold_refusal(name, threshold)
+        if refusal:  # before any launch: started together, the others would start for nothing
+            answer = run.calibrations.get(("threshold", pair), {})
+            found = f"; calibrate gave none ({answer['status']}: {'; '.join(answer.get('notes', []))})" if answer else ""
+            raise SystemExit(refusal + found)
     extra = ["--max-total-tokens", str(run.kv_tokens), "--sleep-on-idle"]
     started, copied = [], set()
     dirs = side_by_side_dirs([n for n, _ in run.servers])
