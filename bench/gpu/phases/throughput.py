@@ -248,7 +248,7 @@ def side_by_side(run, rows, outputs):
         refusal = servers.threshold_refusal(name, threshold)
         if refusal:  # before any launch: started together, the others would start for nothing
             answer = run.calibrations.get(("threshold", pair), {})
-            found = f"; calibrate gave none ({answer['status']}: {'; '.join(answer.get('notes', []))})" if answer else ""
+            found = f"; calibrate gave none ({answer.get('status')}: {'; '.join(answer.get('notes', []))})" if answer else ""
             raise SystemExit(refusal + found)
     extra = ["--max-total-tokens", str(run.kv_tokens), "--sleep-on-idle"]
     started, copied = [], set()
