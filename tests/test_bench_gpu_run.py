@@ -840,6 +840,15 @@ def pair_weights(run, pair="accept"):
 H100_MIB, H200_MIB = 81_559, 143_771  # nvidia-smi's memory.total on the device's cards
 
 
+def used_with_all_up(run_id):
+    """The GPU memory (MiB) nvidia-smi saw in use with every server of a committed call up."""
+    import gzip
+    rows = json.loads(gzip.decompress((BENCH / "raw" / run_id / f"rows_{run_id}.json.gz").read_bytes()))
+    used = {server["gpu_used_mib_all"] for server in rows["servers"]}
+    assert len(used) == 1
+    return used.pop()
+
+
 @pytest.mark.parametrize(("kv_tokens", "gpu_mib", "fits"),
                          [(64_000, H100_MIB, True), (300_000, H100_MIB, False), (300_000, H200_MIB, True)])
 def test_servers_that_cannot_all_be_up_on_the_gpu_are_refused_before_they_start(tmp_path, kv_tokens, gpu_mib, fits):
@@ -850,7 +859,8 @@ def test_servers_that_cannot_all_be_up_on_the_gpu_are_refused_before_they_start(
     pair_weights(run)
     need = {name: throughput.server_mib(run, name, "accept") for name in names}
     if kv_tokens == 64_000:  # D16c-a's call: nvidia-smi saw 70,223 MiB in use with all four up
-        assert 70_223 <= sum(need.values()) <= 1.05 * 70_223
+        used = used_with_all_up("D16c-a")
+        assert used == 70_223 and used <= sum(need.values()) <= 1.05 * used
     assert need["eagle-v2"] == need["eagle-v2-d7"] > need["plain-default"]  # the draft's weights and pool
     says = throughput.memory_refusal(run, gpu_mib)
     assert (says is None) == fits, says
@@ -868,4 +878,29 @@ def test_live_sh_s_throughput_half_still_starts_on_an_h100(tmp_path):
                 "--servers", ",".join(f"{n}:accept" for n in names))
     pair_weights(run)
     need = sum(throughput.server_mib(run, name, "accept") for name in names)
-    assert 76_909 <= need <= H100_MIB and throughput.memory_refusal(run, H100_MIB) is None
+    used = used_with_all_up("V27")
+    assert used == 76_909 and used <= need <= H100_MIB and throughput.memory_refusal(run, H100_MIB) is None
+
+
+@pytest.mark.parametrize(
+    ("prompt", "level", "servers_up", "quoted_mib", "fits_h100", "fits_h200"),
+    [(4096, 64, 4, 133_600, False, True),   # the 4,096-token calls of the depth benchmark
+     (256, 256, 4, 107_400, False, True),   # its C=256 calls (--kv-tokens 200000)
+     (4096, 128, 2, None, False, True), (4096, 128, 3, None, False, False),
+     (4096, 256, 1, None, False, True), (4096, 256, 2, None, False, False)],
+)
+def test_which_calls_of_the_depth_benchmark_need_the_h200(tmp_path, prompt, level, servers_up, quoted_mib,
+                                                           fits_h100, fits_h200):
+    """bench/gpu/README.md's "Next runs": which side-by-side calls fit which card, with pools
+    of C x (prompt + 512 output tokens) (200,000 at C=256 with 256-token prompts)."""
+    names = ["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"][:servers_up]
+    # the README's DEPTH_KV: 300,000 for C=64 x 4,608 (294,912); 200,000 for C=256 x 768
+    kv = {(4096, 64): 300_000, (256, 256): 200_000}.get((prompt, level), level * (prompt + 512))
+    run = a_run(tmp_path, "--side-by-side", "--start-together", "--plain-caps", "4096,256", "--levels", str(level),
+                "--prompt-len", str(prompt), "--output-len", "512", "--kv-tokens", str(kv),
+                "--servers", ",".join(f"{n}:accept" for n in names))
+    pair_weights(run)
+    if quoted_mib:
+        assert round(sum(throughput.server_mib(run, n, "accept") for n in names), -2) == quoted_mib
+    assert (throughput.memory_refusal(run, H100_MIB) is None, throughput.memory_refusal(run, H200_MIB) is None) == (
+        fits_h100, fits_h200)

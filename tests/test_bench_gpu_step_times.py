@@ -91,3 +91,28 @@ def test_the_d16b_logs_give_depth_7_no_figure_at_c16():
     out = step_times.table([BENCH / "raw" / "D16b-a"], [16, 32])
     row = next(r for r in out.splitlines() if r.startswith("| eagle-v2-d7 "))
     assert row.split("|")[2].strip() == "-" and row.split("|")[3].strip() == "17.0 ms (8.0)"
+
+
+def test_the_readmes_figures_of_the_band_s_first_levels_are_the_committed_logs():
+    """bench/gpu/README.md's reading of D16c, D16e and D16f at C=32: ms a step (tokens a step)."""
+    raw = BENCH / "raw"
+    quoted = {("D16c-a", "plain-default"): "3.5 ms (1.0)", ("D16c-a", "eagle-v2-d5"): "11.2 ms (5.5)",
+              ("D16c-a", "eagle-v2-d7"): "12.5 ms (6.8)", ("D16e-a", "plain-default"): "3.6 ms (1.0)",
+              ("D16e-a", "eagle-v2-d5"): "10.6 ms (3.8)", ("D16f-a", "eagle-v2-d7"): "11.4 ms (4.4)"}
+    for (run, server), cell in quoted.items():
+        row = next(r for r in step_times.table([raw / run], [32]).splitlines() if r.startswith(f"| {server} ("))
+        assert row.split("|")[2].strip() == cell, (run, server, row)
+
+
+def test_the_readmes_count_of_staggered_decode_lines_is_the_committed_logs():
+    """D16e-a: plain-default's waves in lockstep, depth 5's successors arriving a few at a time."""
+    from collections import Counter
+
+    def batches(server):
+        log = (BENCH / "raw" / "D16e-a" / f"log_{server}-real.txt").read_text(errors="replace")
+        return Counter(batch for batch, _, _ in step_times.intervals(log))
+
+    plain, depth5 = batches("plain-default"), batches("eagle-v2-d5")
+    assert plain[32] == 156 and set(plain) == {16, 32, 128}  # its levels, and the warm-up's batch
+    assert depth5[32] == 35 and sum(depth5[b] for b in range(28, 32)) == 10
+    assert sum(depth5[b] for b in range(1, 16)) == 13

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import harness  # its reader of a call's rows (.json or .json.gz)
+import loadgen
 import servers
 
 
@@ -33,19 +34,23 @@ def depth_of(server):
 def medians(folders):
     """{(level, depth): (tok/s, accept length or None)}: medians over the error-free repeats of
     the static servers in the folders' rows."""
-    seen = {}
+    seen, lengths = {}, set()
     for folder in folders:
-        kept = sorted(Path(folder).glob("rows_*.json*"))
-        if not kept:
+        rows = harness.folder_rows(folder)
+        if rows is None:
             raise ValueError(f"no rows in {folder}")
-        for row in harness.rows_arg(str(kept[0])):
+        for row in rows:
             depth = depth_of(row["server"])
             if depth is None or row.get("errors") or not row.get("tok_s"):
                 continue
+            lengths.add(loadgen.row_lengths(row))
             tok_s, accept = seen.setdefault((row["C"], depth), ([], []))
             tok_s.append(row["tok_s"])
             if row.get("mean_accept_len"):
                 accept.append(row["mean_accept_len"])
+    if len(lengths) > 1:  # medians of two shapes would mean neither
+        raise ValueError(f"{', '.join(map(str, folders))} ran {len(lengths)} prompt and output lengths "
+                         f"({', '.join(f'{p}+{o}' for p, o in sorted(lengths))}): give calls of one")
     return {key: (statistics.median(t), statistics.median(a) if a else None) for key, (t, a) in seen.items()}
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import loadgen
 import machine
@@ -126,6 +127,13 @@ def rows_arg(path):
             return json.load(f)["rows"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise argparse.ArgumentTypeError(f"an earlier call's rows_<tag>.json, not {path!r} ({e})") from None
+
+
+def folder_rows(folder):
+    """The rows of a call's raw folder (bench/gpu/raw/<run>: its rows_<run>.json[.gz]), or
+    None where it keeps none."""
+    kept = sorted(Path(folder).glob("rows_*.json*"))
+    return rows_arg(str(kept[0])) if kept else None
 
 
 def servers_arg(text):

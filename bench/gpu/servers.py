@@ -272,10 +272,10 @@ def threshold_refusal(name, threshold):
     """Why a server of this name cannot launch without a threshold, or None: a gate, and
     SGLang's adaptive route, take calibrate's or --threshold's."""
     kind = KINDS[server_kind(name)]
-    if threshold is not None or not (kind.plan == "native" or kind.plan in ("v1", "v2") and not kind.drop_gate):
+    if threshold is not None or not (kind.plan == "native" or kind.gates and kind.plan != "depth"):
         return None
-    refs = " and ".join(kind.calibrate_on) or "its plain and speculative servers"
-    return f"{name} needs a threshold: --threshold N, or calibrate's ({refs} before it in --servers)"
+    return (f"{name} needs a threshold: --threshold N, or calibrate's ({' and '.join(kind.calibrate_on)} "
+            "before it in --servers)")
 
 
 def native_flags(run, name, pair, threshold):

@@ -59,11 +59,11 @@ def step_times(log_text, levels, passes=None):
 def slowest_passes(folder, server):
     """{level: the slowest tok/s of the server's passes} from the folder's rows; None where
     the folder keeps none."""
-    kept = sorted(Path(folder).glob("rows_*.json*"))
-    if not kept:
+    rows = harness.folder_rows(folder)
+    if rows is None:
         return None
     slowest = {}
-    for row in harness.rows_arg(str(kept[0])):
+    for row in rows:
         if row["server"] == server and row.get("tok_s") and not row.get("errors"):
             slowest[row["C"]] = min(slowest.get(row["C"], row["tok_s"]), row["tok_s"])
     return slowest
