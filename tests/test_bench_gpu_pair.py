@@ -194,3 +194,24 @@ def test_write_trained_saves_a_pair_sglang_can_start(tmp_path, target):
         assert json.loads((folder / "config.json").read_text())["architectures"] == [arch]
     assert len(report["heldout_top1_per_step"]) == 3 and report["iters"] > 0
     json.dumps(report)  # weights.json takes it
+
+
+@pytest.mark.parametrize("p", [0.5, 0.78])
+def test_sampled_pair_draws_token_0_with_the_asked_probability(p):
+    # The real and narrow pairs' calibration on a tiny shape: on fresh contexts (not the
+    # calibration's own) the target, sampling at temperature 1, gives token 0 about p of its
+    # probability, and the draft's lm_head proposes token 0 whatever the hidden state.
+    torch.set_num_threads(1)
+    cfg = weights.llama_config(4, 64, 8, 2, 128, vocab=256)
+    target, draft, report = weights.sampled_pair(cfg, p, torch.Generator().manual_seed(11))
+    assert report["token0_probability_on_calibration_set"] == pytest.approx(p, abs=0.01)
+    assert report["expected_accept_len"] == pytest.approx(1 + p + p**2 + p**3, abs=0.05)
+    gen = torch.Generator().manual_seed(99)
+    ids = torch.randint(100, cfg["vocab_size"], (8, 384), generator=gen)
+    ids[:, 128:][torch.rand((8, 256), generator=gen) < p] = 0
+    h = weights.final_hidden(target, cfg, ids)[:, 128:].reshape(-1, cfg["hidden_size"])
+    held_out = float(torch.softmax(h @ target["lm_head.weight"].T, -1)[:, 0].mean())
+    assert held_out == pytest.approx(p, abs=0.05)
+    assert bool(draft["lm_head.weight"][0, 0] > draft["lm_head.weight"][1:, 0].max())
+    assert set(weights.SAMPLED) == {"real", "narrow"}
+    assert weights.SAMPLED["narrow"]["hidden_size"] * 2 == weights.SAMPLED["real"]["hidden_size"]

@@ -116,7 +116,7 @@ def test_a_variant_it_cannot_run_stops_the_call_before_any_server(tmp_path, serv
         (
             "plain-default:accept,gated-v2:trained",
             ["--threshold", "16"],
-            "throughput pairs (accept, real) or the context pair only",
+            "throughput pairs (accept, real, narrow) or the context pair only",
         ),
         ("eagle-v2:accept,eagle-v2:accept", [], "a server named twice"),
         (",".join(f"eagle-v2@{i}:accept" for i in range(1, 6)), [], "at most 4 servers"),

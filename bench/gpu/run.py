@@ -15,7 +15,8 @@ gate module of another revision of eaglegate in place of this checkout's:
 bench/gpu/variants/REV.py, written before the call with `git show
 REV:eaglegate/patches/gate_module.py` and carried (an A/B of the gate's code in one call, on
 one machine).
-Weights come from bench/gpu/weights.py: the `accept` pair for throughput, the `context`
+Weights come from bench/gpu/weights.py: the `accept`, `real` and `narrow` pairs for
+throughput, the `context`
 pair for greedy equivalence, the `trained` pair (a draft trained on its target) for
 `--catchup`: the acceptance of requests whose draft KV lacks the tokens decoded while gated,
 against the same requests never gated (README "The catch-up cost"). The threshold of a gating

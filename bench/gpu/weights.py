@@ -10,6 +10,9 @@
   target's token-0 probability is calibrated (`--p-real`, 0.78) for a mean accept length
   of about 2.9 of 4, what EAGLE-3 reaches on real models. The benchmark records the
   accept length it measured.
+- `narrow`: the realistic pair's sampling on Llama-3.2-1B's layer shapes (16 layers, 2048
+  wide, 8 KV heads of 64): cheaper target steps, so the draft's layer costs more beside them
+  and speculation's crossover comes at another batch size.
 - `context`: a small Llama (8 layers, 1024 wide) with random weights and sharp attention,
   whose greedy outputs depend on the whole context: the equivalence set runs on it.
 - `trained`: the context pair's shapes; the target's greedy next token after position t is
@@ -44,6 +47,13 @@ def llama_config(layers, hidden, heads, kv_heads, inter, vocab=32000):
         "vocab_size": vocab, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
         "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
     }
+
+
+# The throughput pairs' targets: the accept and realistic pairs' 16 layers of 4,096, and the
+# narrow pair's 16 layers of 2,048 (Llama-3.2-1B's layer shapes), whose steps cost less, so
+# a draft's layer weighs more against them.
+ACCEPT_SHAPE = llama_config(16, 4096, 32, 8, 14336)
+SAMPLED = {"real": ACCEPT_SHAPE, "narrow": llama_config(16, 2048, 32, 8, 8192)}
 
 
 def draft_config(target):
@@ -94,8 +104,8 @@ def draft_weights(cfg, gen, token0_strength):
     w[p + "mlp.up_proj.weight"] = normal(gen, (i_, h), 0.02)
     w[p + "mlp.down_proj.weight"] = normal(gen, (h, i_), 0.005)
     for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
-        w[p + name + ".weight"] = torch.ones(h, device="cuda")
-    w["norm.weight"] = torch.ones(h, device="cuda")
+        w[p + name + ".weight"] = torch.ones(h, device=gen.device)
+    w["norm.weight"] = torch.ones(h, device=gen.device)
     w["lm_head.weight"] = normal(gen, (v, h), 0.02)
     w["lm_head.weight"][0, 0] += token0_strength
     return w
@@ -179,7 +189,7 @@ def final_hidden(w, cfg, ids):
     b, t = ids.shape
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     x = bf["model.embed_tokens.weight"][ids]
-    pos = torch.arange(t, device="cuda")
+    pos = torch.arange(t, device=ids.device)
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         a = rms(x.float()).to(torch.bfloat16)
@@ -200,8 +210,8 @@ def calibrate_token0(w, cfg, p0, gen):
     """The strength s for lm_head[0, 0] += s at which token 0 is the argmax about p0 of the time."""
     # Contexts as the server sees them: a random prompt, then generated tokens of which
     # about p0 are token 0; the rate is measured on the generated part only.
-    ids = torch.randint(100, cfg["vocab_size"], (16, 384), generator=gen, device="cuda")
-    zero = torch.rand((16, 256), generator=gen, device="cuda") < p0
+    ids = torch.randint(100, cfg["vocab_size"], (16, 384), generator=gen, device=gen.device)
+    zero = torch.rand((16, 256), generator=gen, device=gen.device) < p0
     ids[:, 128:][zero] = 0
     h = final_hidden(w, cfg, ids)[:, 128:].reshape(-1, cfg["hidden_size"])
     logits = h @ w["lm_head.weight"].T
@@ -215,8 +225,8 @@ def calibrate_sampled_token0(w, cfg, p, gen):
     """The strength s for lm_head[0, 0] += s at which the target, sampling at temperature 1,
     draws token 0 with probability p on average. A draft that always proposes token 0 is
     then accepted with probability p per token: a chain acceptance of about 1 + p + p^2 + p^3."""
-    ids = torch.randint(100, cfg["vocab_size"], (16, 384), generator=gen, device="cuda")
-    zero = torch.rand((16, 256), generator=gen, device="cuda") < p
+    ids = torch.randint(100, cfg["vocab_size"], (16, 384), generator=gen, device=gen.device)
+    zero = torch.rand((16, 256), generator=gen, device=gen.device) < p
     ids[:, 128:][zero] = 0
     h = final_hidden(w, cfg, ids)[:, 128:].reshape(-1, cfg["hidden_size"])
     logits = h @ w["lm_head.weight"].T
@@ -231,6 +241,17 @@ def calibrate_sampled_token0(w, cfg, p, gen):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_p0(mid) < p else (lo, mid)
     return hi, mean_p0(hi)
+
+
+def sampled_pair(cfg, p, gen):
+    """A target that samples token 0 with probability p on average and a draft that always
+    proposes it (target weights, draft weights, the calibration's report)."""
+    w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
+    s, got = calibrate_sampled_token0(w, cfg, p, gen)
+    w["lm_head.weight"][0, 0] += s
+    report = {"token0_strength": s, "token0_probability_on_calibration_set": got,
+              "expected_accept_len": 1 + got + got ** 2 + got ** 3}
+    return w, draft_weights(cfg, gen, 4.0), report
 
 
 def save(dirpath, cfg, weights):
@@ -257,7 +278,7 @@ def main():
     path = os.path.join(a.out, "weights.json")
     # Pairs written by an earlier call on this machine stay: their report is kept.
     report = json.load(open(path)) if os.path.exists(path) else {"shapes": {}}
-    cfg = llama_config(16, 4096, 32, 8, 14336)
+    cfg = ACCEPT_SHAPE
     if "accept" in pairs:
         gen = torch.Generator(device="cuda").manual_seed(1234)
         w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
@@ -268,19 +289,15 @@ def main():
         del w
         save(os.path.join(a.out, "accept-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
         report["shapes"]["accept"] = cfg
-    if "real" in pairs:
-        # The accept pair's shapes and draft; the target samples (temperature 1) token 0 with
-        # probability --p-real: a mean accept length in EAGLE-3's range on real models.
+    for pair in sorted(pairs & set(SAMPLED)):
+        # The target samples (temperature 1) token 0 with probability --p-real: a mean accept
+        # length in EAGLE-3's range on real models.
         gen = torch.Generator(device="cuda").manual_seed(1234)
-        w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
-        s, got = calibrate_sampled_token0(w, cfg, a.p_real, gen)
-        w["lm_head.weight"][0, 0] += s
-        report["real"] = {"token0_strength": s, "token0_probability_on_calibration_set": got,
-                          "expected_accept_len": 1 + got + got ** 2 + got ** 3}
-        save(os.path.join(a.out, "real-target"), cfg, w)
-        del w
-        save(os.path.join(a.out, "real-draft"), draft_config(cfg), draft_weights(cfg, gen, 4.0))
-        report["shapes"]["real"] = cfg
+        target, draft, report[pair] = sampled_pair(SAMPLED[pair], a.p_real, gen)
+        save(os.path.join(a.out, f"{pair}-target"), SAMPLED[pair], target)
+        del target
+        save(os.path.join(a.out, f"{pair}-draft"), draft_config(SAMPLED[pair]), draft)
+        report["shapes"][pair] = SAMPLED[pair]
     if "context" in pairs:
         # 8 layers: EAGLE-3 reads three distinct layers (2, L/2, L-3) of the target.
         gen = torch.Generator(device="cuda").manual_seed(4321)

@@ -12,10 +12,11 @@ import servers
 
 from phases import equivalence, profile
 
-# Sampling temperature per pair: the `real` pair's acceptance comes from the target sampling
-# token 0 with a probability below one (weights.py calibrates it); the others are greedy.
-TEMPERATURE = {"real": 1.0}
-PAIRS = ("accept", "real")
+# Sampling temperature per pair: the `real` and `narrow` pairs' acceptance comes from the
+# target sampling token 0 with a probability below one (weights.py calibrates it); the others
+# are greedy.
+TEMPERATURE = {"real": 1.0, "narrow": 1.0}
+PAIRS = ("accept", "real", "narrow")
 # The pair whose greedy outputs are compared (phases/equivalence.py); side by side, its
 # servers run the equivalence set instead of the levels.
 EQUIVALENCE_PAIR = "context"
@@ -102,7 +103,7 @@ def side_by_side_refusal(run):
     if len({name for name, _ in items}) < len(items):
         return "a server named twice (a second start is NAME@2)"
     if any(pair not in (*PAIRS, EQUIVALENCE_PAIR) for _, pair in items):
-        return f"throughput pairs (accept, real) or the {EQUIVALENCE_PAIR} pair only"
+        return f"throughput pairs ({', '.join(PAIRS)}) or the {EQUIVALENCE_PAIR} pair only"
     if run.catchup or run.profile:
         return "not with --catchup or --profile (each measures one server alone)"
     if run.start_together and not run.plain_caps:
