@@ -162,3 +162,21 @@ def test_pooled_side_by_side_also_pools_only_the_calls_that_ran_the_leader():
 )
 def test_the_raw_runs_keep_no_machine_path(written, kept):
     assert collect.scrubbed(written) == kept
+
+
+def test_the_readmes_depth_ratios_of_the_realistic_and_narrow_pairs_are_the_committed_rows():
+    """bench/gpu/README.md's D16h and D16i ratios, recomputed by collect from the catalogued
+    calls' rows: gated-depth over the best other server of its call (R(C)), and over the best
+    static server of the call its table was calibrated on (E(C))."""
+    import json
+
+    section = json.loads((BENCH / "results.json").read_text())["depth"]
+    text = collect.depth_table({run: section[run] for run in ("D16h-a", "D16h-b", "D16i-a", "D16i-b")})
+    ratios = [ln.split("|")[2:4] for ln in text.splitlines() if ln.startswith("| gated-depth / ")]
+    assert [[c.strip() for c in r] for r in ratios] == [
+        ["107.3%", "107.3%"], ["100.1%", "100.0%"],  # realistic pair: R(C), E(C)
+        ["110.1%", "95.4%"], ["99.9%", "91.5%"],  # narrow pair
+    ]
+    readme = (BENCH / "README.md").read_text()
+    for figure in ("**107.3 %** | **107.3 %**", "100.1 % | 100.0 %", "**110.1 %** | 95.4 %", "99.9 % | 91.5 %"):
+        assert figure in readme, figure

@@ -116,3 +116,19 @@ def test_the_readmes_count_of_staggered_decode_lines_is_the_committed_logs():
     assert plain[32] == 156 and set(plain) == {16, 32, 128}  # its levels, and the warm-up's batch
     assert depth5[32] == 35 and sum(depth5[b] for b in range(28, 32)) == 10
     assert sum(depth5[b] for b in range(1, 16)) == 13
+
+
+def test_the_readmes_cost_of_the_narrow_pairs_off_state_is_the_committed_logs():
+    """D16i: at C=32 gated-depth decodes plainly on every step (1 token a step) and its pure
+    decode step takes 1.83 ms against plain-default's 1.71 (1.69 in D16i-a), as the README says."""
+    raw = BENCH / "raw"
+
+    def ms(run, server):
+        log = (raw / run / f"log_{server}-narrow.txt").read_text(errors="replace")
+        got = step_times.step_times(log, [32], step_times.slowest_passes(raw / run, server))[32]
+        return f"{got[0]:.2f}", got[1]
+
+    assert ms("D16i-b", "gated-depth") == ("1.83", 1.0)
+    assert ms("D16i-b", "plain-default") == ("1.71", 1.0)
+    assert ms("D16i-a", "plain-default") == ("1.69", 1.0)
+    assert "1.83 ms a pure decode step against\n  plain-default's 1.71 (D16i-a's plain-default: 1.69)" in (BENCH / "README.md").read_text()
