@@ -278,8 +278,8 @@ def main():
     path = os.path.join(a.out, "weights.json")
     # Pairs written by an earlier call on this machine stay: their report is kept.
     report = json.load(open(path)) if os.path.exists(path) else {"shapes": {}}
-    cfg = ACCEPT_SHAPE
     if "accept" in pairs:
+        cfg = ACCEPT_SHAPE
         gen = torch.Generator(device="cuda").manual_seed(1234)
         w = target_weights(cfg, gen, anchor=8.0, qk_std=0.02)
         s, got = calibrate_token0(w, cfg, a.p0, gen)
