@@ -11,8 +11,8 @@
   of about 2.9 of 4, what EAGLE-3 reaches on real models. The benchmark records the
   accept length it measured.
 - `narrow`: the realistic pair's sampling on Llama-3.2-1B's layer shapes (16 layers, 2048
-  wide, 8 KV heads of 64): cheaper target steps, so the draft's layer costs more beside them
-  and speculation's crossover comes at another batch size.
+  wide, 8 KV heads of 64): cheaper target steps, beside which a speculative step costs more
+  plain ones, so speculation's crossover comes at another batch size (bench/gpu/README.md).
 - `context`: a small Llama (8 layers, 1024 wide) with random weights and sharp attention,
   whose greedy outputs depend on the whole context: the equivalence set runs on it.
 - `trained`: the context pair's shapes; the target's greedy next token after position t is
@@ -50,8 +50,7 @@ def llama_config(layers, hidden, heads, kv_heads, inter, vocab=32000):
 
 
 # The throughput pairs' targets: the accept and realistic pairs' 16 layers of 4,096, and the
-# narrow pair's 16 layers of 2,048 (Llama-3.2-1B's layer shapes), whose steps cost less, so
-# a draft's layer weighs more against them.
+# narrow pair's 16 layers of 2,048 (Llama-3.2-1B's layer shapes).
 ACCEPT_SHAPE = llama_config(16, 4096, 32, 8, 14336)
 SAMPLED = {"real": ACCEPT_SHAPE, "narrow": llama_config(16, 2048, 32, 8, 8192)}
 
