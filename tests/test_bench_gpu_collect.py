@@ -180,3 +180,38 @@ def test_the_readmes_depth_ratios_of_the_realistic_and_narrow_pairs_are_the_comm
     readme = (BENCH / "README.md").read_text()
     for figure in ("**107.3 %** | **107.3 %**", "100.1 % | 100.0 %", "**110.1 %** | 95.4 %", "99.9 % | 91.5 %"):
         assert figure in readme, figure
+
+
+def _first_halves():
+    import json
+
+    return json.loads((BENCH / "results.json").read_text())["depth"]
+
+
+def test_stability_counts_the_gap_in_steps_of_the_depths_measured():
+    """The "Stable" line's check on D16b-a's committed medians (depth 7 led at every level), and
+    on a copy whose depth 7 lost 10 %: the copy's choices move to shallower depths, and the
+    gap is counted along plain decoding and the static depths, not in draft steps."""
+    import copy
+
+    section = _first_halves()
+    again = copy.deepcopy(section["D16b-a"])
+    same = collect.depth_stability({"D16b-a": section["D16b-a"], "again": again}, {"g": ("D16b-a", "again")})["g"]
+    assert same["depths"] == [0, 3, 5, 7]
+    assert same["chosen"]["D16b-a"] == [7, 7, 7, 7] and same["widest_gap"] == 0
+    again["medians"]["eagle-v2-d7"] = [v * 0.9 for v in again["medians"]["eagle-v2-d7"]]
+    moved = collect.depth_stability({"D16b-a": section["D16b-a"], "again": again}, {"g": ("D16b-a", "again")})["g"]
+    steps = [0, 3, 5, 7]
+    assert 7 not in moved["chosen"]["again"]
+    assert moved["widest_gap"] == max(steps.index(7) - steps.index(d) for d in moved["chosen"]["again"])
+    assert "| D16b-a | 7 | 7 | 7 | 7 |" in collect.stability_table({"g": moved})
+
+
+@pytest.mark.parametrize(("runs", "why"), [
+    (("D16b-a", "D12b-a"), "are not one command"),  # two releases
+    (("D16c-a", "D16b-a"), "are not one command"),  # 512- against 128-token outputs
+    (("D16c-b", "D16c-b"), "not first halves"),  # the gated server's half
+])
+def test_stability_refuses_calls_that_are_not_one_calibration_repeated(runs, why):
+    with pytest.raises(SystemExit, match=why):
+        collect.depth_stability(_first_halves(), {"g": runs})

@@ -563,6 +563,43 @@ def catchup_section(catalogue: Catalogue) -> dict:
                                    for key, r in data["runs"].items()}}
     return out
 
+# The Done-when's "Stable": two calibrations from separate starts of the same servers give
+# tables within one depth of each other at every level. One depth is one step along the depths
+# the calls measured (plain decoding, then each static depth in order): with static depths 3, 5
+# and 7, depths 5 and 7 are one apart, 3 and 7 two.
+def depth_stability(section: dict, groups: dict) -> dict:
+    """For each repeat group of first halves (runs.toml's repeat_group: the same command in
+    separate calls), the depth `eaglegate calibrate --depth` chooses at each level from each
+    call's medians, at its default margin, and the widest gap between two calls' choices."""
+    from eaglegate.live.calibrate import Curve, choose_depths
+
+    out = {}
+    for label, runs in groups.items():
+        records = [section[run] for run in runs]
+        shapes = {(r["sglang"], tuple(r["pairs"]), r["prompt_len"], r["output_len"], tuple(r["levels"]),
+                   tuple(r["medians"])) for r in records}
+        if len(shapes) > 1:
+            raise SystemExit(f"runs.toml: repeat group {label!r}: {', '.join(runs)} are not one command "
+                             "(release, pair, prompt and output lengths, levels and servers must match)")
+        static = {servers.KINDS[s].steps: s for s in records[0]["medians"] if s in servers.STATIC_DEPTHS.values()}
+        if "plain-default" not in records[0]["medians"] or not static or "gated-depth" in records[0]["medians"]:
+            raise SystemExit(f"runs.toml: repeat group {label!r}: not first halves (plain-default and static "
+                             "depths, no gated server)")
+        order = [0, *sorted(static)]
+        chosen = {}
+        for run, rec in zip(runs, records, strict=True):
+            def curve(name, rec=rec):
+                return Curve.of(name, [(c, v) for c, v in zip(rec["levels"], rec["medians"][name], strict=True) if v])
+            calibration = choose_depths(curve("plain-default"), {d: curve(s) for d, s in static.items()})
+            chosen[run] = {int(row["concurrency"]): row["depth"] for row in calibration.rows}
+        levels = sorted(set.intersection(*(set(c) for c in chosen.values())))
+        gaps = [max(order.index(chosen[a][c]) - order.index(chosen[b][c]) for a in runs for b in runs)
+                for c in levels]
+        out[label] = {"runs": list(runs), "levels": levels, "depths": order,
+                      "chosen": {run: [chosen[run][c] for c in levels] for run in runs},
+                      "widest_gap": max(gaps, default=None)}
+    return out
+
 
 def catchup_table(section: dict) -> str:
     cols = ("resume_after_gated_steps", "steps_8", "steps_16", "steps_32", "steps_all",
@@ -643,6 +680,9 @@ def gather(catalogue: Catalogue) -> dict:
                                      for pair in ("accept", "real")}
     result["catchup"] = catchup_section(catalogue)
     result["depth"] = depth_section(catalogue)
+    stable = depth_stability(result["depth"], catalogue.repeated("depth"))
+    if stable:
+        result["depth_stable"] = stable
     return result
 
 
@@ -662,7 +702,21 @@ def tables(result: dict) -> str:
     out += [steady_table(newest["steady_decode"]), "", catchup_table(result["catchup"])]
     if result["depth"]:
         out += ["", depth_table(result["depth"])]
+    if result.get("depth_stable"):
+        out += ["", stability_table(result["depth_stable"])]
     return "\n".join(out)
+
+
+def stability_table(stable: dict) -> str:
+    lines = []
+    for label, group in stable.items():
+        levels = group["levels"]
+        lines += [""] if lines else []
+        lines += [f"| {label}: the depth calibrate chooses, widest gap {group['widest_gap']} (of depths "
+                  f"{', '.join(map(str, group['depths']))}) | " + " | ".join(f"C={c}" for c in levels) + " |",
+                  "|---" * (len(levels) + 1) + "|"]
+        lines += [f"| {run} | " + " | ".join(map(str, depths)) + " |" for run, depths in group["chosen"].items()]
+    return "\n".join(lines)
 
 
 def main() -> None:
