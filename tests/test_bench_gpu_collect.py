@@ -215,3 +215,26 @@ def test_stability_counts_the_gap_in_steps_of_the_depths_measured():
 def test_stability_refuses_calls_that_are_not_one_calibration_repeated(runs, why):
     with pytest.raises(SystemExit, match=why):
         collect.depth_stability(_first_halves(), {"g": runs})
+
+
+def test_the_readmes_accept_pair_at_64_and_the_off_state_alone_are_the_committed_rows():
+    """D16l's ratios (gated-depth over R(C) and E(C) at C=64), recomputed by collect from the
+    catalogued rows, and D16k's off state (each server alone) from its rows, as bench/gpu/README.md
+    quotes them."""
+    section = _first_halves()
+    text = collect.depth_table({run: section[run] for run in ("D16l-a", "D16l-b")})
+    ratios = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / ")]
+    assert ratios == ["99.8%", "98.9%"]
+    # the table is plain decoding: depth 7's lead over plain-default is inside the 5 % margin
+    assert section["D16l-b"]["depth_tables"]["accept"]["depth"] == [[0]]
+    row = section["D16l-b"]["depth_calibrate"]["accept"]["columns"][0]["rows"][0]
+    assert 0 < row["throughput"]["7"] / row["throughput"]["0"] - 1 < 0.05
+    rows = collect.rows_of("D16k")["rows"]
+    medians = {s: collect.median([{**r, "run": "D16k"} for r in rows], s, 32, "D16k")
+               for s in ("plain-default", "gated-depth")}
+    assert round(medians["gated-depth"] / medians["plain-default"], 3) == 0.899
+    assert {r["mean_accept_len"] for r in rows if r["server"] == "gated-depth"} == {1.002}
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| **gated-depth / R(C)**, its call | **99.8 %** |", "| 98.9 % |", "served **89.9 %** of plain-default",
+                   "16175 against 17996 tok/s"):
+        assert figure in readme, figure

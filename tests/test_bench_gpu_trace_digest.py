@@ -225,3 +225,84 @@ def test_command_line_prints_each_trace_with_its_top(tmp_path, capsys):
     write_trace(path, [0, 3000, 6000], [(0, 2000), (3000, 5000)])
     trace_digest.main(["--top", "3", str(path)])
     assert capsys.readouterr().out == trace_digest.digest(str(path), top=3) + "\n"
+
+
+def stacked_trace(path, steps, calls):
+    """A trace with Python stacks: `steps` run_batch calls 1 ms apart on the scheduler thread,
+    and in each, per (caller, op, nested op or None), a Python function that calls the op."""
+    events = []
+    for i in range(steps):
+        t = i * 1000.0
+        events.append(event("python_function", "sglang/srt/managers/scheduler.py(10): run_batch", t, 900.0))
+        for j, (caller, op, inner) in enumerate(calls):
+            at = t + 10 + 50 * j
+            events.append(event("python_function", caller, at, 40.0))
+            events.append(event("python_function", "<built-in method to of Tensor object at 0x1>", at + 1, 30.0))
+            events.append(event("cpu_op", op, at + 2, 20.0))
+            if inner:
+                events.append(event("cpu_op", inner, at + 3, 10.0))
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_callers_name_the_function_outside_torch_and_count_an_op_its_op_calls_once(tmp_path):
+    a, b = tmp_path / "a.trace.json.gz", tmp_path / "b.trace.json.gz"
+    prepare = "sglang/srt/managers/schedule_batch.py(20): prepare_for_decode"
+    gate = "sglang/srt/speculative/batch_gate.py(30): _cast"
+    stacked_trace(a, 4, [(prepare, "aten::add", None)])
+    stacked_trace(b, 4, [(prepare, "aten::add", None), (gate, "aten::to", "aten::_to_copy"),
+                         (gate, "aten::to", "aten::_to_copy")])
+    callers = trace_digest.op_callers(str(b))
+    # three whole steps (the last run_batch opens the window's end); the nested copy is the op's
+    assert callers == {("schedule_batch.py:prepare_for_decode", "aten::add"): (1.0, 20.0),
+                       ("batch_gate.py:_cast", "aten::to"): (2.0, 40.0)}
+    rows = trace_digest.compare_callers(str(a), str(b)).splitlines()
+    assert rows[1].split()[:2] == ["1.00", "3.00"]  # every op, A against B
+    assert [r.split()[-2:] for r in rows[2:]] == [["batch_gate.py:_cast", "aten::to"]]  # only what differs
+
+
+def test_callers_refuse_a_trace_without_stacks(tmp_path):
+    flat = tmp_path / "flat.trace.json.gz"
+    write_trace(flat, [0, 3000], [(0, 1000)])
+    with pytest.raises(ValueError, match="no Python stacks"):
+        trace_digest.op_callers(str(flat))
+
+
+def test_the_committed_profile_of_the_off_state_shows_where_a_plain_step_of_the_gated_server_does_more():
+    """D16k (the narrow pair at C=32, each server alone): the ops per step that bench/gpu/README.md
+    counts, from the committed traces with stacks."""
+    raw = BENCH / "raw" / "D16k"
+    plain = trace_digest.op_callers(str(raw / "trace_plain-default-narrow-C32-stack.json.gz"))
+    gated = trace_digest.op_callers(str(raw / "trace_gated-depth-narrow-C32-stack.json.gz"))
+
+    def count(side, caller=None, op=None):
+        return round(sum(n for (c, o), (n, _) in side.items()
+                         if (caller is None or c == caller) and (op is None or o == op)), 2)
+
+    assert (count(plain), count(gated)) == (50.0, 62.0)
+    assert count(gated, "eagle_utils.py:eagle_prepare_for_decode") == 10.0
+    assert count(gated, "eagle_utils.py:eagle_prepare_for_decode", "aten::to") == 4.0
+    assert count(gated, "batch_gate.py:_cast", "aten::to") == 2.0
+    assert count(gated, "utils.py:_async_d2h", "aten::copy_") == 2.0 and count(plain, "utils.py:_async_d2h", "aten::copy_") == 1.0
+    own = {c for c, _ in gated if c.startswith("batch_gate.py:")}
+    assert sum(count(gated, c) for c in own) == 9.0
+    # the plain path's ops for the same work: the slot, the lengths, the FutureMap
+    plain_own = ("schedule_batch.py:prepare_for_decode", "allocation.py:alloc_for_decode", "memory_pool.py:write",
+                 "overlap_utils.py:resolve_forward_inputs", "overlap_utils.py:stash")
+    assert sum(count(plain, c) for c in plain_own) == 9.0
+    speculative = {("eagle_utils.py:eagle_prepare_for_decode", None): 10.0,
+                   ("allocation.py:alloc_for_spec_decode", None): 2.0,
+                   ("overlap_utils.py:resolve_seq_lens_cpu", None): 1.0,
+                   ("batch_result_processor.py:_resolve_spec_v2_tokens", None): 4.0}
+    for (caller, op), n in speculative.items():
+        assert count(gated, caller, op) == n and count(plain, caller, op) == 0, caller
+    d2h = count(gated, "utils.py:_async_d2h") - count(plain, "utils.py:_async_d2h")
+    assert sum(speculative.values()) + d2h == 20.0
+    # what plain-default runs more often than a gated step, beyond the nine above
+    fewer = sum(max(0.0, n - gated.get(key, (0.0, 0.0))[0]) for key, (n, _) in plain.items() if key[0] not in plain_own)
+    assert round(fewer, 2) == 8.0
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for claim in ("62 torch ops a step against plain-default's 50", "The gate's module runs nine",
+                  "Plain decoding runs nine for the same work", "Twenty more are SGLang's speculative scheduling path",
+                  "ten in `eagle_prepare_for_decode`", "Plain-default runs eight a gated step does not"):
+        assert claim in readme, claim

@@ -199,6 +199,59 @@ def compare(path_a, path_b, top=25):
     return "\n".join(out) + "\n"
 
 
+def _torch_internal(name):
+    # a C function's own event, or torch's Python: the op's caller is further out
+    return name.startswith("<built-in") or "torch/" in name.split("(", 1)[0]
+
+
+def op_callers(path):
+    """A trace with Python stacks: per step of the scheduler thread, each torch op called from
+    outside torch (an op another op calls is part of its caller's time) by the innermost
+    Python function outside torch that called it: {(caller, op): (count, host us)}. Counts are
+    what two servers' steps are compared on: tracing Python slows every call, so times are
+    only a guide."""
+    events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
+    steps = [e for e in events if e.get("cat") == "python_function" and e["name"].endswith(": run_batch")]
+    if not steps:
+        raise ValueError(f"{path}: no Python stacks (profiled without them): no caller to name")
+    where = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
+    t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
+    n = sum(1 for e in steps if e["ts"] < t1)
+    mine = sorted((e for e in events if (e["pid"], e["tid"]) == where and t0 <= e["ts"] < t1
+                   and e.get("cat") in ("python_function", "cpu_op")), key=lambda e: (e["ts"], -e["dur"]))
+    count, time = collections.Counter(), collections.Counter()
+    stack = []
+    for e in mine:
+        while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
+            stack.pop()
+        if e["cat"] == "cpu_op" and not any(s["cat"] == "cpu_op" for s in stack):
+            caller = next((short(s["name"]) for s in reversed(stack)
+                           if s["cat"] == "python_function" and not _torch_internal(s["name"])), "?")
+            count[caller, e["name"]] += 1
+            time[caller, e["name"]] += e["dur"]
+        stack.append(e)
+    return {key: (count[key] / max(n, 1), time[key] / max(n, 1)) for key in count}
+
+
+def compare_callers(path_a, path_b):
+    """Two traces with Python stacks side by side: every (caller, op) one of them runs more
+    often per step than the other, those B runs more often first."""
+    a, b = op_callers(path_a), op_callers(path_b)
+    none = (0.0, 0.0)
+    differ = [k for k in set(a) | set(b) if round(a.get(k, none)[0], 2) != round(b.get(k, none)[0], 2)]
+    keys = sorted(differ, key=lambda k: (-(b.get(k, none)[0] - a.get(k, none)[0]),
+                                         -(b.get(k, none)[1] - a.get(k, none)[1]), k))
+    out = [f"A {path_a.rsplit('/', 1)[-1]}, B {path_b.rsplit('/', 1)[-1]}: torch ops per step by the "
+           "function outside torch that called them, where the counts differ: count A, count B, host us A, "
+           "host us B, caller, op",
+           f"{sum(v[0] for v in a.values()):6.2f} {sum(v[0] for v in b.values()):6.2f} "
+           f"{sum(v[1] for v in a.values()):8.1f} {sum(v[1] for v in b.values()):8.1f}  (all)"]
+    for key in keys:
+        (na, ta), (nb, tb) = a.get(key, none), b.get(key, none)
+        out.append(f"{na:6.2f} {nb:6.2f} {ta:8.1f} {tb:8.1f}  {key[0][:60]}  {key[1][:40]}")
+    return "\n".join(out) + "\n"
+
+
 def short(name):
     # "path/to/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
     if "): " in name:
@@ -258,13 +311,19 @@ def main(argv=None):
                                      "profiler traces of an SGLang server.")
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="a trace (.json or .json.gz)")
     parser.add_argument("--compare", action="store_true", help="set two traces side by side, op by op")
+    parser.add_argument("--callers", action="store_true",
+                        help="set two traces with Python stacks side by side, by the function that called each op")
     parser.add_argument("--top", type=int, default=22, help="rows of the self- and inclusive-time tables")
     args = parser.parse_args(argv)
-    if args.compare and len(args.traces) != 2:
-        parser.error("--compare takes two traces")
+    if args.compare and args.callers:
+        parser.error("--compare or --callers, not both")
+    if (args.compare or args.callers) and len(args.traces) != 2:
+        parser.error(f"--{'compare' if args.compare else 'callers'} takes two traces")
     try:
         if args.compare:
             print(compare(*args.traces))
+        elif args.callers:
+            print(compare_callers(*args.traces))
         else:
             for path in args.traces:
                 print(digest(path, top=args.top))
