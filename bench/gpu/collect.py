@@ -563,6 +563,7 @@ def catchup_section(catalogue: Catalogue) -> dict:
                                    for key, r in data["runs"].items()}}
     return out
 
+
 # The Done-when's "Stable": two calibrations from separate starts of the same servers give
 # tables within one depth of each other at every level. One depth is one step along the depths
 # the calls measured (plain decoding, then each static depth in order): with static depths 3, 5

@@ -22,6 +22,11 @@ CUDA runtime calls, their count and time).
 
 sets two such traces side by side, op by op: where a CPU-bound step of B spends more host time
 than A's, the ops it runs more often per launch.
+
+    python3 bench/gpu/trace_digest.py --callers A.json.gz B.json.gz
+
+sets two traces with Python stacks side by side by caller: each step's torch ops counted by
+the function outside torch that called them, where A and B differ.
 """
 import argparse
 import collections
@@ -199,6 +204,14 @@ def compare(path_a, path_b, top=25):
     return "\n".join(out) + "\n"
 
 
+def scheduler_window(steps):
+    """The scheduler thread (the one that ran the most `run_batch` calls), the window from its
+    first `run_batch` to its last, and the whole steps in it."""
+    where = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
+    t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
+    return where, t0, t1, sum(1 for e in steps if e["ts"] < t1)
+
+
 def _torch_internal(name):
     # a C function's own event, or torch's Python: the op's caller is further out
     return name.startswith("<built-in") or "torch/" in name.split("(", 1)[0]
@@ -214,9 +227,7 @@ def op_callers(path):
     steps = [e for e in events if e.get("cat") == "python_function" and e["name"].endswith(": run_batch")]
     if not steps:
         raise ValueError(f"{path}: no Python stacks (profiled without them): no caller to name")
-    where = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
-    t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
-    n = sum(1 for e in steps if e["ts"] < t1)
+    where, t0, t1, n = scheduler_window(steps)
     mine = sorted((e for e in events if (e["pid"], e["tid"]) == where and t0 <= e["ts"] < t1
                    and e.get("cat") in ("python_function", "cpu_op")), key=lambda e: (e["ts"], -e["dur"]))
     count, time = collections.Counter(), collections.Counter()
@@ -274,9 +285,7 @@ def digest(path, top=22):
                 f"of {(t1 - t0) / 1000:.1f} ms, {len(gpu)} GPU events, {len(launches)} graph launches\n"
                 + launch_intervals(launches) + host_waits(events, t0, t1, len(launches))
                 + host_line(events, launches) + kernel_times(events, len(launches)))
-    tid = collections.Counter((e["pid"], e["tid"]) for e in steps).most_common(1)[0][0]
-    t0, t1 = min(e["ts"] for e in steps), max(e["ts"] for e in steps)
-    n = sum(1 for e in steps if e["ts"] < t1)  # steps from the first run_batch to the last
+    tid, t0, t1, n = scheduler_window(steps)
     gpu = [(e["ts"], e["ts"] + e["dur"]) for e in events
            if e.get("cat") in GPU_CATS and t0 <= e["ts"] < t1]
     busy = union_us(gpu)
