@@ -118,14 +118,19 @@ def test_the_readmes_count_of_staggered_decode_lines_is_the_committed_logs():
     assert sum(depth5[b] for b in range(1, 16)) == 13
 
 
+def step_at_32(run, server, pair):
+    """A committed run's pure decode step at C=32: (ms, tokens a step), as step_times.py reads it."""
+    raw = BENCH / "raw"
+    log = (raw / run / f"log_{server}-{pair}.txt").read_text(errors="replace")
+    return step_times.step_times(log, [32], step_times.slowest_passes(raw / run, server))[32]
+
+
 def test_the_readmes_cost_of_the_narrow_pairs_off_state_is_the_committed_logs():
     """D16i: at C=32 gated-depth decodes plainly on every step (1 token a step) and its pure
     decode step takes 1.83 ms against plain-default's 1.71 (1.69 in D16i-a), as the README says."""
-    raw = BENCH / "raw"
 
     def ms(run, server):
-        log = (raw / run / f"log_{server}-narrow.txt").read_text(errors="replace")
-        got = step_times.step_times(log, [32], step_times.slowest_passes(raw / run, server))[32]
+        got = step_at_32(run, server, "narrow")
         return f"{got[0]:.2f}", got[1]
 
     assert ms("D16i-b", "gated-depth") == ("1.83", 1.0)
@@ -138,14 +143,8 @@ def test_the_readmes_cost_of_the_narrow_pairs_off_state_is_the_committed_logs():
 def test_the_readmes_cost_of_a_depth_5_step_in_plain_steps_is_the_committed_logs():
     """D16i-a and D16h-a at C=32: a depth-5 step costs 3.4 plain steps on the narrow pair and
     2.7 on the realistic pair, as bench/gpu/README.md says."""
-    raw = BENCH / "raw"
-
-    def ms(run, server, pair):
-        log = (raw / run / f"log_{server}-{pair}.txt").read_text(errors="replace")
-        return step_times.step_times(log, [32], step_times.slowest_passes(raw / run, server))[32][0]
-
-    narrow = [ms("D16i-a", s, "narrow") for s in ("eagle-v2-d5", "plain-default")]
-    real = [ms("D16h-a", s, "real") for s in ("eagle-v2-d5", "plain-default")]
+    narrow = [step_at_32("D16i-a", s, "narrow")[0] for s in ("eagle-v2-d5", "plain-default")]
+    real = [step_at_32("D16h-a", s, "real")[0] for s in ("eagle-v2-d5", "plain-default")]
     assert [f"{v:.2f}" for v in (*narrow, *real)] == ["5.76", "1.69", "10.27", "3.75"]
     assert (f"{narrow[0] / narrow[1]:.1f}", f"{real[0] / real[1]:.1f}") == ("3.4", "2.7")
     readme = " ".join((BENCH / "README.md").read_text().split())
