@@ -238,3 +238,26 @@ def test_the_readmes_accept_pair_at_64_and_the_off_state_alone_are_the_committed
     for figure in ("| **gated-depth / R(C)**, its call | **99.8 %** |", "| 98.9 % |", "served **89.9 %** of plain-default",
                    "16175 against 17996 tok/s"):
         assert figure in readme, figure
+
+
+def test_the_readmes_band_end_is_the_committed_rows():
+    """D16m's and D16n's ratios (the realistic pair at C=64, the accept pair at C=128),
+    recomputed by collect from the catalogued rows, as bench/gpu/README.md quotes them; the
+    table plain decoding in both, and D16n-a's failed depth left out of it."""
+    section = _first_halves()
+    ratios = {}
+    for tag in ("D16m", "D16n"):
+        text = collect.depth_table({run: section[run] for run in (f"{tag}-a", f"{tag}-b")})
+        ratios[tag] = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / ")]
+        assert section[f"{tag}-b"]["depth_tables"][section[f"{tag}-b"]["pairs"][0]]["depth"] == [[0]]
+    assert ratios == {"D16m": ["98.8%", "100.0%"], "D16n": ["98.4%", "98.4%"]}
+    calibrated = section["D16n-b"]["depth_calibrate"]["accept"]["columns"][0]["rows"][0]["throughput"]
+    assert set(calibrated) == {"0", "3", "5"}
+    adaptive = section["D16n-b"]["medians"]
+    assert round(adaptive["adaptive"][0] / adaptive["plain-default"][0], 3) == 0.219
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| **gated-depth / R(C)**, its call | **98.8 %** | **98.4 %** |",
+                   "| gated-depth / E(C) (half a's servers, another start) | 100.0 % | 98.4 % |",
+                   "| accept pair | 127.5 % | 120.9 % | 99.8 % | 98.4 % |",
+                   "**SGLang's adaptive route at C=128 served 21.9 %**"):
+        assert figure in readme, figure

@@ -6,6 +6,7 @@ launch, and the side-by-side KV refusal (depth.sh itself: test_bench_gpu_scripts
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -382,3 +383,33 @@ def test_a_table_that_never_speculates_launches_at_the_default_depth():
     assert servers.launch_depth('{"batch": [], "depth": [[0]]}', 3) == 3
     assert servers.launch_depth('{"batch": [8], "depth": [["launch"], [0]]}', 3) == 3
     assert servers.launch_depth('{"batch": [8, 32], "context": [1024], "depth": [[5, 7], [2, 2], [0, 1]]}', 3) == 7
+
+
+def test_a_static_depth_that_failed_requests_is_left_out_of_the_table_with_why(tmp_path, capsys, monkeypatch):
+    """A committed call's rows where depth 7 ran out of GPU memory beside three other servers
+    at C=128 and failed every request: the table is calibrated on plain decoding and the
+    depths that served (3 and 5), and the call says which depth it left out and why."""
+    monkeypatch.setenv("EG", EG)
+    earlier = BENCH / "raw" / "D16n-a" / "rows_D16n-a.json.gz"
+    assert {r["server"] for r in harness.rows_arg(str(earlier)) if r["errors"]} == {"eagle-v2-d7"}
+    run = a_run(tmp_path, "--side-by-side", "--rows-from", str(earlier), "--levels", "128", "--output-len", "512",
+                "--servers", "plain-default:accept,gated-depth:accept")
+    throughput.calibrated(run, [], "gated-depth", "accept")
+    said = capsys.readouterr().out
+    assert "eagle-v2-d7:accept left out of the depth table: failed 384 of 384 requests at C=128" in said
+    assert {f.name for f in tmp_path.glob("sweep_*.jsonl")} == {
+        "sweep_plain-default.jsonl", "sweep_eagle-v2.jsonl", "sweep_eagle-v2-d5.jsonl"}
+    answer = run.calibrations[("depth", "accept")]
+    assert set(answer["columns"][0]["rows"][0]["throughput"]) == {"0", "3", "5"}
+    # the table the next call launched with, calibrated on those rows less depth 7's by hand
+    launched = json.loads(gzip.decompress((BENCH / "raw" / "D16n-b" / "rows_D16n-b.json.gz").read_bytes()))
+    assert answer["table"] == launched["depth_calibrate"]["accept"]["table"]
+
+
+def test_a_depth_table_with_no_static_depth_that_served_stops_the_call(tmp_path):
+    """Rows of this call (an earlier call's are refused before any server starts) where every
+    static depth failed its requests: no table, and the call says why."""
+    rows = [{**r, "errors": r["n"], "tok_s": 0.0} if r["server"] != "plain-default" else r for r in sweep_rows()]
+    run = a_run(tmp_path, "--depth-table", TABLE, "--servers", "plain-default:accept,gated-depth:accept")
+    with pytest.raises(SystemExit, match="every static depth of gated-depth:accept failed requests: eagle-v2-d1 failed"):
+        throughput.calibrate(run, rows, "gated-depth", "accept")

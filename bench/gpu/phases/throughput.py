@@ -307,6 +307,16 @@ def sweep_file(rows, server, pair, path):
                                     "total_output_tokens": olen * n}) + "\n")
 
 
+def request_errors(rows, pair):
+    """server -> what its failed requests were, for each server of `pair` that failed any."""
+    failed = {}
+    for r in rows:
+        if r["pair"] == pair and r["errors"] and r["server"] not in failed:
+            first = f" (first: {r['first_error'][:200]})" if r.get("first_error") else ""
+            failed[r["server"]] = f"failed {r['errors']} of {r['n']} requests at C={r['C']}{first}"
+    return failed
+
+
 def depth_table_path(run, pair):
     return f"{run.out}/depth_table_{pair}.json"
 
@@ -314,14 +324,26 @@ def depth_table_path(run, pair):
 def calibrate(run, rows, server, pair):
     """`eaglegate calibrate` on the medians of the servers `server` is calibrated on: from the
     plain and the speculative sweep, its threshold; for a depth-gated server, from the plain
-    sweep and one per static depth measured (`--depth D=FILE`), its depth table, written to
-    depth_table_path."""
+    sweep and one per static depth measured without a failed request (`--depth D=FILE`), its
+    depth table, written to depth_table_path."""
     measured = {(r["server"], pair) for r in rows if r["pair"] == pair}
     missing = uncalibrated_refs(run, server, pair, measured)
     if missing:
         raise SystemExit(f"calibrate needs {' and '.join(missing)} before {server}:{pair}")
     plain, *specs = [ref for ref in servers.CALIBRATE_ON[server] if (ref, pair) in measured]
     depth = servers.KINDS[server].plan == "depth"
+    if depth:
+        failed = request_errors(rows, pair)
+        # A depth that failed requests (D16n-a's depth 7 ran out of GPU memory beside three
+        # others at C=128) is one the table must not choose: left out, with why, if another is left.
+        kept = [ref for ref in specs if ref not in failed]
+        if not kept:
+            raise SystemExit(f"calibrate: every static depth of {server}:{pair} failed requests: "
+                             + "; ".join(f"{ref} {failed[ref]}" for ref in specs))
+        for ref in specs:
+            if ref in failed:
+                print(f"== calibrate: {ref}:{pair} left out of the depth table: {failed[ref]}", flush=True)
+        specs = kept
     scope = ""
     if not depth and len({loadgen.row_lengths(r)[0] for r in rows}) > 1:
         # A threshold is one number (calibrate refuses sweeps of two context lengths): this
