@@ -388,7 +388,7 @@ def test_a_table_that_never_speculates_launches_at_the_default_depth():
 def test_a_static_depth_that_failed_requests_is_left_out_of_the_table_with_why(tmp_path, capsys, monkeypatch):
     """A committed call's rows where depth 7 ran out of GPU memory beside three other servers
     at C=128 and failed every request: the table is calibrated on plain decoding and the
-    depths that served (3 and 5), and the call says which depth it left out and why."""
+    depths measured (3 and 5), and the call says which server it left out and why."""
     monkeypatch.setenv("EG", EG)
     earlier = BENCH / "raw" / "D16n-a" / "rows_D16n-a.json.gz"
     assert {r["server"] for r in harness.rows_arg(str(earlier)) if r["errors"]} == {"eagle-v2-d7"}
@@ -396,7 +396,7 @@ def test_a_static_depth_that_failed_requests_is_left_out_of_the_table_with_why(t
                 "--servers", "plain-default:accept,gated-depth:accept")
     throughput.calibrated(run, [], "gated-depth", "accept")
     said = capsys.readouterr().out
-    assert "eagle-v2-d7:accept left out of the depth table: failed 384 of 384 requests at C=128" in said
+    assert "eagle-v2-d7:accept left out: every repeat failed its requests (first: ClientConnectorError" in said
     assert {f.name for f in tmp_path.glob("sweep_*.jsonl")} == {
         "sweep_plain-default.jsonl", "sweep_eagle-v2.jsonl", "sweep_eagle-v2-d5.jsonl"}
     answer = run.calibrations[("depth", "accept")]
@@ -406,10 +406,14 @@ def test_a_static_depth_that_failed_requests_is_left_out_of_the_table_with_why(t
     assert answer["table"] == launched["depth_calibrate"]["accept"]["table"]
 
 
-def test_a_depth_table_with_no_static_depth_that_served_stops_the_call(tmp_path):
+def test_a_depth_table_with_no_static_depth_measured_stops_the_call(tmp_path, capsys):
     """Rows of this call (an earlier call's are refused before any server starts) where every
-    static depth failed its requests: no table, and the call says why."""
+    repeat of every static depth failed its requests: no table, and the call says why."""
     rows = [{**r, "errors": r["n"], "tok_s": 0.0} if r["server"] != "plain-default" else r for r in sweep_rows()]
-    run = a_run(tmp_path, "--depth-table", TABLE, "--servers", "plain-default:accept,gated-depth:accept")
-    with pytest.raises(SystemExit, match="every static depth of gated-depth:accept failed requests: eagle-v2-d1 failed"):
+    earlier = tmp_path / "rows_A.json"  # rows that pass the refusal before any server starts
+    earlier.write_text(json.dumps({"rows": sweep_rows()}))
+    run = a_run(tmp_path, "--side-by-side", "--rows-from", str(earlier),
+                "--servers", "plain-default:accept,gated-depth:accept")
+    with pytest.raises(SystemExit, match="calibrate needs one static depth or more .* before gated-depth:accept"):
         throughput.calibrate(run, rows, "gated-depth", "accept")
+    assert "eagle-v2-d1:accept left out: every repeat failed its requests" in capsys.readouterr().out

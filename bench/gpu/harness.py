@@ -240,8 +240,7 @@ class Run:
         self.depth_tables = {}  # pair -> the depth table calibrate wrote (JSON text)
         self.launched = []  # each launched server's record, in launch order (servers.launch)
         self.cut_off_at = None  # the call's second when the device's SIGTERM ended it
-        # (server, pair) measured without errors in --rows-from's call
-        self.earlier = {(r["server"], r["pair"]) for r in self.earlier_rows if not r.get("errors")}
+        self.earlier = throughput.measured(self.earlier_rows)  # (server, pair) --rows-from's call measured
         if args.plain_caps:
             self.running_cap["plain-default"], self.graph_max_bs["plain-default"] = args.plain_caps
 

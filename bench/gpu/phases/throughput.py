@@ -307,14 +307,11 @@ def sweep_file(rows, server, pair, path):
                                     "total_output_tokens": olen * n}) + "\n")
 
 
-def request_errors(rows, pair):
-    """server -> what its failed requests were, for each server of `pair` that failed any."""
-    failed = {}
-    for r in rows:
-        if r["pair"] == pair and r["errors"] and r["server"] not in failed:
-            first = f" (first: {r['first_error'][:200]})" if r.get("first_error") else ""
-            failed[r["server"]] = f"failed {r['errors']} of {r['n']} requests at C={r['C']}{first}"
-    return failed
+def measured(rows):
+    """(server, pair) of every server with a repeat that failed no request: a repeat with errors
+    counts for nothing (sweep_file, collect), so a server whose every repeat failed was not
+    measured."""
+    return {(r["server"], r["pair"]) for r in rows if not r.get("errors")}
 
 
 def depth_table_path(run, pair):
@@ -324,26 +321,21 @@ def depth_table_path(run, pair):
 def calibrate(run, rows, server, pair):
     """`eaglegate calibrate` on the medians of the servers `server` is calibrated on: from the
     plain and the speculative sweep, its threshold; for a depth-gated server, from the plain
-    sweep and one per static depth measured without a failed request (`--depth D=FILE`), its
-    depth table, written to depth_table_path."""
-    measured = {(r["server"], pair) for r in rows if r["pair"] == pair}
-    missing = uncalibrated_refs(run, server, pair, measured)
+    sweep and one per static depth measured (`--depth D=FILE`), its depth table, written to
+    depth_table_path. A server whose every repeat failed (D16n-a's depth 7 ran out of GPU
+    memory beside three others) is left out, and the call says so."""
+    ours = [r for r in rows if r["pair"] == pair]
+    done = measured(ours)
+    for ref in servers.CALIBRATE_ON[server]:
+        failed = next((r for r in ours if r["server"] == ref), None)
+        if failed and (ref, pair) not in done:
+            first = f" (first: {failed['first_error'][:200]})" if failed.get("first_error") else ""
+            print(f"== calibrate: {ref}:{pair} left out: every repeat failed its requests{first}", flush=True)
+    missing = uncalibrated_refs(run, server, pair, done)
     if missing:
         raise SystemExit(f"calibrate needs {' and '.join(missing)} before {server}:{pair}")
-    plain, *specs = [ref for ref in servers.CALIBRATE_ON[server] if (ref, pair) in measured]
+    plain, *specs = [ref for ref in servers.CALIBRATE_ON[server] if (ref, pair) in done]
     depth = servers.KINDS[server].plan == "depth"
-    if depth:
-        failed = request_errors(rows, pair)
-        # A depth that failed requests (D16n-a's depth 7 ran out of GPU memory beside three
-        # others at C=128) is one the table must not choose: left out, with why, if another is left.
-        kept = [ref for ref in specs if ref not in failed]
-        if not kept:
-            raise SystemExit(f"calibrate: every static depth of {server}:{pair} failed requests: "
-                             + "; ".join(f"{ref} {failed[ref]}" for ref in specs))
-        for ref in specs:
-            if ref in failed:
-                print(f"== calibrate: {ref}:{pair} left out of the depth table: {failed[ref]}", flush=True)
-        specs = kept
     scope = ""
     if not depth and len({loadgen.row_lengths(r)[0] for r in rows}) > 1:
         # A threshold is one number (calibrate refuses sweeps of two context lengths): this
