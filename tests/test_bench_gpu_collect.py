@@ -261,3 +261,35 @@ def test_the_readmes_band_end_is_the_committed_rows():
                    "| accept pair | 127.5 % | 120.9 % | 99.8 % | 98.4 % |",
                    "**SGLang's adaptive route at C=128 served 21.9 %**"):
         assert figure in readme, figure
+
+
+def test_the_readmes_realistic_128_and_the_accept_pair_below_the_band_are_the_committed_rows():
+    """D16o's ratios (the realistic pair at C=128: a table of plain decoding) and D16p's (the
+    accept pair at C=1, 4, 8: the table's depths 7, 5, 7, followed by the gated server, whose
+    accept lengths are those depths'), recomputed by collect from the catalogued rows, as
+    bench/gpu/README.md quotes them."""
+    section = _first_halves()
+    ratios = {}
+    for tag in ("D16o", "D16p"):
+        text = collect.depth_table({run: section[run] for run in (f"{tag}-a", f"{tag}-b")})
+        ratios[tag] = [[cell.strip() for cell in ln.split("|")[2:-1]]
+                       for ln in text.splitlines() if ln.startswith("| gated-depth / ")]
+    assert ratios == {"D16o": [["99.5%"], ["99.7%"]],
+                      "D16p": [["127.0%", "123.2%", "126.4%"], ["98.4%", "102.2%", "101.0%"]]}
+    assert section["D16o-b"]["depth_tables"]["real"]["depth"] == [[0]]
+    assert section["D16p-b"]["depth_tables"]["accept"] == {
+        "batch": [1, 4], "context": [], "depth": [[7], [5], [7]], "margin": [[0.0587], [0.0173], [0.1422]]}
+    accepted = {(r["C"], r["server"]): r["mean_accept_len"] for r in collect.rows_of("D16p-b")["rows"]
+                if isinstance(r.get("repeat"), int)}
+    first = {(r["C"], r["server"]): r["mean_accept_len"] for r in collect.rows_of("D16p-a")["rows"]
+             if r.get("repeat") == 0}
+    assert accepted[(1, "gated-depth")] == first[(1, "eagle-v2-d7")]
+    assert accepted[(4, "gated-depth")] == first[(4, "eagle-v2-d5")]
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| **gated-depth / R(C)**, its call | **99.5 %** |",
+                   "| gated-depth / E(C) (half a's servers, another start) | 99.7 % |",
+                   "| realistic pair | 107.3 % | 107.3 % | 98.8 % | 99.5 % (D16o, below) |",
+                   "| gated-depth / R(C), its call | 127.0 % | 123.2 % | 126.4 % |",
+                   "| gated-depth / E(C) (half a's medians, another start) | 98.4 % | 102.2 % | 101.0 % |",
+                   "| table's depth (lead over the next) | 7 (5.9 %) | 5 (1.7 %) | 7 (14.2 %) |"):
+        assert figure in readme, figure
