@@ -293,3 +293,35 @@ def test_the_readmes_realistic_128_and_the_accept_pair_below_the_band_are_the_co
                    "| gated-depth / E(C) (half a's medians, another start) | 98.4 % | 102.2 % | 101.0 % |",
                    "| table's depth (lead over the next) | 7 (5.9 %) | 5 (1.7 %) | 7 (14.2 %) |"):
         assert figure in readme, figure
+
+
+def test_the_readmes_accept_pair_below_the_band_with_three_repeats_is_the_committed_rows():
+    """D16q-b (D16p-b again with medians of 3, on D16p-a's table, on another card): its ratios
+    to R(C) and E(C), recomputed by collect; each call's own plain-default as the unit, which
+    takes out the card; and the gated server's accept lengths, depth 7's, 5's and 7's."""
+    import statistics
+
+    section = _first_halves()
+    text = collect.depth_table({run: section[run] for run in ("D16p-a", "D16q-b")})
+    ratios = [[cell.strip() for cell in ln.split("|")[2:-1]]
+              for ln in text.splitlines() if ln.startswith("| gated-depth / ")]
+    assert ratios == [["132.0%", "110.1%", "123.6%"], ["97.7%", "92.4%", "97.4%"]]
+    gated, static = section["D16q-b"]["medians"], section["D16p-a"]["medians"]
+    per_plain = []
+    for i in range(3):
+        best = max(static[server][i] for server in static if server != "plain-default")
+        ratio = (gated["gated-depth"][i] / gated["plain-default"][i]) / (best / static["plain-default"][i])
+        per_plain.append(f"{100 * ratio:.1f} %")
+    assert per_plain == ["99.9 %", "94.0 %", "100.2 %"]
+    accepted = {}
+    for row in collect.rows_of("D16q-b")["rows"]:
+        if row["server"] == "gated-depth" and isinstance(row.get("repeat"), int):
+            accepted.setdefault(row["C"], []).append(row["mean_accept_len"])
+    medians = {level: f"{statistics.median(lengths):.3f}" for level, lengths in accepted.items()}
+    assert medians == {1: "6.065", 4: "4.710", 8: "5.925"}
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| gated-depth / R(C), its call | 132.0 % | 110.1 % | 123.6 % |",
+                   "| gated-depth / E(C) (D16p-a's medians, another start and card) | 97.7 % | 92.4 % | 97.4 % |",
+                   "| (gated-depth / plain-default) ÷ (best static depth / plain-default, D16p-a) | 99.9 % | 94.0 % | 100.2 % |",
+                   "accept lengths 6.065 (5.999-6.491) at C=1, 4.710 (4.663-4.831) at C=4 and 5.925 (5.914-5.964)"):
+        assert figure in readme, figure
