@@ -216,6 +216,49 @@ def test_depth_sh_calibrates_its_gated_half_on_calls_of_two_prompt_lengths(tmp_p
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--rows-from"] == ["rows_S-a.json.gz", "rows_L-a.json.gz"]
 
 
+def _gated_half_alone(tmp_path, env):
+    """TAG-b alone on an earlier TAG-a's committed rows (depths 3, 5 and 7 beside plain-default)."""
+    import gzip
+    root, environ, out, record = machine(tmp_path, "depth.sh")
+    rows = [{"server": s, "pair": "accept", "C": c, "repeat": 0, "tok_s": 1000.0 * (1 + i), "errors": 0,
+             "prompt_len": 256, "output_len": 128}
+            for i, s in enumerate(["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]) for c in (1, 4, 8)]
+    (root / "rows_Y1-a.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_Y1-a.json.gz",
+                               "DEPTH_LEVELS": "1,4,8", **env})
+    return proc, recorded(record), out
+
+
+def test_depth_sh_runs_its_gated_half_beside_the_static_depths(tmp_path):
+    """DEPTH_BESIDE=static: the gated server beside plain-default and the DEPTH_STATIC depths in
+    one call (E(C) side by side), with no adaptive route and so no threshold."""
+    proc, calls, out = _gated_half_alone(tmp_path, {"DEPTH_BESIDE": "static", "DEPTH_STATIC": "5,7"})
+    assert proc.returncode == 0, proc.stderr
+    second, = calls
+    assert second["tag"] == "Z1-b" and second["refusal"] is None
+    assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth", "eagle-v2-d5", "eagle-v2-d7"]
+    assert "--threshold" not in second["argv"]
+    assert unpacked(tmp_path, out) == {
+        "Z1-b": {"rows_Z1-b.json"} | {f"log_{s}-accept.txt" for s in ("plain-default", "gated-depth", "eagle-v2-d5", "eagle-v2-d7")}}
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"DEPTH_BESIDE": "routes"}, "depth.sh: DEPTH_BESIDE: static, or unset for R(C)'s servers, not 'routes'"),
+     ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "3,5,7"},
+      "depth.sh: DEPTH_STATIC: 3 depths, beside plain-default and gated-depth at most 2"),
+     ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "5,7", "DEPTH_THRESHOLD": "77"},
+      "depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE=static does not run"),
+     ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "5,7", "DEPTH_HALF": "ab", "DEPTH_ROWS_FROM": ""},
+      "depth.sh: DEPTH_BESIDE=static serves DEPTH_HALF=b alone: TAG-a already runs the static depths")],
+)
+def test_depth_sh_refuses_a_gated_half_beside_what_it_cannot_run(tmp_path, env, says):
+    proc, calls, out = _gated_half_alone(tmp_path, env)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
+    assert calls == [] and not (tmp_path / "setup-ran").exists()
+
+
 def test_depth_sh_gives_the_adaptive_route_a_threshold_where_the_band_never_crosses(tmp_path):
     """A band's rows where speculation wins at every level leave calibrate no threshold for the
     adaptive route: DEPTH_THRESHOLD gives TAG-b one (from a sweep that crosses), and TAG-a none."""

@@ -16,6 +16,10 @@
 #          eagle-v2 and SGLang's adaptive route where plan gives the release one (its threshold
 #          calibrated on TAG-a's rows too), else the first static depth other than 3 (a second
 #          start of it).
+# DEPTH_BESIDE=static (with DEPTH_HALF=b) runs TAG-b's gated server beside plain-default and the
+# DEPTH_STATIC depths (two at most) instead of R(C)'s servers: E(C), the no-regret line's
+# measure, side by side in one call, where TAG-b otherwise meets TAG-a's static depths only
+# from another start.
 # DEPTH_HALF (a, b or ab, the default) runs one half alone, with the whole call's time: a half
 # of the Done-when's sweep (512-token outputs, medians of 3) takes a call of its own. TAG-b alone
 # calibrates from DEPTH_ROWS_FROM, earlier calls' TAG-a rows in this checkout, comma-separated
@@ -45,6 +49,7 @@ SHAPE="--prompt-len ${DEPTH_PROMPT:-256} --output-len ${DEPTH_OUTPUT:-128} --rep
 # server to start reported 12 GB free), as well as an H200.
 KV=${DEPTH_KV:-64000}
 HALF=${DEPTH_HALF:-ab}
+BESIDE=${DEPTH_BESIDE:-}
 ROWS_FROM=${DEPTH_ROWS_FROM:-}
 # The adaptive route's threshold: calibrate's on TAG-a's rows, unless those levels never cross
 # (speculation wins at all of them: a band's call); then DEPTH_THRESHOLD, from a sweep that does.
@@ -54,20 +59,27 @@ source bench/gpu/call.sh
 # The static depths' servers, as servers.STATIC_DEPTHS names them (",NAME:PAIR" each), and the
 # first other than depth 3 (TAG-b's fourth server where the release has no adaptive route):
 # refused here, before the set-up spends its minute of device time, where a depth has no server
-# or more than fit beside plain-default; so are a half that is not one and TAG-b alone without
+# or more than fit beside plain-default (and gated-depth, DEPTH_BESIDE=static); so are a half
+# that is not one, a DEPTH_BESIDE the half cannot serve, and TAG-b alone without
 # rows run.py can read.
-CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" "${DEPTH_THRESHOLD:-}" <<'CHECK'
+CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" "${DEPTH_THRESHOLD:-}" "$BESIDE" <<'CHECK'
 import argparse
 import sys
 sys.path.insert(0, "bench/gpu")
 import harness
 import servers
 from phases.throughput import SIDE_BY_SIDE_MAX
-given, pair, half, rows_from, threshold = sys.argv[1:6]
+given, pair, half, rows_from, threshold, beside = sys.argv[1:7]
 if half not in ("a", "b", "ab"):
     sys.exit(f"depth.sh: DEPTH_HALF: a, b or ab, not {half!r}")
 if threshold and not harness.is_positive_int(threshold):
     sys.exit(f"depth.sh: DEPTH_THRESHOLD: a batch size, not {threshold!r}")
+if beside not in ("", "static"):
+    sys.exit(f"depth.sh: DEPTH_BESIDE: static, or unset for R(C)'s servers, not {beside!r}")
+if beside and half != "b":
+    sys.exit("depth.sh: DEPTH_BESIDE=static serves DEPTH_HALF=b alone: TAG-a already runs the static depths")
+if beside and threshold:
+    sys.exit("depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE=static does not run")
 if threshold and half == "a":
     sys.exit("depth.sh: DEPTH_THRESHOLD serves TAG-b's adaptive route, and DEPTH_HALF=a runs no TAG-b")
 if half == "b" and not rows_from:
@@ -87,6 +99,8 @@ if len(set(depths)) < len(depths):
     sys.exit(f"depth.sh: DEPTH_STATIC: a depth named twice in {given}")
 if len(depths) > SIDE_BY_SIDE_MAX - 1:
     sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
+if beside and len(depths) > SIDE_BY_SIDE_MAX - 2:
+    sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default and gated-depth at most {SIDE_BY_SIDE_MAX - 2}")
 names = [servers.STATIC_DEPTHS[d] for d in depths]
 print("".join(f",{n}:{pair}" for n in names), next((n for n in names if servers.KINDS[n].steps != 3), ""))
 CHECK
@@ -120,7 +134,10 @@ if [ -n "$ROWS_FROM" ]; then
   for f in "${FILES[@]}"; do [ -n "$f" ] && EARLIER+=(--rows-from "$f"); done
 fi
 mkdir -p "$OUT/$B"
-run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR,eagle-v2:$PAIR,$FOURTH:$PAIR" \
+# R(C)'s servers beside the gated one, or E(C)'s (DEPTH_BESIDE=static)
+BESIDE_GATED=",eagle-v2:$PAIR,$FOURTH:$PAIR"
+if [ "$BESIDE" = static ]; then BESIDE_GATED=$STATIC; fi
+run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR$BESIDE_GATED" \
   "${EARLIER[@]}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
 archive
