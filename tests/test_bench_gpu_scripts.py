@@ -175,19 +175,28 @@ def test_depth_sh_runs_its_static_half_alone_with_the_whole_call(tmp_path):
         "Z1-a": {"rows_Z1-a.json"} | {f"log_{s}-accept.txt" for s in ("plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7")}}
 
 
-def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
-    """TAG-b alone: calibrated from the committed rows of an earlier TAG-a (gzipped, as
-    collect.py keeps them), with the whole call's time."""
+def _gated_half_alone(tmp_path, env, levels=(1, 4, 8)):
+    """TAG-b alone on an earlier TAG-a's committed rows (gzipped, as collect.py keeps them:
+    depths 3, 5 and 7 beside plain-default at LEVELS): the process, run.py's recorded command
+    lines, and $OUT."""
     import gzip
     root, environ, out, record = machine(tmp_path, "depth.sh")
     rows = [{"server": s, "pair": "accept", "C": c, "repeat": 0, "tok_s": 1000.0 * (1 + i), "errors": 0,
              "prompt_len": 256, "output_len": 128}
-            for i, s in enumerate(["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]) for c in (16, 32, 64, 128)]
+            for i, s in enumerate(["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]) for c in levels]
     (root / "rows_Y1-a.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
     proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
-                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_Y1-a.json.gz", **DEEP})
+                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_Y1-a.json.gz",
+                               "DEPTH_LEVELS": ",".join(map(str, levels)), **env})
+    return proc, recorded(record), out
+
+
+def test_depth_sh_runs_its_gated_half_alone_on_an_earlier_calls_rows(tmp_path):
+    """TAG-b alone: calibrated from the committed rows of an earlier TAG-a, with the whole
+    call's time."""
+    proc, calls, out = _gated_half_alone(tmp_path, DEEP, levels=(16, 32, 64, 128))
     assert proc.returncode == 0, proc.stderr
-    second, = recorded(record)
+    second, = calls
     assert second["tag"] == "Z1-b" and second["refusal"] is None
     assert second["argv"][second["argv"].index("--rows-from") + 1] == "rows_Y1-a.json.gz"
     assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth", "eagle-v2", "adaptive"]
@@ -214,20 +223,6 @@ def test_depth_sh_calibrates_its_gated_half_on_calls_of_two_prompt_lengths(tmp_p
     assert second["refusal"] is None
     argv = second["argv"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--rows-from"] == ["rows_S-a.json.gz", "rows_L-a.json.gz"]
-
-
-def _gated_half_alone(tmp_path, env):
-    """TAG-b alone on an earlier TAG-a's committed rows (depths 3, 5 and 7 beside plain-default)."""
-    import gzip
-    root, environ, out, record = machine(tmp_path, "depth.sh")
-    rows = [{"server": s, "pair": "accept", "C": c, "repeat": 0, "tok_s": 1000.0 * (1 + i), "errors": 0,
-             "prompt_len": 256, "output_len": 128}
-            for i, s in enumerate(["plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"]) for c in (1, 4, 8)]
-    (root / "rows_Y1-a.json.gz").write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
-    proc = subprocess.run(["bash", "bench/gpu/depth.sh", "Z1"], cwd=root, capture_output=True, text=True, timeout=120,
-                          env={**environ, "DEPTH_HALF": "b", "DEPTH_ROWS_FROM": "rows_Y1-a.json.gz",
-                               "DEPTH_LEVELS": "1,4,8", **env})
-    return proc, recorded(record), out
 
 
 def test_depth_sh_runs_its_gated_half_beside_the_static_depths(tmp_path):

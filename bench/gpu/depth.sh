@@ -118,12 +118,17 @@ if [ "$HALF" = a ]; then
   archive
   exit 0
 fi
+# Beside the gated server: E(C)'s servers (DEPTH_BESIDE=static), or R(C)'s, eagle-v2 and
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
-FOURTH=${FOURTH:-eagle-v2-d1}
-if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
-    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" \
-    2>/dev/null | grep -q '"native-adaptive"'; then
-  FOURTH=adaptive
+BESIDE_GATED=$STATIC
+if [ "$BESIDE" != static ]; then
+  FOURTH=${FOURTH:-eagle-v2-d1}
+  if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
+      --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" \
+      2>/dev/null | grep -q '"native-adaptive"'; then
+    FOURTH=adaptive
+  fi
+  BESIDE_GATED=",eagle-v2:$PAIR,$FOURTH:$PAIR"
 fi
 # TAG-a's rows, or each of DEPTH_ROWS_FROM's (comma-separated: calls of other prompt lengths
 # give the depth table a context band each)
@@ -134,9 +139,6 @@ if [ -n "$ROWS_FROM" ]; then
   for f in "${FILES[@]}"; do [ -n "$f" ] && EARLIER+=(--rows-from "$f"); done
 fi
 mkdir -p "$OUT/$B"
-# R(C)'s servers beside the gated one, or E(C)'s (DEPTH_BESIDE=static)
-BESIDE_GATED=",eagle-v2:$PAIR,$FOURTH:$PAIR"
-if [ "$BESIDE" = static ]; then BESIDE_GATED=$STATIC; fi
 run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR$BESIDE_GATED" \
   "${EARLIER[@]}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
   $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
