@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,6 +22,7 @@ import harness  # noqa: E402
 import machine  # noqa: E402
 import servers  # noqa: E402
 from phases import throughput  # noqa: E402
+from conftest import release, release_function  # noqa: E402
 from test_bench_gpu_run import a_run, refusal, stand_in_call  # noqa: E402
 
 TABLE = '{"batch": [16, 64], "context": [], "depth": [[3], [2], [0]]}'
@@ -327,6 +329,67 @@ def test_a_prompt_and_output_longer_than_the_targets_context_extend_it(tmp_path)
     _, flags, env = servers.config(long, "plain-default", "accept", None)
     assert flags[flags.index("--context-length") + 1] == "4608"
     assert env == servers.LONGER_CONTEXT_ENV
+
+
+def release_reservation(version):
+    """The release's own expression for the output slots an EAGLE server's tokenizer reserves
+    for drafts (TokenizerManager's non-zero num_reserved_tokens), as a function of server_args."""
+    import ast
+    source = (release(version).root / "srt/managers/tokenizer_manager.py").read_text()
+    value = next(a.value for a in ast.walk(ast.parse(source)) if isinstance(a, ast.Assign)
+                 and not isinstance(a.value, ast.Constant)
+                 and any(isinstance(t, ast.Attribute) and t.attr == "num_reserved_tokens" for t in a.targets))
+    code = compile(ast.Expression(value), "tokenizer_manager.py", "eval")
+    return lambda server_args: eval(code, {"max": max, "server_args": server_args})
+
+
+def launched_server_args(version, flags):
+    """server_args as the release parses the speculative flags of a launch: its own
+    max_speculative_num_draft_tokens where it has one (an adaptive launch's: the deepest
+    candidate of the launched config + 1, the property's rule)."""
+    value = dict(zip(flags, flags[1:]))
+    args = SimpleNamespace(speculative_eagle_topk=int(value["--speculative-eagle-topk"]),
+                           speculative_num_steps=int(value["--speculative-num-steps"]),
+                           speculative_num_draft_tokens=int(value["--speculative-num-draft-tokens"]),
+                           speculative_adaptive="--speculative-adaptive" in flags)
+    if args.speculative_adaptive:
+        config = json.loads(Path(value["--speculative-adaptive-config"]).read_text())
+        slots = config.values() if "candidate_steps" not in config else [config]
+        args.max_speculative_num_draft_tokens = max(s for slot in slots for s in slot["candidate_steps"]) + 1
+    elif "max_speculative_num_draft_tokens" in (release(version).root / "srt/server_args.py").read_text():
+        prop = release_function(version, "srt/server_args.py", "max_speculative_num_draft_tokens", "ServerArgs")
+        args.max_speculative_num_draft_tokens = prop(args)
+    return args
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.12.post1"])
+def test_a_4096_token_prompt_fits_each_eagle_servers_reserved_draft_slots(tmp_path, release_tree, monkeypatch, version):
+    """SGLang counts an EAGLE server's draft slots against the context: a context of exactly
+    prompt + output refused every 4,096-token request on every EAGLE server of one call. Each
+    depth's server, and the gated server at its deepest depth, launch with room for what the
+    release's own expression reserves; plain decoding reserves none."""
+    stage_of(tmp_path, release_tree, version)
+    monkeypatch.setenv("EG", EG)
+    target = Path(harness.weights_dir(str(tmp_path))) / "accept-target"
+    target.mkdir(parents=True)
+    target.joinpath("config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    table = '{"batch": [16, 64], "context": [], "depth": [[7], [5], [0]]}'
+    run = a_run(tmp_path, "--servers", "plain-default:accept", "--depth-table", table,
+                "--prompt-len", "4096", "--output-len", "512")
+    run.record_caps("plain-default", {"max_running_requests": 4096})
+    reserved = release_reservation(version)
+    _, plain, _ = servers.config(run, "plain-default", "accept", None)
+    assert plain[plain.index("--context-length") + 1] == str(4096 + 512)
+    for kind in [*servers.STATIC_DEPTHS.values(), "gated-depth"]:
+        _, flags, env = servers.config(run, kind, "accept", None)
+        slots = reserved(launched_server_args(version, flags))
+        assert slots == servers.draft_slots(flags) and slots >= 2
+        context = int(flags[flags.index("--context-length") + 1])
+        # the release refuses input + reserved + max_new > context
+        assert 4096 + slots + 512 <= context, (kind, slots, context)
+        assert env == servers.LONGER_CONTEXT_ENV
+    _, deepest, _ = servers.config(run, "gated-depth", "accept", None)
+    assert servers.draft_slots(deepest) == 8  # depth 7 and its bonus token
 
 
 def test_every_row_records_its_prompt_and_output_length(tmp_path):

@@ -249,6 +249,30 @@ def test_side_by_side_servers_share_a_folder_per_tree():
 SIDE_BY_SIDE = ("--side-by-side", "--threshold", "56", "--levels", "1,64", "--repeats", "3")
 
 
+def side_by_side_stand_ins(monkeypatch, events, start, refusing=()):
+    """Servers, load and GPU stood in for, each call logged in `events`: `start` launches, and
+    the servers in `refusing` answer every request with SGLang's length-check error."""
+    def bench(url, c, plen, max_new, seed, temperature, min_requests):
+        events.append(("bench", url, c, seed))
+        error = "400: Requested token count exceeds the model's maximum context length" if url in refusing else None
+        return {"C": c, "n": 3 * c, "tok_s": 0.0 if error else 1.0, "errors": 3 * c if error else 0,
+                "first_error": error, "mean_accept_len": None}
+
+    def wait_healthy(run, server):
+        events.append(("up", server["name"]))
+        return server
+
+    monkeypatch.setattr(servers, "launch", start)
+    monkeypatch.setattr(servers, "wait_healthy", wait_healthy)
+    monkeypatch.setattr(
+        servers, "stop", lambda run, s, wait_gpu: events.append(("stop", s["name"], wait_gpu))
+    )
+    monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
+    monkeypatch.setattr(loadgen, "bench", bench)
+    monkeypatch.setattr(machine, "gpu_state", lambda: None)
+    monkeypatch.setattr(machine, "gpu_mib", lambda field: 1234 if field == "used" else -1)
+
+
 @pytest.mark.parametrize("together", [False, True])
 def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, monkeypatch, together):
     """Every server up before any load; per level an untimed pass on each, then repeat r of
@@ -265,23 +289,7 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
         run.launched.append(res)  # as servers.launch keeps each record
         return {"name": name, "pair": pair, "url": name, "logp": str(log), "res": res}
 
-    def bench(url, c, plen, max_new, seed, temperature, min_requests):
-        events.append(("bench", url, c, seed))
-        return {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
-
-    def wait_healthy(run, server):
-        events.append(("up", server["name"]))
-        return server
-
-    monkeypatch.setattr(servers, "launch", start)
-    monkeypatch.setattr(servers, "wait_healthy", wait_healthy)
-    monkeypatch.setattr(
-        servers, "stop", lambda run, s, wait_gpu: events.append(("stop", s["name"], wait_gpu))
-    )
-    monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
-    monkeypatch.setattr(loadgen, "bench", bench)
-    monkeypatch.setattr(machine, "gpu_state", lambda: None)
-    monkeypatch.setattr(machine, "gpu_mib", lambda field: 1234 if field == "used" else -1)
+    side_by_side_stand_ins(monkeypatch, events, start)
     rows = []
     items = [("plain-default", "accept"), ("eagle-v2", "accept"), ("gated-v2", "accept")]
     together_flags = ["--start-together", "--plain-caps", "2048,256"] if together else []
@@ -341,6 +349,28 @@ def test_side_by_side_interleaves_the_repeats_and_rotates_their_order(tmp_path, 
         ("stop", "eagle-v2", False),
         ("stop", "gated-v2", True),
     ]
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+def test_a_server_that_refuses_every_request_ends_the_call_with_its_rows_and_an_error(tmp_path, side_by_side):
+    """A server whose untimed pass failed every request (in one call, SGLang's length check
+    refused 4,096-token prompts on every EAGLE server) is not measured further: side by side the
+    call stops there, one after another the next server goes on. The rows are written, and the
+    call ends in a one-line error naming the server and its first error."""
+    proc, out, _ = stand_in_call(
+        tmp_path, [*(["--side-by-side"] if side_by_side else []), "--servers", "eagle-v2:accept,plain-default:accept",
+                   "--levels", "1,8", "--repeats", "2", "--threshold", "56", "--plain-caps", "4096,256"],
+        env={"FAKE_REFUSE": "1"})
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("run.py: eagle-v2: every request of the untimed pass at C=1 failed: ")
+    assert "maximum context length" in last and "Traceback" not in proc.stderr
+    result = json.loads((out / "rows_T.json").read_text())
+    assert not [r for r in result["rows"] if r["server"] == "eagle-v2"]
+    plain = [(r["C"], r["repeat"]) for r in result["rows"] if r["server"] == "plain-default"]
+    assert plain == ([] if side_by_side else [(1, 0), (1, 1), (8, 0), (8, 1)])
+    failed = {s["server"]: s.get("failed") for s in result["servers"]}
+    assert failed["eagle-v2"] in last and failed["plain-default"] is None
 
 
 def test_context_servers_side_by_side_run_the_equivalence_set_not_the_levels(tmp_path, monkeypatch):
@@ -410,6 +440,8 @@ with open(os.environ["FAKE_RECORD"], "a") as f:
                         "pid": os.getpid()}) + "\\n")
 # FAKE_STARTING: a server that never finishes starting (as one capturing its graphs)
 STARTING = bool(os.environ.get("FAKE_STARTING"))
+# FAKE_REFUSE: a speculative server refuses every request, as SGLang's length check does
+REFUSES = bool(os.environ.get("FAKE_REFUSE")) and "--speculative-algorithm" in argv
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -441,6 +473,14 @@ class Handler(BaseHTTPRequestHandler):
             with gzip.open(path, "wt") as f:
                 json.dump({"traceEvents": launches + kernels}, f)
             self._answer({})
+            return
+        if REFUSES:
+            data = json.dumps({"error": {"message": "Requested token count exceeds the model's "
+                                                    "maximum context length of 4608 tokens."}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
             return
         n = req["sampling_params"]["max_new_tokens"]
         self._answer({"output_ids": [7] * n, "meta_info": {}})
@@ -496,14 +536,15 @@ def stand_in_stage(tmp_path, eg=None, patched_from=None):
     return command, environ, out, record
 
 
-def stand_in_call(tmp_path, args, eg=None, patched_from=None):
+def stand_in_call(tmp_path, args, eg=None, patched_from=None, env=None):
     """run.py with `args` (and a tag T, an out folder, a deadline) on stand-ins for SGLang
     and eaglegate in a stage in tmp_path: (the finished process, the out folder, the
     stand-ins' record of how each server started). `eg`: the eaglegate command instead of
     the stand-in; `patched_from`: a real release's source as the patched tree (for plan),
-    served by the stand-in."""
+    served by the stand-in; `env`: more of the stand-ins' environment (FAKE_*)."""
     command, environ, out, record = stand_in_stage(tmp_path, eg, patched_from)
-    proc = subprocess.run(command + list(args), env=environ, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(command + list(args), env={**environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=240)
     return proc, out, record
 
 

@@ -156,6 +156,9 @@ def main(argv=None):
     calibrations(run, out)
     json.dump(out, open(f"{run.out}/rows_{run.tag}.json", "w"))
     profile.keep_traces(run)
+    failed = [f"{res['server']}: {res['failed']}" for res in run.launched if "failed" in res]
+    if failed:  # the rows are written; the call still ends in an error
+        raise SystemExit("run.py: " + "; ".join(failed))
     if run.cut_off_at is not None:
         raise SystemExit(128 + signal.SIGTERM)  # the exit status of a process SIGTERM ended
 

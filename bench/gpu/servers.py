@@ -192,10 +192,34 @@ def depth_table_of(run, pair):
     return run.depth_table or run.depth_tables.get(pair)
 
 
-def context_flags(run, pair):
+def candidate_steps(config):
+    """Every candidate depth an adaptive config names: flat (0.5.12.x) or per batch slot."""
+    if isinstance(config, dict):
+        return [s for k, v in config.items() for s in (v if k == "candidate_steps" else candidate_steps(v))]
+    return []
+
+
+def draft_slots(flags):
+    """The output slots SGLang's tokenizer adds to each request's length check on an EAGLE
+    server, where the drafts live (TokenizerManager's num_reserved_tokens): topk x steps or the
+    most draft tokens a step verifies, whichever is more; under --speculative-adaptive its
+    config's deepest candidate + 1. 0 without speculation."""
+    value = dict(zip(flags, flags[1:]))  # argparse's rule too: the last of a repeated flag wins
+    if "--speculative-num-steps" not in value:
+        return 0
+    steps, topk = int(value["--speculative-num-steps"]), int(value.get("--speculative-eagle-topk", 1))
+    drafts = int(value.get("--speculative-num-draft-tokens", steps + 1))
+    if "--speculative-adaptive" in flags and "--speculative-adaptive-config" in value:
+        with open(value["--speculative-adaptive-config"]) as f:
+            drafts = max([drafts] + [s + 1 for s in candidate_steps(json.load(f))])
+    return max(topk * steps, drafts)
+
+
+def context_flags(run, pair, reserved=0):
     """Flags and environment for prompts and outputs longer than the target's context (its
-    config's max_position_embeddings, as weights.py wrote it); none where they fit."""
-    need = run.prompt_len + run.output_len
+    config's max_position_embeddings, as weights.py wrote it); none where they fit. `reserved`:
+    the server's draft slots, which SGLang counts against the context too (draft_slots)."""
+    need = run.prompt_len + run.output_len + reserved
     try:
         with open(f"{run.weights}/{pair}-target/config.json") as f:
             context = json.load(f).get("max_position_embeddings")
@@ -264,7 +288,7 @@ def config(run, kind_name, pair, threshold):
     if kind.gates and pair == "context":
         # Metrics cost time every step: only the equivalence server (no timing) reads them.
         flags.append("--enable-metrics")
-    longer, longer_env = context_flags(run, pair)
+    longer, longer_env = context_flags(run, pair, draft_slots(flags))
     return kind.tree, flags + longer, {**env, **longer_env}
 
 

@@ -32,6 +32,12 @@ def untimed_pass(run, url, res, c):
                             temperature=TEMPERATURE.get(res["pair"], 0.0), min_requests=run.min_requests)
     res.setdefault("untimed", {})[str(c)] = untimed["tok_s"]
     print(f"   {res['server']} C={c:>3} untimed tok/s={untimed['tok_s']:>9}", flush=True)
+    if untimed["errors"] == untimed["n"]:
+        # Every request refused (a length check, a crashed scheduler): its timed repeats would
+        # measure nothing, so the server is done here, and the device time kept.
+        res["failed"] = f"every request of the untimed pass at C={c} failed: {untimed['first_error']}"
+        print(f"   {res['server']} failed: {res['failed']}", flush=True)
+    return "failed" not in res
 
 
 def timed_repeat(run, url, res, c, rep, rows):
@@ -51,7 +57,8 @@ def throughput(run, rows):
     """The work of one server alone: every level, its profile where asked."""
     def work(url, res):
         for c in run.levels:
-            untimed_pass(run, url, res, c)
+            if not untimed_pass(run, url, res, c):
+                return
             for rep in range(run.repeats):
                 if run.out_of_time():
                     res["cut_short"] = True
@@ -280,8 +287,9 @@ def side_by_side(run, rows, outputs):
                 equivalence.outputs_of(s["name"], outputs)(s["url"], s["res"])
         up = [s for s in healthy if s["pair"] in PAIRS]
         for c in run.levels if up else ():
-            for s in up:
-                untimed_pass(run, s["url"], s["res"], c)
+            # all of them, then stop the call if one failed: side by side is the comparison
+            if not all([untimed_pass(run, s["url"], s["res"], c) for s in up]):
+                return
             for rep in range(run.repeats):
                 for s in side_by_side_order(up, rep):
                     if run.out_of_time():
