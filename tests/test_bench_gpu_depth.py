@@ -10,6 +10,7 @@ import gzip
 import json
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,8 +23,9 @@ import harness  # noqa: E402
 import machine  # noqa: E402
 import servers  # noqa: E402
 from phases import throughput  # noqa: E402
-from conftest import release, release_function  # noqa: E402
 from test_bench_gpu_run import a_run, refusal, stand_in_call  # noqa: E402
+
+from conftest import release, release_function  # noqa: E402
 
 TABLE = '{"batch": [16, 64], "context": [], "depth": [[3], [2], [0]]}'
 EG = f"{sys.executable} -m eaglegate"
@@ -347,7 +349,7 @@ def launched_server_args(version, flags):
     """server_args as the release parses the speculative flags of a launch: its own
     max_speculative_num_draft_tokens where it has one (an adaptive launch's: the deepest
     candidate of the launched config + 1, the property's rule)."""
-    value = dict(zip(flags, flags[1:]))
+    value = dict(pairwise(flags))
     args = SimpleNamespace(speculative_eagle_topk=int(value["--speculative-eagle-topk"]),
                            speculative_num_steps=int(value["--speculative-num-steps"]),
                            speculative_num_draft_tokens=int(value["--speculative-num-draft-tokens"]),

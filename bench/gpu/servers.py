@@ -39,6 +39,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import loadgen
@@ -204,7 +205,7 @@ def draft_slots(flags):
     server, where the drafts live (TokenizerManager's num_reserved_tokens): topk x steps or the
     most draft tokens a step verifies, whichever is more; under --speculative-adaptive its
     config's deepest candidate + 1. 0 without speculation."""
-    value = dict(zip(flags, flags[1:]))  # argparse's rule too: the last of a repeated flag wins
+    value = dict(pairwise(flags))  # argparse's rule too: the last of a repeated flag wins
     if "--speculative-num-steps" not in value:
         return 0
     steps, topk = int(value["--speculative-num-steps"]), int(value.get("--speculative-eagle-topk", 1))
