@@ -416,7 +416,7 @@ def test_side_by_side_stops_every_server_when_the_call_runs_out_of_time(tmp_path
     monkeypatch.setattr(servers, "stop", lambda run, s, wait_gpu: stopped.append(s["name"]))
     monkeypatch.setattr(loadgen, "warm", lambda url: 0.1)
     monkeypatch.setattr(
-        loadgen, "bench", lambda *a, **kw: {"tok_s": 1.0, "errors": 0, "mean_accept_len": None}
+        loadgen, "bench", lambda *a, **kw: {"n": 1, "tok_s": 1.0, "errors": 0, "mean_accept_len": None}
     )
     # already past the deadline: no timed repeat runs
     run = a_run(tmp_path, *SIDE_BY_SIDE, "--deadline-s", "0", "--servers", "plain-default:accept,eagle-v2:accept")
