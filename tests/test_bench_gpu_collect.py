@@ -329,3 +329,46 @@ def test_the_readmes_accept_pair_below_the_band_with_three_repeats_is_the_commit
                    "accept lengths 6.065 (5.999-6.491) at C=1, 4.710 (4.663-4.831) at C=4 and 5.925 (5.914-5.964)",
                    "depth 3 served 0.76-0.86 of the better of depths 5 and 7 there"):
         assert figure in readme, figure
+
+
+def test_the_readmes_no_regret_below_the_band_side_by_side_is_the_committed_rows():
+    """D16s-b (the gated server beside plain-default and depths 5 and 7) and D16t-a (the
+    realistic pair's static depths): the ratios to E(C) of its own call, recomputed by collect,
+    the C=4 order, the gated server's accept lengths against the static depth its table
+    chose, and the realistic pair's leads."""
+    section = _first_halves()
+    text = collect.depth_table({"D16s-b": section["D16s-b"]})
+    ratios = [[cell.strip() for cell in ln.split("|")[2:-1]]
+              for ln in text.splitlines() if ln.startswith("| gated-depth / max(plain-default, eagle-v2-d5")]
+    assert ratios == [["100.2%", "102.5%", "100.2%"]]
+    gated = section["D16s-b"]["medians"]
+    assert f"{gated['eagle-v2-d7'][1] / gated['eagle-v2-d5'][1] - 1:.1%}" == "1.2%"
+    assert f"{gated['gated-depth'][1] / gated['eagle-v2-d7'][1] - 1:.1%}" == "2.5%"
+    accepted = {}
+    for row in collect.rows_of("D16s-b")["rows"]:
+        if isinstance(row.get("repeat"), int) and row["server"] != "plain-default":
+            accepted.setdefault((row["server"], row["C"]), []).append(f"{row['mean_accept_len']:.3f}")
+    # D16p-a's table: depth 7 at C=1, depth 5 at C=4 (the same prompts each repeat)
+    assert accepted[("gated-depth", 1)] == accepted[("eagle-v2-d7", 1)] == ["6.065", "5.999", "6.491"]
+    assert accepted[("gated-depth", 4)] == ["4.663", "4.710", "4.831"]
+    assert accepted[("eagle-v2-d5", 4)] == ["4.663", "4.710", "4.809"]
+    real = section["D16t-a"]["medians"]
+    d3, d5, d7, plain = (real[s] for s in ("eagle-v2", "eagle-v2-d5", "eagle-v2-d7", "plain-default"))
+    assert [f"{d5[i] / d7[i] - 1:.1%}" for i in range(3)] == ["1.8%", "3.1%", "2.7%"]
+    behind = [1 - d3[i] / d5[i] for i in range(3)]
+    assert f"{100 * min(behind):.1f}-{100 * max(behind):.1f}" == "4.6-6.3"
+    spans = {}
+    for row in collect.rows_of("D16t-a")["rows"]:
+        if isinstance(row.get("repeat"), int) and row["server"] == "eagle-v2-d5":
+            spans.setdefault(row["C"], []).append(row["tok_s"])
+    spread = [max(v) / min(v) - 1 for v in spans.values()]
+    assert f"{100 * min(spread):.1f}-{100 * max(spread):.1f}" == "0.5-2.9"
+    over = [s[i] / plain[i] for s in (d3, d5, d7) for i in range(3)]
+    assert f"{min(over):.2f}-{max(over):.2f}" == "1.50-1.89"
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| gated-depth / E(C), its call | 100.2 % | 102.5 % | 100.2 % |",
+                   "depth 7's median led depth 5's by 1.2 %", "led depth 7 by 2.5 %",
+                   "depth 5's at C=4 (4.663, 4.710, 4.831 against 4.663, 4.710, 4.809)",
+                   "by 1.8 % over depth 7 at C=1, 3.1 % at C=4 and 2.7 % at C=8",
+                   "Depth 3 ran 4.6-6.3 % behind depth 5", "depth 5's span 0.5-2.9 %", "beat plain decoding 1.50-1.89 times"):
+        assert figure in readme, figure
