@@ -327,7 +327,7 @@ def test_the_readmes_accept_pair_below_the_band_with_three_repeats_is_the_commit
                    "| gated-depth / E(C) (D16p-a's medians, another start and card) | 97.7 % | 92.4 % | 97.4 % |",
                    "| (gated-depth / plain-default) ÷ (best static depth / plain-default, D16p-a) | 99.9 % | 94.0 % | 100.2 % |",
                    "accept lengths 6.065 (5.999-6.491) at C=1, 4.710 (4.663-4.831) at C=4 and 5.925 (5.914-5.964)",
-                   "depth 3 served 0.76-0.86 of the better of depths 5 and 7 there"):
+                   "it served 0.76-0.86 of the better of depths 5 and 7 in D16p-a"):
         assert figure in readme, figure
 
 
