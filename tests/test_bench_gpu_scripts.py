@@ -5,8 +5,10 @@ back unpacks into bench/gpu/raw/ as the catalogue keeps it."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -418,3 +420,41 @@ def test_on_builds_sh_without_a_donor_pack_says_so_and_changes_nothing(tmp_path)
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip() == f"on_builds.sh: no {tmp_path / 'nowhere'}/VERSION (pack.sh writes it)"
     assert {p.name: p.read_bytes() for p in release.iterdir()} == before
+
+
+def test_carry_sh_holds_the_results_for_a_call_and_puts_them_back(tmp_path):
+    """`out` moves the committed results and the gallery beside the checkout and puts the
+    named runs' rows in the root; `in` puts everything back and removes only those copies.
+    Each refuses what would replace or lose a file, with one line and exit 2."""
+    root = tmp_path / "checkout"
+    (root / "bench" / "gpu" / "raw" / "R1").mkdir(parents=True)
+    shutil.copy(BENCH / "carry.sh", root / "bench" / "gpu" / "carry.sh")
+    rows = root / "bench" / "gpu" / "raw" / "R1" / "rows_R1.json.gz"
+    rows.write_bytes(gzip.compress(b'{"rows": []}'))
+    (root / "docs" / "gallery").mkdir(parents=True)
+    (root / "docs" / "gallery" / "map.svg").write_text("<svg/>")
+    (root / "rows_mine.json.gz").write_bytes(b"the user's own file")
+    hold = tmp_path / "checkout-carry-hold"
+
+    def carry(*args):
+        return subprocess.run(["bash", "bench/gpu/carry.sh", *args], cwd=root, capture_output=True, text=True,
+                              timeout=60)
+
+    said = carry("out", "R2")
+    assert said.returncode == 2 and said.stderr.strip().splitlines() == [
+        "carry.sh: no committed rows for run R2 (bench/gpu/raw/R2/rows_R2.json.gz)"]
+    assert rows.exists() and not hold.exists()  # nothing moved
+    assert carry("in").returncode == 2
+    done = carry("out", "R1")
+    assert done.returncode == 0, done.stderr
+    assert not (root / "bench" / "gpu" / "raw").exists() and not (root / "docs" / "gallery").exists()
+    assert (hold / "docs" / "gallery" / "map.svg").read_text() == "<svg/>"
+    assert gzip.decompress((root / "rows_R1.json.gz").read_bytes()) == b'{"rows": []}'
+    again = carry("out")
+    assert again.returncode == 2 and "already holds" in again.stderr
+    back = carry("in")
+    assert back.returncode == 0, back.stderr
+    assert gzip.decompress(rows.read_bytes()) == b'{"rows": []}'
+    assert (root / "docs" / "gallery" / "map.svg").exists() and not hold.exists()
+    assert not (root / "rows_R1.json.gz").exists()
+    assert (root / "rows_mine.json.gz").read_bytes() == b"the user's own file"
