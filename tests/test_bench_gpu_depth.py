@@ -6,6 +6,7 @@ launch, and the side-by-side KV refusal (depth.sh itself: test_bench_gpu_scripts
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import subprocess
@@ -336,7 +337,6 @@ def test_a_prompt_and_output_longer_than_the_targets_context_extend_it(tmp_path)
 def release_reservation(version):
     """The release's own expression for the output slots an EAGLE server's tokenizer reserves
     for drafts (TokenizerManager's non-zero num_reserved_tokens), as a function of server_args."""
-    import ast
     source = (release(version).root / "srt/managers/tokenizer_manager.py").read_text()
     value = next(a.value for a in ast.walk(ast.parse(source)) if isinstance(a, ast.Assign)
                  and not isinstance(a.value, ast.Constant)
@@ -382,16 +382,16 @@ def test_a_4096_token_prompt_fits_each_eagle_servers_reserved_draft_slots(tmp_pa
     reserved = release_reservation(version)
     _, plain, _ = servers.config(run, "plain-default", "accept", None)
     assert plain[plain.index("--context-length") + 1] == str(4096 + 512)
+    slots = {}
     for kind in [*servers.STATIC_DEPTHS.values(), "gated-depth"]:
         _, flags, env = servers.config(run, kind, "accept", None)
-        slots = reserved(launched_server_args(version, flags))
-        assert slots == servers.draft_slots(flags) and slots >= 2
+        slots[kind] = reserved(launched_server_args(version, flags))
+        assert slots[kind] == servers.draft_slots(flags)
         context = int(flags[flags.index("--context-length") + 1])
         # the release refuses input + reserved + max_new > context
-        assert 4096 + slots + 512 <= context, (kind, slots, context)
+        assert 4096 + slots[kind] + 512 <= context, (kind, slots[kind], context)
         assert env == servers.LONGER_CONTEXT_ENV
-    _, deepest, _ = servers.config(run, "gated-depth", "accept", None)
-    assert servers.draft_slots(deepest) == 8  # depth 7 and its bonus token
+    assert slots["gated-depth"] == 8  # the table's depth 7 and its bonus token
 
 
 def test_every_row_records_its_prompt_and_output_length(tmp_path):
