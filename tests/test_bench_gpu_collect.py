@@ -352,6 +352,14 @@ def test_the_readmes_no_regret_below_the_band_side_by_side_is_the_committed_rows
     assert accepted[("gated-depth", 1)] == accepted[("eagle-v2-d7", 1)] == ["6.065", "5.999", "6.491"]
     assert accepted[("gated-depth", 4)] == ["4.663", "4.710", "4.831"]
     assert accepted[("eagle-v2-d5", 4)] == ["4.663", "4.710", "4.809"]
+    assert [min(accepted[(server, 8)]) + "-" + max(accepted[(server, 8)]) for server in ("gated-depth", "eagle-v2-d7")] == [
+        "5.914-5.964", "5.935-5.960"]
+    at_4 = {}
+    for row in collect.rows_of("D16s-b")["rows"]:
+        if isinstance(row.get("repeat"), int) and row["C"] == 4 and row["server"] != "plain-default":
+            at_4.setdefault(row["server"], []).append(row["tok_s"])
+    spans_4 = [max(v) / min(v) - 1 for v in at_4.values()]
+    assert len(at_4) == 3 and f"{100 * min(spans_4):.0f}-{100 * max(spans_4):.0f}" == "21-29"
     real = section["D16t-a"]["medians"]
     d3, d5, d7, plain = (real[s] for s in ("eagle-v2", "eagle-v2-d5", "eagle-v2-d7", "plain-default"))
     assert [f"{d5[i] / d7[i] - 1:.1%}" for i in range(3)] == ["1.8%", "3.1%", "2.7%"]
@@ -365,10 +373,19 @@ def test_the_readmes_no_regret_below_the_band_side_by_side_is_the_committed_rows
     assert f"{100 * min(spread):.1f}-{100 * max(spread):.1f}" == "0.5-2.9"
     over = [s[i] / plain[i] for s in (d3, d5, d7) for i in range(3)]
     assert f"{min(over):.2f}-{max(over):.2f}" == "1.50-1.89"
+    import statistics
+    lengths = {}
+    for row in collect.rows_of("D16t-a")["rows"]:
+        if isinstance(row.get("repeat"), int) and row["C"] == 8 and row["server"] != "plain-default":
+            lengths.setdefault(row["server"], []).append(row["mean_accept_len"])
+    assert " / ".join(f"{statistics.median(lengths[s]):.2f}" for s in ("eagle-v2", "eagle-v2-d5", "eagle-v2-d7")) == \
+        "2.85 / 3.48 / 3.84"
     readme = " ".join((BENCH / "README.md").read_text().split())
     for figure in ("| gated-depth / E(C), its call | 100.2 % | 102.5 % | 100.2 % |",
                    "depth 7's median led depth 5's by 1.2 %", "led depth 7 by 2.5 %",
                    "depth 5's at C=4 (4.663, 4.710, 4.831 against 4.663, 4.710, 4.809)",
                    "by 1.8 % over depth 7 at C=1, 3.1 % at C=4 and 2.7 % at C=8",
-                   "Depth 3 ran 4.6-6.3 % behind depth 5", "depth 5's span 0.5-2.9 %", "beat plain decoding 1.50-1.89 times"):
+                   "Depth 3 ran 4.6-6.3 % behind depth 5", "depth 5's span 0.5-2.9 %", "beat plain decoding 1.50-1.89 times",
+                   "close to depth 7's at C=8 (5.914-5.964 against 5.935-5.960)", "the repeats of all three span 21-29 %",
+                   "| accept length, depths 3 / 5 / 7 (C=8) | | | 2.85 / 3.48 / 3.84 |"):
         assert figure in readme, figure

@@ -391,6 +391,9 @@ def test_a_4096_token_prompt_fits_each_eagle_servers_reserved_draft_slots(tmp_pa
         # the release refuses input + reserved + max_new > context
         assert 4096 + slots[kind] + 512 <= context, (kind, slots[kind], context)
         assert env == servers.LONGER_CONTEXT_ENV
+    # depth d's drafts and its bonus token: 4, 6 and 8 at depths 3, 5 and 7 (D16r-a's refusals)
+    assert {kind: slots[kind] for kind in servers.STATIC_DEPTHS.values()} == {
+        kind: steps + 1 for steps, kind in servers.STATIC_DEPTHS.items()}
     assert slots["gated-depth"] == 8  # the table's depth 7 and its bonus token
 
 
