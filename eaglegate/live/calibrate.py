@@ -395,23 +395,21 @@ class DepthCalibration:
 
 
 def _pick(throughput: dict[int, float], margin: float) -> int:
-    """Going up from plain decoding (0), the deepest depth that beats the choice below it by
-    `margin`."""
-    chosen = 0
-    for depth in sorted(d for d in throughput if d):
-        if throughput[depth] >= (1 + margin) * throughput[chosen]:
-            chosen = depth
-    return chosen
+    """The fastest depth where it beats plain decoding (0) by `margin`, else plain decoding.
+    The margin guards only the step off plain decoding, whose off state is free; between
+    speculative depths a margin would keep one measured slower, a loss of up to the margin."""
+    fastest = max((d for d in throughput if d), key=lambda d: throughput[d])
+    return fastest if throughput[fastest] >= (1 + margin) * throughput[0] else 0
 
 
 def choose_depths(base: Curve, by_depth: dict[int, Curve], margin: float = 0.05,
                   samples: dict[int, dict[int, list[float]]] | None = None,
                   context: int | None = None) -> DepthCalibration:
-    """At each level both the baseline and every depth's curve cover, the depth to run: going
-    up from plain decoding (0), a depth is chosen when it beats the choice below it by
-    `margin`, the rule by which the threshold's speculation must gain `margin` to resume.
+    """At each level both the baseline and every depth's curve cover, the depth to run: the
+    fastest speculative depth where it beats plain decoding (0) by `margin`, the rule by which
+    the threshold's speculation must gain `margin` to resume, else plain decoding.
     A choice's lead is its throughput over the best other depth's, minus 1 (negative where a
-    faster depth did not clear the margin). Adjacent levels with the same depth make one
+    faster depth did not clear the margin over plain decoding). Adjacent levels with the same depth make one
     band, whose lead is the smallest of its levels'; a batch size between two levels takes
     the choice of the level above it, whose batch it does not exceed.
 
