@@ -408,3 +408,42 @@ def test_the_table_takes_the_faster_depth_where_it_leads_by_less_than_the_margin
     assert medians["eagle-v2-d5"][1] < 1.05 * medians["eagle-v2"][1]  # the margin did not clear at C=4
     assert [row["depth"] for row in table.rows] == [5, 5, 5]
     assert min(row["lead"] for row in table.rows) > 0
+
+
+def test_the_readmes_realistic_pair_below_the_band_is_the_committed_rows():
+    """D16u-b (the table of the margin between depths: depth 3 at C=4), D16v-b (the fastest
+    depth: depth 5 everywhere) and D16w-a (D16t-a's command again): the ratios to E(C) of each
+    call, recomputed by collect, the depth each gated server ran by its accept lengths, and
+    the repeat group's choices, as bench/gpu/README.md quotes them."""
+    section = _first_halves()
+    ratios = {}
+    for run in ("D16u-b", "D16v-b"):
+        text = collect.depth_table({run: section[run]})
+        ratios[run] = [[cell.strip() for cell in ln.split("|")[2:-1]] for ln in text.splitlines()
+                       if ln.startswith("| gated-depth / max(plain-default") and "this call" in ln]
+    assert ratios == {"D16u-b": [["101.0%", "93.0%", "96.3%"]], "D16v-b": [["100.0%", "102.1%", "100.5%"]]}
+    assert section["D16u-b"]["depth_tables"]["real"]["depth"] == [[5], [3], [5]]
+    assert section["D16v-b"]["depth_tables"]["real"]["depth"] == [[5]]
+    accepted = {}
+    for run in ("D16u-b", "D16v-b"):
+        for row in collect.rows_of(run)["rows"]:
+            if isinstance(row.get("repeat"), int) and row["C"] == 4 and row["server"] != "plain-default":
+                accepted.setdefault((run, row["server"]), []).append(row["mean_accept_len"])
+    span = {key: f"{min(v):.3f}-{max(v):.3f}" for key, v in accepted.items()}
+    assert span[("D16u-b", "gated-depth")] == "2.758-2.844"
+    assert (span[("D16v-b", "gated-depth")], span[("D16v-b", "eagle-v2-d5")], span[("D16v-b", "eagle-v2")]) == (
+        "3.449-3.498", "3.426-3.478", "2.808-2.814")
+    stable = collect.depth_stability(section, {"g": ("D16t-a", "D16w-a")})["g"]
+    assert stable["chosen"] == {"D16t-a": [5, 5, 5], "D16w-a": [5, 5, 5]} and stable["widest_gap"] == 0
+    again = section["D16w-a"]["medians"]
+    assert [f"{a / b - 1:.1%}" for a, b in zip(again["eagle-v2-d5"], again["eagle-v2-d7"], strict=True)] == [
+        "1.7%", "3.6%", "3.0%"]
+    first = section["D16t-a"]["medians"]
+    assert f"{first['eagle-v2-d5'][1] / first['eagle-v2'][1] - 1:.1%}" == "4.8%"
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| gated-depth / E(C), its call | 101.0 % | 93.0 % | 96.3 % |",
+                   "| gated-depth / E(C), its call | 100.0 % | 102.1 % | 100.5 % |",
+                   "depth 5 led depth 3 there by 4.8 %", "accept lengths 2.758-2.844",
+                   "its accept lengths 3.449-3.498 at C=4 against eagle-v2-d5's 3.426-3.478",
+                   "depth 3's 2.808-2.814", "by 1.7 %, 3.6 % and 3.0 % here", "widest gap 0"):
+        assert figure in readme, figure
