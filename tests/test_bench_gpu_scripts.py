@@ -240,15 +240,33 @@ def test_depth_sh_runs_its_gated_half_beside_the_static_depths(tmp_path):
         "Z1-b": {"rows_Z1-b.json"} | {f"log_{s}-accept.txt" for s in ("plain-default", "gated-depth", "eagle-v2-d5", "eagle-v2-d7")}}
 
 
+def test_depth_sh_runs_its_gated_half_beside_plain_decoding_alone_within_its_budget(tmp_path):
+    """DEPTH_BESIDE=plain: the gated server beside plain-default alone (the free off state's
+    measure, two servers), and DEPTH_BUDGET_S moves run.py's deadline to 50 s before it."""
+    proc, calls, out = _gated_half_alone(tmp_path, {"DEPTH_BESIDE": "plain", "DEPTH_BUDGET_S": "340", "DEPTH_KV": "200000"},
+                                            levels=(256,))
+    assert proc.returncode == 0, proc.stderr
+    second, = calls
+    assert second["tag"] == "Z1-b" and second["refusal"] is None
+    assert [name for name, _ in second["servers"]] == ["plain-default", "gated-depth"]
+    assert "--threshold" not in second["argv"]
+    assert 240 < second["deadline_s"] <= 290
+
+
 @pytest.mark.parametrize(
     ("env", "says"),
-    [({"DEPTH_BESIDE": "routes"}, "depth.sh: DEPTH_BESIDE: static, or unset for R(C)'s servers, not 'routes'"),
+    [({"DEPTH_BESIDE": "routes"}, "depth.sh: DEPTH_BESIDE: static, plain, or unset for R(C)'s servers, not 'routes'"),
      ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "3,5,7"},
       "depth.sh: DEPTH_STATIC: 3 depths, beside plain-default and gated-depth at most 2"),
      ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "5,7", "DEPTH_THRESHOLD": "77"},
       "depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE=static does not run"),
      ({"DEPTH_BESIDE": "static", "DEPTH_STATIC": "5,7", "DEPTH_HALF": "ab", "DEPTH_ROWS_FROM": ""},
-      "depth.sh: DEPTH_BESIDE=static serves DEPTH_HALF=b alone: TAG-a already runs the static depths")],
+      "depth.sh: DEPTH_BESIDE=static serves DEPTH_HALF=b alone: TAG-a runs no gated server"),
+     ({"DEPTH_BESIDE": "plain", "DEPTH_STATIC": "5,7"}, "depth.sh: DEPTH_STATIC: DEPTH_BESIDE=plain runs no static depth"),
+     ({"DEPTH_BESIDE": "plain", "DEPTH_THRESHOLD": "77"},
+      "depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE=plain does not run"),
+     ({"DEPTH_BUDGET_S": "90"}, "depth.sh: DEPTH_BUDGET_S: seconds over 100, not '90'"),
+     ({"DEPTH_BUDGET_S": "ten"}, "depth.sh: DEPTH_BUDGET_S: seconds over 100, not 'ten'")],
 )
 def test_depth_sh_refuses_a_gated_half_beside_what_it_cannot_run(tmp_path, env, says):
     proc, calls, out = _gated_half_alone(tmp_path, env)

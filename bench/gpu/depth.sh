@@ -19,7 +19,12 @@
 # DEPTH_BESIDE=static (with DEPTH_HALF=b) runs TAG-b's gated server beside plain-default and the
 # DEPTH_STATIC depths (two at most) instead of R(C)'s servers: E(C), the no-regret line's
 # measure, side by side in one call, where TAG-b otherwise meets TAG-a's static depths only
-# from another start.
+# from another start. DEPTH_BESIDE=plain runs it beside plain-default alone: the free off
+# state's measure (the gated server against plain-default where its table decodes plainly),
+# two servers, which fit an H100 at C=256 where four do not.
+# DEPTH_BUDGET_S (default 600, a call's limit): the seconds this script may take. Every half
+# ends 50 s before it (TAG-a of both halves by 7/12 of it), so run.py's deadline, not the
+# device's limit, cuts the last repeats of a call given less than a whole call's time.
 # DEPTH_HALF (a, b or ab, the default) runs one half alone, with the whole call's time: a half
 # of the Done-when's sweep (512-token outputs, medians of 3) takes a call of its own. TAG-b alone
 # calibrates from DEPTH_ROWS_FROM, earlier calls' TAG-a rows in this checkout, comma-separated
@@ -35,8 +40,9 @@
 # warm, V6: 68-77 s for three); one pass of one server at C = 16, 32, 64, 128 about 1.0, 1.3,
 # 2.6, 4.4 s, so an untimed and a timed pass of four servers at the four levels about 75 s;
 # stopping four servers 10-30 s. Each half is then 180-250 s, the call 430-570 s with the plan
-# check and the archive: the deadlines below (TAG-a done by 350 s, TAG-b or a half alone by 550 s of this
-# script) cut the last repeats of a slow call rather than overrun the 600 s a call may run.
+# check and the archive: the deadlines below (at the default budget TAG-a done by 350 s, TAG-b or
+# a half alone by 550 s of this script) cut the last repeats of a slow call rather than overrun
+# the 600 s a call may run.
 set -u
 TAG=${1:?usage: depth.sh TAG}
 A="${TAG}-a"; B="${TAG}-b"
@@ -54,6 +60,7 @@ ROWS_FROM=${DEPTH_ROWS_FROM:-}
 # The adaptive route's threshold: calibrate's on TAG-a's rows, unless those levels never cross
 # (speculation wins at all of them: a band's call); then DEPTH_THRESHOLD, from a sweep that does.
 THRESHOLD=${DEPTH_THRESHOLD:+--threshold $DEPTH_THRESHOLD}
+BUDGET=${DEPTH_BUDGET_S:-600}
 SUMMARY="tok/s\|healthy\|calibrate\|refus\|Error\|error:\|cut off"
 source bench/gpu/call.sh
 # The static depths' servers, as servers.STATIC_DEPTHS names them (",NAME:PAIR" each), and the
@@ -62,24 +69,29 @@ source bench/gpu/call.sh
 # or more than fit beside plain-default (and gated-depth, DEPTH_BESIDE=static); so are a half
 # that is not one, a DEPTH_BESIDE the half cannot serve, and TAG-b alone without
 # rows run.py can read.
-CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" "${DEPTH_THRESHOLD:-}" "$BESIDE" <<'CHECK'
+CHECKED=$(python3 - "${DEPTH_STATIC:-1,2,3}" "$PAIR" "$HALF" "$ROWS_FROM" "${DEPTH_THRESHOLD:-}" "$BESIDE" "$BUDGET" <<'CHECK'
 import argparse
+import os
 import sys
 sys.path.insert(0, "bench/gpu")
 import harness
 import servers
 from phases.throughput import SIDE_BY_SIDE_MAX
-given, pair, half, rows_from, threshold, beside = sys.argv[1:7]
+given, pair, half, rows_from, threshold, beside, budget = sys.argv[1:8]
+if not harness.is_positive_int(budget) or int(budget) <= 100:
+    sys.exit(f"depth.sh: DEPTH_BUDGET_S: seconds over 100, not {budget!r}")
 if half not in ("a", "b", "ab"):
     sys.exit(f"depth.sh: DEPTH_HALF: a, b or ab, not {half!r}")
 if threshold and not harness.is_positive_int(threshold):
     sys.exit(f"depth.sh: DEPTH_THRESHOLD: a batch size, not {threshold!r}")
-if beside not in ("", "static"):
-    sys.exit(f"depth.sh: DEPTH_BESIDE: static, or unset for R(C)'s servers, not {beside!r}")
+if beside not in ("", "static", "plain"):
+    sys.exit(f"depth.sh: DEPTH_BESIDE: static, plain, or unset for R(C)'s servers, not {beside!r}")
 if beside and half != "b":
-    sys.exit("depth.sh: DEPTH_BESIDE=static serves DEPTH_HALF=b alone: TAG-a already runs the static depths")
+    sys.exit(f"depth.sh: DEPTH_BESIDE={beside} serves DEPTH_HALF=b alone: TAG-a runs no gated server")
 if beside and threshold:
-    sys.exit("depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE=static does not run")
+    sys.exit(f"depth.sh: DEPTH_THRESHOLD serves the adaptive route, which DEPTH_BESIDE={beside} does not run")
+if beside == "plain" and "DEPTH_STATIC" in os.environ:
+    sys.exit("depth.sh: DEPTH_STATIC: DEPTH_BESIDE=plain runs no static depth")
 if threshold and half == "a":
     sys.exit("depth.sh: DEPTH_THRESHOLD serves TAG-b's adaptive route, and DEPTH_HALF=a runs no TAG-b")
 if half == "b" and not rows_from:
@@ -99,7 +111,7 @@ if len(set(depths)) < len(depths):
     sys.exit(f"depth.sh: DEPTH_STATIC: a depth named twice in {given}")
 if len(depths) > SIDE_BY_SIDE_MAX - 1:
     sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default at most {SIDE_BY_SIDE_MAX - 1}")
-if beside and len(depths) > SIDE_BY_SIDE_MAX - 2:
+if beside == "static" and len(depths) > SIDE_BY_SIDE_MAX - 2:
     sys.exit(f"depth.sh: DEPTH_STATIC: {len(depths)} depths, beside plain-default and gated-depth at most {SIDE_BY_SIDE_MAX - 2}")
 names = [servers.STATIC_DEPTHS[d] for d in depths]
 print("".join(f",{n}:{pair}" for n in names), next((n for n in names if servers.KINDS[n].steps != 3), ""))
@@ -108,7 +120,7 @@ CHECK
 read -r STATIC FOURTH <<<"$CHECKED"
 source .gpu/kit/setup.sh 56
 if [ "$HALF" != b ]; then
-  A_END=$([ "$HALF" = a ] && echo 550 || echo 350)
+  A_END=$([ "$HALF" = a ] && echo $((BUDGET - 50)) || echo $((BUDGET * 7 / 12)))
   mkdir -p "$OUT/$A"
   run_py "$OUT/$A.out" --servers plain-default:$PAIR$STATIC \
     --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" $SHAPE \
@@ -118,10 +130,13 @@ if [ "$HALF" = a ]; then
   archive
   exit 0
 fi
-# Beside the gated server: E(C)'s servers (DEPTH_BESIDE=static), or R(C)'s, eagle-v2 and
+# Beside the gated server: plain-default alone (DEPTH_BESIDE=plain), E(C)'s servers
+# (DEPTH_BESIDE=static), or R(C)'s, eagle-v2 and
 # SGLang's adaptive route (0.5.14 on) where plan gives one, as `adaptive` launches it
 BESIDE_GATED=$STATIC
-if [ "$BESIDE" != static ]; then
+if [ "$BESIDE" = plain ]; then
+  BESIDE_GATED=""
+elif [ "$BESIDE" != static ]; then
   FOURTH=${FOURTH:-eagle-v2-d1}
   if $EG plan --path "$STAGE/pristine" --threshold 56 --json --flags "--speculative-algorithm EAGLE3 \
       --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" \
@@ -141,5 +156,5 @@ fi
 mkdir -p "$OUT/$B"
 run_py "$OUT/$B.out" --servers "plain-default:$PAIR,gated-depth:$PAIR$BESIDE_GATED" \
   "${EARLIER[@]}" --side-by-side --start-together --plain-caps 4096,256 --kv-tokens $KV --levels "$LEVELS" \
-  $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((550 - SECONDS))
+  $SHAPE $THRESHOLD --tag "$B" --out "$OUT/$B" --deadline-s $((BUDGET - 50 - SECONDS))
 archive
