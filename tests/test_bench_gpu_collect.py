@@ -447,3 +447,25 @@ def test_the_readmes_realistic_pair_below_the_band_is_the_committed_rows():
                    "its accept lengths 3.449-3.498 at C=4 against eagle-v2-d5's 3.426-3.478",
                    "depth 3's 2.808-2.814", "by 1.7 %, 3.6 % and 3.0 % here", "widest gap 0"):
         assert figure in readme, figure
+
+
+def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
+    """D16x-b (the gated server beside plain-default alone at C=256): the ratio collect
+    recomputes, the spans, the table it ran and its accept lengths, as bench/gpu/README.md
+    quotes them."""
+    section = _first_halves()
+    text = collect.depth_table({"D16x-b": section["D16x-b"]})
+    ratios = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / max(plain-default)")]
+    assert ratios == ["97.9%"]
+    assert section["D16x-b"]["depth_tables"]["accept"]["depth"] == [[0]]
+    data = collect.rows_of("D16x-b")
+    timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
+    spans = {s: f"{min(r['tok_s'] for r in timed if r['server'] == s):.0f}-{max(r['tok_s'] for r in timed if r['server'] == s):.0f}"
+             for s in ("plain-default", "gated-depth")}
+    assert spans == {"plain-default": "28578-28918", "gated-depth": "28238-28885"}
+    assert {r["mean_accept_len"] for r in timed if r["server"] == "gated-depth"} == {1.002}
+    assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49578}
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| plain-default | 28877 (28578-28918) |", "| gated-depth | 28258 (28238-28885) |",
+                   "| gated-depth / plain-default | 97.9 % |", "used 49,578 MiB", "(accept length 1.002)"):
+        assert figure in readme, figure
