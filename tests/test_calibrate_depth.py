@@ -59,6 +59,18 @@ def test_each_level_takes_the_fastest_depth_where_it_beats_plain_by_the_margin(t
     assert (without_margin.bounds, without_margin.depths) == ([1, 4, 32], [3, 2, 1, 0])
 
 
+def test_between_speculative_depths_the_faster_wins_by_any_lead():
+    """The margin guards only the step off plain decoding: depth 3, 3 % ahead of depth 2, is
+    taken (a margin between depths would keep depth 2), and a depth 3 % ahead of plain is not."""
+    def curve(label, rates):
+        return cal.Curve.of(label, list(zip([1, 64], rates, strict=True)))
+
+    result = cal.choose_depths(curve("plain", [100, 1000]),
+                               {2: curve("d2", [200, 1010]), 3: curve("d3", [206, 1030])}, margin=0.05)
+    assert [r["depth"] for r in result.rows] == [3, 0]
+    assert [round(r["lead"], 4) for r in result.rows] == [0.03, round(1000 / 1030 - 1, 4)]
+
+
 def test_with_one_depth_the_choice_is_the_thresholds_rule(tmp_path):
     """A real pair (bench/gpu/raw/A, static EAGLE against plain): depth 3 where speculation
     gains the margin, as calibrate's rows have it, plain elsewhere."""
