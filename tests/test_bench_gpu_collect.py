@@ -469,3 +469,67 @@ def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
     for figure in ("| plain-default | 28877 (28578-28918) |", "| gated-depth | 28258 (28238-28885) |",
                    "| gated-depth / plain-default | 97.9 % |", "used 49,578 MiB", "(accept length 1.002)"):
         assert figure in readme, figure
+
+
+def _spans(run, servers):
+    """Each server's median (min-max) at each level of `run`, as the README's tables print them."""
+    import statistics
+
+    timed = [r for r in collect.rows_of(run)["rows"] if isinstance(r.get("repeat"), int)]
+    cells = {}
+    for server in servers:
+        for level in sorted({r["C"] for r in timed}):
+            speeds = [r["tok_s"] for r in timed if r["server"] == server and r["C"] == level]
+            cells.setdefault(server, []).append(
+                f"{statistics.median(speeds):.0f} ({min(speeds):.0f}-{max(speeds):.0f})")
+    return cells
+
+
+def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
+    """D16y-b and D16z-b (the gated server beside plain-default alone at C=256, both pairs) and
+    D16za-a (D16p-a's command again): the ratios collect recomputes, the spans, the tables run,
+    the accept lengths, the step time and the stability of the two calibrations, as
+    bench/gpu/README.md quotes them."""
+    section = _first_halves()
+    ratios = {}
+    for run in ("D16y-b", "D16z-b"):
+        text = collect.depth_table({run: section[run]})
+        ratios[run] = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / max(plain-default)")]
+        assert [table["depth"] for table in section[run]["depth_tables"].values()] == [[[0]]]
+        data = collect.rows_of(run)
+        timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
+        assert {r["mean_accept_len"] for r in timed if r["server"] == "gated-depth"} == {1.002}
+        assert {r["errors"] for r in timed} == {0}
+        assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49582}
+    assert ratios == {"D16y-b": ["99.4%"], "D16z-b": ["100.8%"]}
+    assert section["D16y-b"]["depth_tables"]["real"]["margin"] == [[0.8305]]
+    free = {run: _spans(run, ("plain-default", "gated-depth")) for run in ("D16y-b", "D16z-b")}
+    assert free == {"D16y-b": {"plain-default": ["27884 (27866-27917)"], "gated-depth": ["27716 (27200-27781)"]},
+                    "D16z-b": {"plain-default": ["28160 (28110-28508)"], "gated-depth": ["28381 (28330-28403)"]}}
+    assert f"{256 / section['D16z-b']['medians']['plain-default'][0] * 1000:.1f}" == "9.1"
+    stable = collect.depth_stability(section, {"g": ("D16p-a", "D16za-a")})["g"]
+    assert stable["chosen"] == {"D16p-a": [7, 5, 7], "D16za-a": [7, 7, 7]} and stable["widest_gap"] == 1
+    leads = {run: section[run]["medians"] for run in ("D16p-a", "D16za-a")}
+    assert f"{leads['D16p-a']['eagle-v2-d5'][1] / leads['D16p-a']['eagle-v2-d7'][1] - 1:.1%}" == "1.7%"
+    assert f"{leads['D16za-a']['eagle-v2-d7'][1] / leads['D16za-a']['eagle-v2-d5'][1] - 1:.1%}" == "2.0%"
+    accepted = {}
+    for run in ("D16p-a", "D16za-a"):
+        for row in collect.rows_of(run)["rows"]:
+            if isinstance(row.get("repeat"), int) and row["server"] != "plain-default":
+                accepted.setdefault(run, []).append((row["server"], row["C"], row["repeat"], row["mean_accept_len"]))
+    assert sorted(accepted["D16p-a"]) == sorted(accepted["D16za-a"])
+    calibration = _spans("D16za-a", ("plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"))
+    d5_at_4 = _spans("D16p-a", ("eagle-v2-d5",))["eagle-v2-d5"][1]
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in (
+        f"| realistic pair (D16y-b) | {free['D16y-b']['plain-default'][0]} | {free['D16y-b']['gated-depth'][0]} | 99.4 % |",
+        f"| accept pair (D16z-b) | {free['D16z-b']['plain-default'][0]} | {free['D16z-b']['gated-depth'][0]} | 100.8 % |",
+        "| accept pair (D16x-b, above) | 28877 (28578-28918) | 28258 (28238-28885) | 97.9 % |",
+        "(49,582 MiB)", "(lead 83.0 %)", "(C / tok/s: 9.1 ms)", "(it led depth 7 by 1.7 %)",
+        "(it led depth 5 by 2.0 %)", "**Widest gap 1**",
+        f"(depth 5: {d5_at_4.split('(')[1].rstrip(')')} and {calibration['eagle-v2-d5'][1].split('(')[1].rstrip(')')} tok/s)",
+        *(f"| {name} | {' | '.join(calibration[server])} |" for name, server in (
+            ("plain-default", "plain-default"), ("eagle-v2, depth 3", "eagle-v2"),
+            ("eagle-v2-d5", "eagle-v2-d5"), ("eagle-v2-d7", "eagle-v2-d7"))),
+    ):
+        assert figure in readme, figure
