@@ -449,28 +449,6 @@ def test_the_readmes_realistic_pair_below_the_band_is_the_committed_rows():
         assert figure in readme, figure
 
 
-def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
-    """D16x-b (the gated server beside plain-default alone at C=256): the ratio collect
-    recomputes, the spans, the table it ran and its accept lengths, as bench/gpu/README.md
-    quotes them."""
-    section = _first_halves()
-    text = collect.depth_table({"D16x-b": section["D16x-b"]})
-    ratios = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / max(plain-default)")]
-    assert ratios == ["97.9%"]
-    assert section["D16x-b"]["depth_tables"]["accept"]["depth"] == [[0]]
-    data = collect.rows_of("D16x-b")
-    timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
-    spans = {s: f"{min(r['tok_s'] for r in timed if r['server'] == s):.0f}-{max(r['tok_s'] for r in timed if r['server'] == s):.0f}"
-             for s in ("plain-default", "gated-depth")}
-    assert spans == {"plain-default": "28578-28918", "gated-depth": "28238-28885"}
-    assert {r["mean_accept_len"] for r in timed if r["server"] == "gated-depth"} == {1.002}
-    assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49578}
-    readme = " ".join((BENCH / "README.md").read_text().split())
-    for figure in ("| plain-default | 28877 (28578-28918) |", "| gated-depth | 28258 (28238-28885) |",
-                   "| gated-depth / plain-default | 97.9 % |", "used 49,578 MiB", "(accept length 1.002)"):
-        assert figure in readme, figure
-
-
 def _spans(run, servers):
     """Each server's median (min-max) at each level of `run`, as the README's tables print them."""
     import statistics
@@ -483,6 +461,27 @@ def _spans(run, servers):
             cells.setdefault(server, []).append(
                 f"{statistics.median(speeds):.0f} ({min(speeds):.0f}-{max(speeds):.0f})")
     return cells
+
+
+def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
+    """D16x-b (the gated server beside plain-default alone at C=256): the ratio collect
+    recomputes, the spans, the table it ran and its accept lengths, as bench/gpu/README.md
+    quotes them."""
+    section = _first_halves()
+    text = collect.depth_table({"D16x-b": section["D16x-b"]})
+    ratios = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / max(plain-default)")]
+    assert ratios == ["97.9%"]
+    assert section["D16x-b"]["depth_tables"]["accept"]["depth"] == [[0]]
+    data = collect.rows_of("D16x-b")
+    timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
+    assert _spans("D16x-b", ("plain-default", "gated-depth")) == {
+        "plain-default": ["28877 (28578-28918)"], "gated-depth": ["28258 (28238-28885)"]}
+    assert {r["mean_accept_len"] for r in timed if r["server"] == "gated-depth"} == {1.002}
+    assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49578}
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("| plain-default | 28877 (28578-28918) |", "| gated-depth | 28258 (28238-28885) |",
+                   "| gated-depth / plain-default | 97.9 % |", "used 49,578 MiB", "(accept length 1.002)"):
+        assert figure in readme, figure
 
 
 def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
@@ -502,6 +501,9 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
         assert {r["errors"] for r in timed} == {0}
         assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49582}
     assert ratios == {"D16y-b": ["99.4%"], "D16z-b": ["100.8%"]}
+    one_command = [section[run]["medians"]["gated-depth"][0] / section[run]["medians"]["plain-default"][0]
+                   for run in ("D16x-b", "D16z-b")]
+    assert f"{(one_command[1] - one_command[0]) * 100:.1f}" == "2.9"  # the spread between starts
     assert section["D16y-b"]["depth_tables"]["real"]["margin"] == [[0.8305]]
     free = {run: _spans(run, ("plain-default", "gated-depth")) for run in ("D16y-b", "D16z-b")}
     assert free == {"D16y-b": {"plain-default": ["27884 (27866-27917)"], "gated-depth": ["27716 (27200-27781)"]},
@@ -525,7 +527,7 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
         f"| realistic pair (D16y-b) | {free['D16y-b']['plain-default'][0]} | {free['D16y-b']['gated-depth'][0]} | 99.4 % |",
         f"| accept pair (D16z-b) | {free['D16z-b']['plain-default'][0]} | {free['D16z-b']['gated-depth'][0]} | 100.8 % |",
         "| accept pair (D16x-b, above) | 28877 (28578-28918) | 28258 (28238-28885) | 97.9 % |",
-        "(49,582 MiB)", "(lead 83.0 %)", "(C / tok/s: 9.1 ms)", "(it led depth 7 by 1.7 %)",
+        "(49,582 MiB)", "(lead 83.0 %)", "(2.9 points)", "(C / tok/s: 9.1 ms)", "(it led depth 7 by 1.7 %)",
         "(it led depth 5 by 2.0 %)", "**Widest gap 1**",
         f"(depth 5: {d5_at_4.split('(')[1].rstrip(')')} and {calibration['eagle-v2-d5'][1].split('(')[1].rstrip(')')} tok/s)",
         *(f"| {name} | {' | '.join(calibration[server])} |" for name, server in (
