@@ -535,3 +535,26 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
             ("eagle-v2-d5", "eagle-v2-d5"), ("eagle-v2-d7", "eagle-v2-d7"))),
     ):
         assert figure in readme, figure
+
+
+def test_the_readmes_two_servers_at_4096_fit_an_h100():
+    """Next runs' sum for "Context counts" on an H100: two servers of D16z-b used 49,582 MiB
+    with 200,000-token pools; 100,000 tokens more, at the accept pair's KV per token (its
+    target as weights.py defines it, and a one-layer draft of the same attention), add about
+    12,900 MiB, which stays under an H100's 81,559."""
+    import ast
+
+    tree = ast.parse((BENCH / "weights.py").read_text())
+    shape = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "ACCEPT_SHAPE" for t in node.targets))
+    layers, hidden, heads, kv_heads = (arg.value for arg in shape.args[:4])
+    per_layer = 2 * kv_heads * (hidden // heads) * 2  # K and V, bfloat16
+    assert layers * per_layer == 64 * 1024  # the "64 KiB a token" of depth.sh and the README
+    more = 100_000 * (2 * layers * per_layer + per_layer) / 2**20  # two targets' pools and a draft's
+    assert f"{round(more, -2):,.0f}" == "12,900"
+    used = {s["gpu_used_mib_all"] for s in collect.rows_of("D16z-b")["servers"]}
+    assert used == {49582} and 49582 + more < 81559
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in ("used 49,582 MiB with 200,000-token pools", "add about 12,900 MiB",
+                   "(64 KiB a token for each target's pool, 4 KiB for the draft's)", "an H100's 81,559 MiB"):
+        assert figure in readme, figure
