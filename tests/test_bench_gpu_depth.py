@@ -485,3 +485,42 @@ def test_a_depth_table_with_no_static_depth_measured_stops_the_call(tmp_path, ca
     with pytest.raises(SystemExit, match="calibrate needs one static depth or more .* before gated-depth:accept"):
         throughput.calibrate(run, rows, "gated-depth", "accept")
     assert "eagle-v2-d1:accept left out: every repeat failed its requests" in capsys.readouterr().out
+
+
+def test_the_h100_plan_for_context_counts_gives_a_band_each_from_the_same_two_servers(tmp_path, release_tree, monkeypatch):
+    """bench/gpu/README's H100 plan for "Context counts": TAG-b beside plain-default alone
+    (DEPTH_BESIDE=plain) from D16l-a's committed 256-token rows and a 4,096-token TAG-a of
+    plain-default and depth 7 alone. calibrate wants every depth at every prompt length, so
+    D16l-a's rows as they are (depths 3, 5 and 7) are refused, and their plain-default and
+    depth-7 rows alone (the copy the plan makes) give a band each: plain decoding at 256
+    tokens (depth 7's lead there is inside the margin), depth 7 at 4,096 where it leads by
+    20 %; the gated server then launches at depth 7."""
+    stage_of(tmp_path, release_tree, "0.5.16")
+    monkeypatch.setenv("EG", EG)
+    committed = json.loads(gzip.decompress((BENCH / "raw" / "D16l-a" / "rows_D16l-a.json.gz").read_bytes()))
+    plain = [r for r in committed["rows"] if r["server"] == "plain-default"]
+    long_rows = [dict(r, prompt_len=4096, tok_s=r["tok_s"] / 4) for r in plain]
+    long_rows += [dict(r, server="eagle-v2-d7", tok_s=r["tok_s"] * 1.2, mean_accept_len=5.9) for r in long_rows]
+    long_ = tmp_path / "rows_long.json"
+    long_.write_text(json.dumps({"rows": long_rows}))
+    short = tmp_path / "rows_D16l-a-d7.json"
+    short.write_text(json.dumps(dict(committed, rows=[r for r in committed["rows"]
+                                                      if r["server"] in ("plain-default", "eagle-v2-d7")])))
+
+    def argv(short_rows):
+        return ["--side-by-side", "--start-together", "--plain-caps", "4096,256", "--kv-tokens", "300000",
+                "--levels", "64", "--prompt-len", "4096", "--output-len", "512", "--repeats", "3",
+                "--rows-from", str(short_rows), "--rows-from", str(long_),
+                "--servers", "plain-default:accept,gated-depth:accept"]
+
+    whole = a_run(tmp_path, *argv(BENCH / "raw" / "D16l-a" / "rows_D16l-a.json.gz"))
+    with pytest.raises(SystemExit, match="sweep the baseline and every depth at every prompt length"):
+        throughput.calibrated(whole, [], "gated-depth", "accept")
+    run = a_run(tmp_path, *argv(short))
+    assert run.refusal() is None
+    throughput.calibrated(run, [], "gated-depth", "accept")
+    written = json.loads((tmp_path / "depth_table_accept.json").read_text())
+    assert written["batch"] == [] and len(written["context"]) == 1
+    assert 256 < written["context"][0] < 4096
+    assert written["depth"] == [[0, 7]]
+    assert servers.launch_depth(run.depth_tables["accept"], 3) == 7
