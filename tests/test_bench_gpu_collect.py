@@ -450,7 +450,8 @@ def test_the_readmes_realistic_pair_below_the_band_is_the_committed_rows():
 
 
 def _spans(run, servers):
-    """Each server's median (min-max) at each level of `run`, as the README's tables print them."""
+    """Each server's (median, min, max) tok/s at each level of `run`, rounded as the README
+    prints them."""
     import statistics
 
     timed = [r for r in collect.rows_of(run)["rows"] if isinstance(r.get("repeat"), int)]
@@ -458,9 +459,13 @@ def _spans(run, servers):
     for server in servers:
         for level in sorted({r["C"] for r in timed}):
             speeds = [r["tok_s"] for r in timed if r["server"] == server and r["C"] == level]
-            cells.setdefault(server, []).append(
-                f"{statistics.median(speeds):.0f} ({min(speeds):.0f}-{max(speeds):.0f})")
+            cells.setdefault(server, []).append(tuple(round(x) for x in (statistics.median(speeds), min(speeds), max(speeds))))
     return cells
+
+
+def _cell(span):
+    """A README table's cell: median (min-max)."""
+    return f"{span[0]} ({span[1]}-{span[2]})"
 
 
 def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
@@ -475,7 +480,7 @@ def test_the_readmes_free_off_state_at_256_is_the_committed_rows():
     data = collect.rows_of("D16x-b")
     timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
     assert _spans("D16x-b", ("plain-default", "gated-depth")) == {
-        "plain-default": ["28877 (28578-28918)"], "gated-depth": ["28258 (28238-28885)"]}
+        "plain-default": [(28877, 28578, 28918)], "gated-depth": [(28258, 28238, 28885)]}
     assert {r["mean_accept_len"] for r in timed if r["server"] == "gated-depth"} == {1.002}
     assert {s["gpu_used_mib_all"] for s in data["servers"]} == {49578}
     readme = " ".join((BENCH / "README.md").read_text().split())
@@ -506,8 +511,8 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
     assert f"{(one_command[1] - one_command[0]) * 100:.1f}" == "2.9"  # the spread between starts
     assert section["D16y-b"]["depth_tables"]["real"]["margin"] == [[0.8305]]
     free = {run: _spans(run, ("plain-default", "gated-depth")) for run in ("D16y-b", "D16z-b")}
-    assert free == {"D16y-b": {"plain-default": ["27884 (27866-27917)"], "gated-depth": ["27716 (27200-27781)"]},
-                    "D16z-b": {"plain-default": ["28160 (28110-28508)"], "gated-depth": ["28381 (28330-28403)"]}}
+    assert free == {"D16y-b": {"plain-default": [(27884, 27866, 27917)], "gated-depth": [(27716, 27200, 27781)]},
+                    "D16z-b": {"plain-default": [(28160, 28110, 28508)], "gated-depth": [(28381, 28330, 28403)]}}
     assert f"{256 / section['D16z-b']['medians']['plain-default'][0] * 1000:.1f}" == "9.1"
     stable = collect.depth_stability(section, {"g": ("D16p-a", "D16za-a")})["g"]
     assert stable["chosen"] == {"D16p-a": [7, 5, 7], "D16za-a": [7, 7, 7]} and stable["widest_gap"] == 1
@@ -521,16 +526,17 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
                 accepted.setdefault(run, []).append((row["server"], row["C"], row["repeat"], row["mean_accept_len"]))
     assert sorted(accepted["D16p-a"]) == sorted(accepted["D16za-a"])
     calibration = _spans("D16za-a", ("plain-default", "eagle-v2", "eagle-v2-d5", "eagle-v2-d7"))
-    d5_at_4 = _spans("D16p-a", ("eagle-v2-d5",))["eagle-v2-d5"][1]
+    _, *first_d5 = _spans("D16p-a", ("eagle-v2-d5",))["eagle-v2-d5"][1]
+    _, *again_d5 = calibration["eagle-v2-d5"][1]
     readme = " ".join((BENCH / "README.md").read_text().split())
     for figure in (
-        f"| realistic pair (D16y-b) | {free['D16y-b']['plain-default'][0]} | {free['D16y-b']['gated-depth'][0]} | 99.4 % |",
-        f"| accept pair (D16z-b) | {free['D16z-b']['plain-default'][0]} | {free['D16z-b']['gated-depth'][0]} | 100.8 % |",
+        f"| realistic pair (D16y-b) | {_cell(free['D16y-b']['plain-default'][0])} | {_cell(free['D16y-b']['gated-depth'][0])} | 99.4 % |",
+        f"| accept pair (D16z-b) | {_cell(free['D16z-b']['plain-default'][0])} | {_cell(free['D16z-b']['gated-depth'][0])} | 100.8 % |",
         "| accept pair (D16x-b, above) | 28877 (28578-28918) | 28258 (28238-28885) | 97.9 % |",
         "(49,582 MiB)", "(lead 83.0 %)", "(2.9 points)", "(C / tok/s: 9.1 ms)", "(it led depth 7 by 1.7 %)",
         "(it led depth 5 by 2.0 %)", "**Widest gap 1**",
-        f"(depth 5: {d5_at_4.split('(')[1].rstrip(')')} and {calibration['eagle-v2-d5'][1].split('(')[1].rstrip(')')} tok/s)",
-        *(f"| {name} | {' | '.join(calibration[server])} |" for name, server in (
+        f"(depth 5: {first_d5[0]}-{first_d5[1]} and {again_d5[0]}-{again_d5[1]} tok/s)",
+        *(f"| {name} | {' | '.join(map(_cell, calibration[server]))} |" for name, server in (
             ("plain-default", "plain-default"), ("eagle-v2, depth 3", "eagle-v2"),
             ("eagle-v2-d5", "eagle-v2-d5"), ("eagle-v2-d7", "eagle-v2-d7"))),
     ):
@@ -540,7 +546,7 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
 def test_the_readmes_two_servers_at_4096_fit_an_h100():
     """Next runs' sum for "Context counts" on an H100: two servers of D16z-b used 49,582 MiB
     with 200,000-token pools; 100,000 tokens more, at the accept pair's KV per token (its
-    target as weights.py defines it, and a one-layer draft of the same attention), add about
+    target and draft as weights.py defines them), add about
     12,900 MiB, which stays under an H100's 81,559."""
     import ast
 
@@ -548,9 +554,13 @@ def test_the_readmes_two_servers_at_4096_fit_an_h100():
     shape = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
                  and any(getattr(t, "id", None) == "ACCEPT_SHAPE" for t in node.targets))
     layers, hidden, heads, kv_heads = (arg.value for arg in shape.args[:4])
+    draft = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "draft_config")
+    draft_layers = next(kw.value.value for node in ast.walk(draft) if isinstance(node, ast.Call)
+                        for kw in node.keywords if kw.arg == "num_hidden_layers")
     per_layer = 2 * kv_heads * (hidden // heads) * 2  # K and V, bfloat16
     assert layers * per_layer == 64 * 1024  # the "64 KiB a token" of depth.sh and the README
-    more = 100_000 * (2 * layers * per_layer + per_layer) / 2**20  # two targets' pools and a draft's
+    assert draft_layers * per_layer == 4 * 1024  # the draft's "4 KiB"
+    more = 100_000 * (2 * layers + draft_layers) * per_layer / 2**20  # two targets' pools and a draft's
     assert f"{round(more, -2):,.0f}" == "12,900"
     used = {s["gpu_used_mib_all"] for s in collect.rows_of("D16z-b")["servers"]}
     assert used == {49582} and 49582 + more < 81559

@@ -497,7 +497,8 @@ def test_the_h100_plan_for_context_counts_gives_a_band_each_from_the_same_two_se
     20 %; the gated server then launches at depth 7."""
     stage_of(tmp_path, release_tree, "0.5.16")
     monkeypatch.setenv("EG", EG)
-    committed = json.loads(gzip.decompress((BENCH / "raw" / "D16l-a" / "rows_D16l-a.json.gz").read_bytes()))
+    whole_rows = BENCH / "raw" / "D16l-a" / "rows_D16l-a.json.gz"
+    committed = json.loads(gzip.decompress(whole_rows.read_bytes()))
     plain = [r for r in committed["rows"] if r["server"] == "plain-default"]
     long_rows = [dict(r, prompt_len=4096, tok_s=r["tok_s"] / 4) for r in plain]
     long_rows += [dict(r, server="eagle-v2-d7", tok_s=r["tok_s"] * 1.2, mean_accept_len=5.9) for r in long_rows]
@@ -513,7 +514,7 @@ def test_the_h100_plan_for_context_counts_gives_a_band_each_from_the_same_two_se
                 "--rows-from", str(short_rows), "--rows-from", str(long_),
                 "--servers", "plain-default:accept,gated-depth:accept"]
 
-    whole = a_run(tmp_path, *argv(BENCH / "raw" / "D16l-a" / "rows_D16l-a.json.gz"))
+    whole = a_run(tmp_path, *argv(whole_rows))
     with pytest.raises(SystemExit, match="sweep the baseline and every depth at every prompt length"):
         throughput.calibrated(whole, [], "gated-depth", "accept")
     run = a_run(tmp_path, *argv(short))
