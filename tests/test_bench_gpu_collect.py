@@ -543,6 +543,58 @@ def test_the_readmes_free_off_state_at_256_again_is_the_committed_rows():
         assert figure in readme, figure
 
 
+def test_the_readmes_context_counts_and_stable_on_an_h100_are_the_committed_rows():
+    """D16zc (the two-server route to "Context counts"), D16zd-b (D16za-a's second half at C=4)
+    and D16ze-a/D16zf-a ("Stable"'s own command twice): the tables they ran, the ratios collect
+    recomputes, the spans, the accept lengths, the memory and the two calibrations' choices, as
+    bench/gpu/README.md quotes them."""
+    section = _first_halves()
+    context = section["D16zc-b"]["depth_tables"]["accept"]
+    assert context["depth"] == [[0, 0]] and context["margin"] == [[-0.0056, 0.0245]]
+    columns = section["D16zc-b"]["depth_calibrate"]["accept"]["columns"]
+    assert [c["context"] for c in columns] == [512, 4352]
+    leads = [f"{abs(c['rows'][0]['lead']):.1%}" for c in columns]
+    assert leads == ["0.6%", "2.4%"]  # depth 7 ahead at 256 tokens, plain decoding at 4,096
+    accepted = {}
+    for run in ("D16zc-a", "D16zc-b", "D16l-a", "D16ze-a", "D16zd-b"):
+        data = collect.rows_of(run)
+        timed = [r for r in data["rows"] if isinstance(r.get("repeat"), int)]
+        assert {r["errors"] for r in timed} == {0}
+        for server in ("eagle-v2-d7", "gated-depth"):
+            accepted[run, server] = sorted({r["mean_accept_len"] for r in timed if r["server"] == server})
+    assert accepted["D16zc-a", "eagle-v2-d7"] == [8.0] and accepted["D16zc-b", "gated-depth"] == [1.002]
+    assert [f"{a:.1f}" for a in accepted["D16l-a", "eagle-v2-d7"][::2]] == ["5.9", "6.0"]
+    assert {s["gpu_used_mib_all"] for s in collect.rows_of("D16zc-a")["servers"]} == {61688}
+    ratios = {}
+    for run in ("D16zc-b", "D16zd-b"):
+        text = collect.depth_table({run: section[run], **({"D16za-a": section["D16za-a"]} if run == "D16zd-b" else {})})
+        ratios[run] = [ln.split("|")[2].strip() for ln in text.splitlines() if ln.startswith("| gated-depth / max(")]
+    assert ratios == {"D16zc-b": ["99.8%"], "D16zd-b": ["100.0%", "102.1%"]}
+    medians = section["D16zc-a"]["medians"]
+    assert f"{medians['eagle-v2-d7'][0] / medians['plain-default'][0]:.1%}" == "97.6%"
+    assert section["D16zd-b"]["depth_tables"]["accept"]["depth"] == [[7]]
+    stable = collect.depth_stability(section, collect.Catalogue.read().repeated("depth"))["accept pair, Stable's command"]
+    assert stable["chosen"] == {"D16ze-a": [7] * 7, "D16zf-a": [7] * 7} and stable["widest_gap"] == 0
+    lead = {c: section["D16ze-a"]["medians"]["eagle-v2-d7"][i] / section["D16ze-a"]["medians"]["plain-default"][i]
+            for i, c in enumerate(section["D16ze-a"]["levels"])}
+    assert (f"{lead[64]:.2f}", f"{lead[128]:.2f}") == ("1.38", "1.08")
+    band = section["D16n-a"]["medians"]
+    assert f"{band['plain-default'][0] / band['eagle-v2-d5'][0] - 1:.0%}" == "50%"
+    zc = {run: _spans(run, servers) for run, servers in (("D16zc-a", ("plain-default", "eagle-v2-d7")),
+                                                         ("D16zc-b", ("plain-default", "gated-depth")))}
+    side = _spans("D16zd-b", ("plain-default", "eagle-v2-d5", "eagle-v2-d7", "gated-depth"))
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in (
+        f"| D16zc-a | {_cell(zc['D16zc-a']['plain-default'][0])} | {_cell(zc['D16zc-a']['eagle-v2-d7'][0])} | - | depth 7 / plain: 97.6 % |",
+        f"| D16zc-b | {_cell(zc['D16zc-b']['plain-default'][0])} | - | {_cell(zc['D16zc-b']['gated-depth'][0])} | gated / plain: 99.8 % |",
+        "| median (min-max) | " + " | ".join(_cell(side[s][0]) for s in ("plain-default", "eagle-v2-d5", "eagle-v2-d7", "gated-depth")) + " |",
+        "used 61,688 MiB", "led plain decoding by 0.6 %", "plain decoding led by 2.4 %", "margins -0.0056 and 0.0245", "**100.0 % of E(C)**", "and 102.1 % of D16za-a's",
+        "**widest gap 0**", "(1.38 and 1.08 × in D16ze-a)", "accepted 5.9-6.0 at C=64", "plain decoding led depth 5 by 50 % (D16n-a)",
+        f"(depth 7: {side['eagle-v2-d7'][0][1]}-{side['eagle-v2-d7'][0][2]} tok/s)",
+    ):
+        assert figure in readme, figure
+
+
 def test_the_readmes_two_servers_at_4096_fit_an_h100():
     """Next runs' sum for "Context counts" on an H100: two servers of D16z-b used 49,582 MiB
     with 200,000-token pools; 100,000 tokens more, at the accept pair's KV per token (its
