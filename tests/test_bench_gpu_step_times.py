@@ -149,3 +149,28 @@ def test_the_readmes_cost_of_a_depth_5_step_in_plain_steps_is_the_committed_logs
     assert (f"{narrow[0] / narrow[1]:.1f}", f"{real[0] / real[1]:.1f}") == ("3.4", "2.7")
     readme = " ".join((BENCH / "README.md").read_text().split())
     assert "3.4 against 2.7 at C=32" in readme and "5.76 and 1.69 ms; 10.27 and 3.75 ms" in readme
+
+
+def test_the_readmes_step_at_4096_tokens_is_the_committed_logs():
+    """D16zc-a/-b and D16l-a at C=64: a depth-7 step in plain steps at 4,096- and 256-token
+    prompts, and how much each step grew between them, as bench/gpu/README.md says."""
+    raw = BENCH / "raw"
+
+    def at_64(run, server):
+        log = (raw / run / f"log_{server}-accept.txt").read_text(errors="replace")
+        return step_times.step_times(log, [64], step_times.slowest_passes(raw / run, server))[64][:2]
+
+    (long_d7, long_tokens), (long_plain, _) = at_64("D16zc-a", "eagle-v2-d7"), at_64("D16zc-a", "plain-default")
+    (short_d7, short_tokens), (short_plain, _) = at_64("D16l-a", "eagle-v2-d7"), at_64("D16l-a", "plain-default")
+    gated, gated_tokens = at_64("D16zc-b", "gated-depth")
+    grew = (long_d7 - short_d7, long_plain - short_plain)
+    figures = (f"{long_d7:.1f} ms against a plain step's {long_plain:.1f} ({long_d7 / long_plain:.1f} plain steps, "
+               f"for {long_tokens:.1f} tokens)",
+               f"{short_d7:.1f} against {short_plain:.1f} ({short_d7 / short_plain:.1f} plain steps, for {short_tokens:.1f} tokens)",
+               f"a plain step grew by {grew[1]:.1f} ms and a depth-7 step by {grew[0]:.1f} ms, {grew[0] / grew[1]:.1f} times as much",
+               f"The gated server's plain step took {gated:.1f} ms, as plain-default's.")
+    assert figures[0].startswith("90.1 ms against a plain step's 11.5 (7.8") and gated_tokens == 1.0
+    assert f"{gated:.1f}" == f"{long_plain:.1f}"
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for figure in figures:
+        assert figure in readme, figure
