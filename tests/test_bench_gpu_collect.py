@@ -597,6 +597,65 @@ def test_the_readmes_context_counts_and_stable_on_an_h100_are_the_committed_rows
         assert figure in readme, figure
 
 
+def test_the_readmes_narrow_pair_no_regret_and_off_state_are_the_committed_rows():
+    """D16zh (the narrow pair at C=1, 4 and 8, side by side with E(C)'s servers), D16zi (C=64)
+    and D16zj-b/D16zk-b (the off state at C=128 and 256): the tables they ran, calibrate's leads,
+    the ratios collect recomputes, the spans, the accept lengths and the step times, as
+    bench/gpu/README.md quotes them."""
+    section = _first_halves()
+    assert section["D16zh-b"]["depth_tables"]["narrow"]["depth"] == [[5]]
+    rows = section["D16zh-b"]["depth_calibrate"]["narrow"]["columns"][0]["rows"]
+    assert [r["depth"] for r in rows] == [5, 5, 5]
+    assert (f"{min(r['lead'] for r in rows):.0%}", f"{max(r['lead'] for r in rows):.0%}") == ("9%", "12%")
+    for run in ("D16zi-b", "D16zj-b", "D16zk-b"):
+        assert section[run]["depth_tables"]["narrow"]["depth"] == [[0]]
+    first = section["D16zi-a"]["medians"]
+    best_static = max(first[s][0] for s in ("eagle-v2-d2", "eagle-v2", "eagle-v2-d5"))
+    assert f"{first['plain-default'][0] / best_static - 1:.0%}" == "41%"
+    ratios = {}
+    for run in ("D16zh-b", "D16zi-b", "D16zj-b", "D16zk-b"):
+        base = section[run]["calibrated_on"]
+        text = collect.depth_table({run: section[run], base: section[base]})
+        line = next(ln for ln in text.splitlines() if ln.startswith("| gated-depth / max(") and "this call" in ln)
+        ratios[run] = [cell.strip() for cell in line.split("|")[2:-1]]
+    assert ratios == {"D16zh-b": ["99.1%", "100.3%", "100.5%"], "D16zi-b": ["96.7%"],
+                      "D16zj-b": ["98.0%"], "D16zk-b": ["102.1%"]}
+    at_128 = section["D16zj-b"]["medians"]
+    assert f"{at_128['gated-depth'][0] / at_128['plain-default'][0]:.2%}" == "97.99%"
+    accepted, repeats = {}, {}
+    for run in ("D16zh-b", "D16zi-b", "D16zj-b", "D16zk-b"):
+        timed = [r for r in collect.rows_of(run)["rows"] if isinstance(r.get("repeat"), int)]
+        assert {r["errors"] for r in timed} == {0}
+        for r in timed:
+            accepted.setdefault((run, r["server"]), {})[r["C"], r["repeat"]] = r["mean_accept_len"]
+            repeats.setdefault(run, set()).add(r["repeat"])
+    assert accepted["D16zh-b", "gated-depth"] == accepted["D16zh-b", "eagle-v2-d5"]  # repeat for repeat
+    spread = sorted(accepted["D16zh-b", "gated-depth"].values())
+    assert (spread[0], spread[-1]) == (3.411, 3.538)
+    for run in ("D16zi-b", "D16zj-b", "D16zk-b"):
+        assert set(accepted[run, "gated-depth"].values()) == {1.002}
+    assert len(repeats["D16zk-b"]) == 2 and len(repeats["D16zj-b"]) == 3
+    step = {run: [section[run]["levels"][0] / section[run]["medians"][s][0] * 1000 for s in ("plain-default", "gated-depth")]
+            for run in ("D16zi-b", "D16zj-b")}
+    assert [f"{plain:.1f}" for plain, _ in step.values()] == ["2.2", "2.7"]
+    assert [f"{gated - plain:.2f}" for plain, gated in step.values()] == ["0.07", "0.06"]
+    side = _spans("D16zh-b", ("plain-default", "eagle-v2", "eagle-v2-d5", "gated-depth"))
+    off = {run: _spans(run, ("plain-default", "gated-depth")) for run in ("D16zi-b", "D16zj-b", "D16zk-b")}
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    label = {"plain-default": "plain-default", "eagle-v2": "eagle-v2, depth 3", "eagle-v2-d5": "eagle-v2-d5",
+             "gated-depth": "gated-depth, depth 5"}
+    figures = [f"| {label[s]} | " + " | ".join(_cell(c) for c in side[s]) + " |" for s in label]
+    figures += [f"| {name} | " + " | ".join(_cell(off[run][s][0]) for run in off) + " |"
+                for s, name in (("plain-default", "plain-default"), ("gated-depth", "gated-depth, plain decoding"))]
+    figures += ["| **gated-depth / E(C)**, its call | **99.1 %** | **100.3 %** | **100.5 %** |",
+                "| gated-depth / plain-default | 96.7 % | 98.0 % | 102.1 % |", "with leads of 9-12 % over depth 3",
+                "repeat for repeat (3.411-3.538)", "**99.1-100.5 % of E(C)**", "led every static depth by 41 %",
+                "**96.7 % of plain-default**", "**97.99 %**", "A plain step there takes 2.2 ms at C=64 and 2.7 ms at C=128",
+                "0.07 and 0.06 ms longer", "its figures are medians of 2"]
+    for figure in figures:
+        assert figure in readme, figure
+
+
 def test_the_readmes_two_servers_at_4096_fit_an_h100():
     """Next runs' sum for "Context counts" on an H100: two servers of D16z-b used 49,582 MiB
     with 200,000-token pools; 100,000 tokens more, at the accept pair's KV per token (its
