@@ -600,8 +600,8 @@ def test_the_readmes_context_counts_and_stable_on_an_h100_are_the_committed_rows
 def test_the_readmes_narrow_pair_no_regret_and_off_state_are_the_committed_rows():
     """D16zh (the narrow pair at C=1, 4 and 8, side by side with E(C)'s servers), D16zi (C=64)
     and D16zj-b/D16zk-b (the off state at C=128 and 256): the tables they ran, calibrate's leads,
-    the ratios collect recomputes, the spans, the accept lengths and the step times, as
-    bench/gpu/README.md quotes them."""
+    the ratios collect recomputes, the spans and the accept lengths, as bench/gpu/README.md
+    quotes them (its step times: test_bench_gpu_step_times.py)."""
     section = _first_halves()
     assert section["D16zh-b"]["depth_tables"]["narrow"]["depth"] == [[5]]
     rows = section["D16zh-b"]["depth_calibrate"]["narrow"]["columns"][0]["rows"]
@@ -635,12 +635,6 @@ def test_the_readmes_narrow_pair_no_regret_and_off_state_are_the_committed_rows(
     for run in ("D16zi-b", "D16zj-b", "D16zk-b"):
         assert set(accepted[run, "gated-depth"].values()) == {1.002}
     assert len(repeats["D16zk-b"]) == 2 and len(repeats["D16zj-b"]) == 3
-    step = {run: [section[run]["levels"][0] / section[run]["medians"][s][0] * 1000 for s in ("plain-default", "gated-depth")]
-            for run in ("D16zi-b", "D16zj-b")}
-    assert [f"{plain:.1f}" for plain, _ in step.values()] == ["2.2", "2.7"]
-    assert [f"{gated - plain:.2f}" for plain, gated in step.values()] == ["0.07", "0.06"]
-    plain_64, gated_64 = step["D16zi-b"]
-    assert f"{(gated_64 - plain_64) / plain_64:.0%}" == "3%" and (gated_64 - plain_64) / 9.1 < 0.01
     side = _spans("D16zh-b", ("plain-default", "eagle-v2", "eagle-v2-d5", "gated-depth"))
     off = {run: _spans(run, ("plain-default", "gated-depth")) for run in ("D16zi-b", "D16zj-b", "D16zk-b")}
     readme = " ".join((BENCH / "README.md").read_text().split())
@@ -652,9 +646,7 @@ def test_the_readmes_narrow_pair_no_regret_and_off_state_are_the_committed_rows(
     figures += ["| **gated-depth / E(C)**, its call | **99.1 %** | **100.3 %** | **100.5 %** |",
                 "| gated-depth / plain-default | 96.7 % | 97.99 % | 102.1 % |", "with leads of 9-12 % over depth 3",
                 "repeat for repeat (3.411-3.538)", "**99.1-100.5 % of E(C)**", "led every static depth by 41 %",
-                "**96.7 % of plain-default**", "**97.99 %**", "A plain step there takes 2.2 ms at C=64 and 2.7 ms at C=128",
-                "0.07 and 0.06 ms longer", "(0.12 ms at C=32 in D16i-b, 95.4 % of plain-default)",
-                "3 % of a 2.2 ms step, and under 1 % of the accept pair's 9.1 ms steps", "its figures are medians of 2"]
+                "**96.7 % of plain-default**", "**97.99 %**", "its figures are medians of 2"]
     for figure in figures:
         assert figure in readme, figure
 
