@@ -81,16 +81,24 @@ def release_tree():
     return release
 
 
+def release_def(version: str, path: str, name: str, cls_name: str | None = None):
+    """A function (or, with `cls_name`, a method of that class) of a real release, as the
+    syntax tree of its own source; `path` is under the `sglang` package."""
+    import ast
+
+    body = ast.parse((release(version).root / path).read_text()).body
+    if cls_name is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls_name).body
+    return next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
 def release_function(version: str, path: str, name: str, cls_name: str | None = None):
     """A function (or, with `cls_name`, a method of that class) of a real release, compiled
     from its own source without decorators; `path` is under the `sglang` package. It may use
     nothing but its arguments (and `self`)."""
     import ast
 
-    body = ast.parse((release(version).root / path).read_text()).body
-    if cls_name is not None:
-        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls_name).body
-    func = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    func = release_def(version, path, name, cls_name)
     func.decorator_list = []
     func.returns = None  # annotations may name what the namespace lacks
     namespace: dict = {}

@@ -82,10 +82,12 @@ def test_each_kind_of_server_runs_its_tree_with_its_flags_and_environment(tmp_pa
 
 
 def refusal(tmp_path, *args):
-    """run.py with `args`: it must stop before any server starts; what it says on stderr."""
+    """run.py with `args`: it must stop before any server starts; what it says on stderr. It runs
+    in tmp_path, as a_run's call does: a checkout that carried no .gpu/, whatever this one holds."""
     proc = subprocess.run(
         [sys.executable, str(BENCH / "run.py"), *args, "--out", str(tmp_path)],
         env={**os.environ, "STAGE": str(tmp_path)},
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,

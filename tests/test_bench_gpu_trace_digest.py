@@ -3,6 +3,7 @@ stacks reports, the GPU's busy share and the time from one graph launch to the n
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import sys
@@ -14,6 +15,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
 
 import trace_digest  # noqa: E402
+
+from conftest import release_def  # noqa: E402
 
 
 def event(cat, name, ts, dur, tid=1):
@@ -305,4 +308,61 @@ def test_the_committed_profile_of_the_off_state_shows_where_a_plain_step_of_the_
     for claim in ("62 torch ops a step against plain-default's 50", "The gate's module runs nine",
                   "Plain decoding runs nine for the same work", "Twenty more are SGLang's speculative scheduling path",
                   "ten in `eagle_prepare_for_decode`", "Plain-default runs eight a gated step does not"):
+        assert claim in readme, claim
+
+
+def _statements(func):
+    return [ast.unparse(n) for n in ast.walk(func) if isinstance(n, ast.stmt)]
+
+
+# Where each release keeps what the README's plan for a depth-0 plain preparation reads
+# (path, name, class): the plain preparation, the step that adds to a request's allocation,
+# and the finish that asserts a plain server allocated no more than it committed.
+_PLAIN_PREPARATION = {
+    "0.5.12.post1": {"adds": ("srt/managers/schedule_batch.py", "prepare_for_decode", "ScheduleBatch"),
+                     "finish": ("srt/mem_cache/common.py", "release_kv_cache", None)},
+    "0.5.16": {"adds": ("srt/mem_cache/allocation.py", "alloc_for_decode", None),
+               "finish": ("srt/mem_cache/common.py", "_release_overallocated_kv_indices", None)},
+}
+
+
+@pytest.mark.parametrize("version", sorted(_PLAIN_PREPARATION))
+def test_the_readmes_reading_of_the_plain_preparation_holds_on_the_releases_sources(version):
+    """bench/gpu/README.md's D16k item: SGLang's plain preparation takes its slot through
+    `alloc_for_decode` and adds to `kv_allocated_len`, and a server without speculation asserts
+    on finish that a request allocated exactly what it committed."""
+    prepare = release_def(version, "srt/managers/schedule_batch.py", "prepare_for_decode", "ScheduleBatch")
+    calls = {ast.unparse(n.func) for n in ast.walk(prepare) if isinstance(n, ast.Call)}
+    assert "alloc_for_decode" in calls
+    adds = release_def(version, *_PLAIN_PREPARATION[version]["adds"])
+    assert any(isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+               and ast.unparse(n.target).endswith("kv_allocated_len") for n in ast.walk(adds))
+    finish = release_def(version, *_PLAIN_PREPARATION[version]["finish"])
+    guarded = [n for n in ast.walk(finish) if isinstance(n, ast.If) and "spec_algo is None" in ast.unparse(n.test)]
+    assert any(isinstance(s, ast.Assert) and ast.unparse(s.test) == "start_p == end_p" for n in guarded for s in n.body)
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    assert "(`alloc_for_decode` from `ScheduleBatch.prepare_for_decode`)" in readme
+    assert "`kv_allocated_len`" in readme and "`_release_overallocated_kv_indices`" in readme
+    assert "0.5.12.post1: `release_kv_cache`" in readme
+
+
+def test_the_readmes_reading_of_how_the_overlap_scheduler_hands_a_step_its_lengths_holds_on_both_releases():
+    """bench/gpu/README.md's plan: the next step's `seq_lens` is the step in flight's new lengths
+    on the GPU (0.5.12.post1: the result's draft input; 0.5.16: the FutureMap's buffer, copied to
+    the host only where the attention backend asks, after waiting on the forward's publish)."""
+    old = _statements(release_def("0.5.12.post1", "srt/managers/scheduler.py", "run_batch", "Scheduler"))
+    assert "batch.seq_lens = batch_result.next_draft_input.new_seq_lens" in old
+
+    resolve = release_def("0.5.16", "srt/managers/overlap_utils.py", "resolve_seq_lens_cpu", "FutureMap")
+    top = [ast.unparse(s) for s in resolve.body]
+    gather = top.index("batch.seq_lens = self.new_seq_lens_buf[fi]")
+    host_only = next(i for i, s in enumerate(top) if s.startswith("if not self.needs_cpu_seq_lens:"))
+    copy = next(i for i, s in enumerate(top) if "self.new_seq_lens_cpu_pinned.copy_(" in s)
+    assert gather < host_only < copy
+    assert top[host_only].rstrip().endswith("return")  # no host copy where the backend asks none
+    waits = [s for s in _statements(resolve) if s.endswith("self.publish_ready.wait()")]
+    assert waits and top.index(next(s for s in top if "self.publish_ready.wait()" in s)) < gather
+    readme = " ".join((BENCH / "README.md").read_text().split())
+    for claim in ("the result's `next_draft_input.new_seq_lens`", "`FutureMap.resolve_seq_lens_cpu` gathers them",
+                  "copies them to the host only where the attention backend asks"):
         assert claim in readme, claim
