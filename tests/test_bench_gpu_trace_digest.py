@@ -1,5 +1,7 @@
 """bench/gpu/trace_digest.py on small traces written here (CPU): what a profile without Python
-stacks reports, the GPU's busy share and the time from one graph launch to the next."""
+stacks reports, the GPU's busy share and the time from one graph launch to the next. Then what
+bench/gpu/README.md reads from D16k's committed profile, and from the releases' own sources about
+where the off state's extra work could go."""
 
 from __future__ import annotations
 
